@@ -1,0 +1,357 @@
+//! The mock backend: deterministic text, no NPU. It is a test double and
+//! the default backend, so the whole server can run and be tested on any
+//! machine.
+//!
+//! - The same request (prompt, model, role, thinking switch, sampling
+//!   overrides) always gives the same text; `max_tokens` only cuts it, so
+//!   a capped text is a prefix of the uncapped one.
+//! - Words include multi-byte characters (accents, CJK, emoji), and tokens
+//!   are byte pieces that often split a character in two, as byte-level
+//!   tokenizers do; the engine's UTF-8 assembly joins them.
+//! - Tokens are paced at `tokens_per_second` (0 = as fast as possible)
+//!   after a prefill delay; both waits end at once on cancellation.
+//! - Directives in the prompt steer it for tests (see `docs/mock-backend.md`):
+//!   `@mock(length=N)` sets the natural length in tokens,
+//!   `@mock(error_after=N)` fails like a runtime error after N tokens,
+//!   `@mock(prefill_ms=N)` overrides the prefill delay.
+
+use std::time::{Duration, Instant};
+
+use crate::engine::{
+    Backend, BackendError, FinishReason, Generation, ModelSpec, Runner, TokenSink, ValidRunRequest,
+};
+
+/// Settings of the mock backend (config section `[mock]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MockConfig {
+    /// Tokens per second; 0 means unthrottled.
+    pub tokens_per_second: f64,
+    /// Delay before the first token, in milliseconds.
+    pub prefill_ms: u64,
+}
+
+/// The mock backend factory.
+#[derive(Debug, Clone)]
+pub struct MockBackend {
+    config: MockConfig,
+}
+
+impl MockBackend {
+    /// A mock backend with the given pacing.
+    pub fn new(config: MockConfig) -> Self {
+        Self { config }
+    }
+}
+
+impl Backend for MockBackend {
+    fn kind(&self) -> &'static str {
+        "mock"
+    }
+
+    fn load(&self, _model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
+        Ok(Box::new(MockRunner {
+            config: self.config,
+        }))
+    }
+}
+
+struct MockRunner {
+    config: MockConfig,
+}
+
+/// Longest natural length a directive may ask for.
+const MAX_LENGTH: u64 = 1_000_000;
+
+const WORDS: &[&str] = &[
+    "the",
+    "NPU",
+    "streams",
+    "tokens",
+    "quickly",
+    "to",
+    "every",
+    "client",
+    "héllo",
+    "naïve",
+    "café",
+    "Zürich",
+    "smörgåsbord",
+    "ñandú",
+    "東京",
+    "数据",
+    "こんにちは",
+    "模型",
+    "🦀",
+    "🚀",
+    "👋🏽",
+    "🎉",
+    "Ωμέγα",
+    "Привет",
+    "board",
+    "orange",
+    "rock",
+    "small",
+    "fast",
+    "binary",
+    "and",
+    "with",
+    "a",
+];
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Directives {
+    length: Option<u64>,
+    error_after: Option<u64>,
+    prefill_ms: Option<u64>,
+}
+
+fn parse_directives(prompt: &str) -> Result<Directives, String> {
+    let mut found = Directives::default();
+    let mut rest = prompt;
+    while let Some(start) = rest.find("@mock(") {
+        let after = &rest[start + "@mock(".len()..];
+        let Some(end) = after.find(')') else {
+            return Err("unterminated `@mock(` directive".into());
+        };
+        for pair in after[..end]
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("mock directive `{pair}` must be key=value"))?;
+            let value: u64 = value.trim().parse().map_err(|_| {
+                format!("mock directive `{key}` needs a whole number, got `{value}`")
+            })?;
+            match key.trim() {
+                "length" if value <= MAX_LENGTH => found.length = Some(value),
+                "length" => {
+                    return Err(format!(
+                        "mock directive `length` must be at most {MAX_LENGTH}"
+                    ));
+                }
+                "error_after" => found.error_after = Some(value),
+                "prefill_ms" => found.prefill_ms = Some(value.min(600_000)),
+                other => return Err(format!("unknown mock directive `{other}`")),
+            }
+        }
+        rest = &after[end..];
+    }
+    Ok(found)
+}
+
+/// FNV-1a, 64 bit: a stable hash so the text does not change between
+/// builds or platforms.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+    fn bytes(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        // Field separator, so ("ab","c") and ("a","bc") differ.
+        self.0 ^= 0xff;
+        self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    fn opt_f64(&mut self, v: Option<f64>) {
+        match v {
+            Some(v) => self.bytes(&v.to_bits().to_le_bytes()),
+            None => self.bytes(b"-"),
+        }
+    }
+}
+
+fn seed_of(request: &ValidRunRequest) -> u64 {
+    let mut h = Fnv::new();
+    h.bytes(request.model.as_bytes());
+    h.bytes(request.prompt.as_bytes());
+    h.bytes(request.role.as_str().as_bytes());
+    h.bytes(&[u8::from(request.enable_thinking)]);
+    let s = &request.sampling;
+    for v in [
+        s.temperature,
+        s.top_p,
+        s.repeat_penalty,
+        s.frequency_penalty,
+        s.presence_penalty,
+    ] {
+        h.opt_f64(v);
+    }
+    h.opt_f64(s.top_k.map(f64::from));
+    h.0
+}
+
+/// xorshift64*: small, fast, deterministic.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The token pieces of the next word (with its leading space), cut at
+/// byte offsets that may fall inside a character.
+fn next_word(rng: &mut Rng, first: bool, out: &mut Vec<Vec<u8>>) {
+    out.clear();
+    let word = WORDS[rng.below(WORDS.len() as u64) as usize];
+    let mut bytes = Vec::with_capacity(word.len() + 1);
+    if !first {
+        bytes.push(b' ');
+    }
+    bytes.extend_from_slice(word.as_bytes());
+    let mut at = 0;
+    while at < bytes.len() {
+        let take = (2 + rng.below(3) as usize).min(bytes.len() - at);
+        out.push(bytes[at..at + take].to_vec());
+        at += take;
+    }
+}
+
+impl Runner for MockRunner {
+    fn generate(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+    ) -> Result<Generation, BackendError> {
+        let directives =
+            parse_directives(&request.prompt).map_err(|message| BackendError::Runtime {
+                code: None,
+                message,
+            })?;
+        let seed = seed_of(request);
+        let natural = directives.length.unwrap_or(16 + seed % 48);
+        let cap = u64::from(request.max_tokens);
+        sink.set_prompt_tokens(
+            u32::try_from(request.prompt.len().div_ceil(4).max(1)).unwrap_or(u32::MAX),
+        );
+
+        let prefill =
+            Duration::from_millis(directives.prefill_ms.unwrap_or(self.config.prefill_ms));
+        let cancel = sink.cancel_token().clone();
+        if !prefill.is_zero() && cancel.wait_timeout(prefill) {
+            return Ok(aborted());
+        }
+
+        let interval = (self.config.tokens_per_second > 0.0)
+            .then(|| Duration::from_secs_f64(1.0 / self.config.tokens_per_second));
+        let started = Instant::now();
+        let mut rng = Rng::new(seed);
+        let mut pieces = Vec::new();
+        let mut emitted: u64 = 0;
+        let mut first = true;
+        let limit = natural.min(cap);
+        loop {
+            next_word(&mut rng, first, &mut pieces);
+            first = false;
+            // A word is emitted whole or not at all, so a cut never leaves
+            // half a character behind.
+            if emitted + pieces.len() as u64 > limit {
+                break;
+            }
+            for piece in &pieces {
+                if directives.error_after == Some(emitted) {
+                    return Err(BackendError::Runtime {
+                        code: Some(-1),
+                        message: format!(
+                            "mock runtime error injected by @mock(error_after={emitted})"
+                        ),
+                    });
+                }
+                if let Some(interval) = interval {
+                    let due = started + interval.mul_f64((emitted + 1) as f64);
+                    let wait = due.saturating_duration_since(Instant::now());
+                    if !wait.is_zero() && cancel.wait_timeout(wait) {
+                        return Ok(aborted());
+                    }
+                }
+                emitted += 1;
+                if !sink.token_bytes(piece) {
+                    return Ok(aborted());
+                }
+            }
+        }
+        // An error point past the natural end fails at the end.
+        if directives.error_after.is_some() {
+            return Err(BackendError::Runtime {
+                code: Some(-1),
+                message: format!("mock runtime error injected by @mock(error_after={emitted})"),
+            });
+        }
+        let finish_reason = if natural > cap && emitted < natural {
+            FinishReason::Length
+        } else {
+            FinishReason::Stop
+        };
+        Ok(Generation {
+            finish_reason,
+            usage: None,
+            runtime_timings: None,
+        })
+    }
+}
+
+fn aborted() -> Generation {
+    Generation {
+        finish_reason: FinishReason::Abort,
+        usage: None,
+        runtime_timings: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directives_are_parsed_and_bad_ones_are_named() {
+        assert_eq!(
+            parse_directives("hi @mock(length=5, error_after=2) there").unwrap(),
+            Directives {
+                length: Some(5),
+                error_after: Some(2),
+                prefill_ms: None
+            }
+        );
+        assert_eq!(parse_directives("plain").unwrap(), Directives::default());
+        assert!(
+            parse_directives("@mock(colour=3)")
+                .unwrap_err()
+                .contains("colour")
+        );
+        assert!(
+            parse_directives("@mock(length=x)")
+                .unwrap_err()
+                .contains("length")
+        );
+        assert!(parse_directives("@mock(length=1").is_err());
+    }
+
+    #[test]
+    fn word_pieces_join_back_into_valid_text_and_some_split_characters() {
+        let mut rng = Rng::new(42);
+        let mut pieces = Vec::new();
+        let mut split_seen = false;
+        for i in 0..500 {
+            next_word(&mut rng, i == 0, &mut pieces);
+            let joined: Vec<u8> = pieces.concat();
+            assert!(std::str::from_utf8(&joined).is_ok());
+            split_seen |= pieces.iter().any(|p| std::str::from_utf8(p).is_err());
+        }
+        assert!(split_seen, "the mock must exercise split characters");
+    }
+}

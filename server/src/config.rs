@@ -1,0 +1,654 @@
+//! The one typed configuration.
+//!
+//! Loaded once at start in three layers: the TOML file (`--config`), then
+//! `RKLLM_SERVER_*` environment variables, then command-line flags (the
+//! later layer wins; clap reads a flag's environment variable when the
+//! flag is absent). [`Config::validate`] then checks every value, and an
+//! invalid one stops the start with a message naming its key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use serde::Deserialize;
+
+use crate::backend::MockConfig;
+use crate::engine::{EngineLimits, ModelSpec, RequestLimits};
+use crate::stream::StreamLimits;
+
+/// Default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default mock pace, like a 1.5B model on the RK3588 NPU.
+pub const DEFAULT_MOCK_TOKENS_PER_SECOND: f64 = 20.0;
+/// Default mock prefill delay.
+pub const DEFAULT_MOCK_PREFILL_MS: u64 = 100;
+/// Default largest request (HTTP body, WebSocket message, stdio line).
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1 << 20;
+/// Default longest prompt.
+pub const DEFAULT_MAX_PROMPT_BYTES: usize = 256 << 10;
+/// Default token cap when a request names none.
+pub const DEFAULT_MAX_TOKENS: u32 = 512;
+/// Default largest `max_tokens` a request may ask for.
+pub const DEFAULT_MAX_TOKENS_LIMIT: u32 = 8192;
+/// Default idle time before an unconsumed stream expires.
+pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 300;
+/// Default buffer limit of one stream.
+pub const DEFAULT_MAX_STREAM_BYTES: usize = 1 << 20;
+/// Default buffer limit of all streams together.
+pub const DEFAULT_MAX_TOTAL_BYTES: usize = 64 << 20;
+/// Default limit of queued or generating streams.
+pub const DEFAULT_MAX_STREAMS: usize = 256;
+/// Default queue length per model.
+pub const DEFAULT_QUEUE_LEN: usize = 16;
+/// Default name of the mock model.
+pub const DEFAULT_MOCK_MODEL: &str = "mock";
+
+/// Which backend generates text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Deterministic text without an NPU (the default).
+    #[default]
+    Mock,
+    /// Rockchip's RKLLM runtime on the NPU.
+    Rkllm,
+}
+
+/// Command-line flags; each one also reads `RKLLM_SERVER_<FLAG>`.
+#[derive(Debug, Default, Parser)]
+#[command(
+    name = "rkllm-server",
+    version,
+    about = "Streaming token generation on Rockchip NPUs"
+)]
+pub struct Cli {
+    /// TOML config file (see config/rkllm-server.toml).
+    #[arg(long, env = "RKLLM_SERVER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on for HTTP and WebSocket.
+    #[arg(long, env = "RKLLM_SERVER_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Backend: mock (default) or rkllm.
+    #[arg(long, env = "RKLLM_SERVER_BACKEND", value_enum)]
+    pub backend: Option<BackendKind>,
+    /// Model file; its file name (without extension) becomes the model name.
+    #[arg(long, env = "RKLLM_SERVER_MODEL", value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// Mock backend pace in tokens per second (0 = as fast as possible).
+    #[arg(long, env = "RKLLM_SERVER_MOCK_TOKENS_PER_SECOND", value_name = "N")]
+    pub mock_tokens_per_second: Option<f64>,
+    /// Log filter: error, warn, info, debug, trace, or a tracing directive.
+    #[arg(long, env = "RKLLM_SERVER_LOG_LEVEL", value_name = "LEVEL")]
+    pub log_level: Option<String>,
+}
+
+/// A model entry of the config file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    /// Name clients use.
+    pub name: String,
+    /// Model file (required by the rkllm backend).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+}
+
+/// `[mock]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MockSection {
+    /// Tokens per second; 0 = unthrottled.
+    pub tokens_per_second: f64,
+    /// Delay before the first token.
+    pub prefill_ms: u64,
+}
+
+impl Default for MockSection {
+    fn default() -> Self {
+        Self {
+            tokens_per_second: DEFAULT_MOCK_TOKENS_PER_SECOND,
+            prefill_ms: DEFAULT_MOCK_PREFILL_MS,
+        }
+    }
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Largest HTTP body / WebSocket message.
+    pub max_request_bytes: usize,
+    /// Longest prompt.
+    pub max_prompt_bytes: usize,
+    /// Token cap when a request names none.
+    pub default_max_tokens: u32,
+    /// Largest `max_tokens` a request may ask for.
+    pub max_tokens: u32,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        Self {
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_prompt_bytes: DEFAULT_MAX_PROMPT_BYTES,
+            default_max_tokens: DEFAULT_MAX_TOKENS,
+            max_tokens: DEFAULT_MAX_TOKENS_LIMIT,
+        }
+    }
+}
+
+/// `[streams]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamsSection {
+    /// Seconds without a consumer before a stream expires.
+    pub idle_timeout_secs: u64,
+    /// Buffer limit of one stream, in bytes.
+    pub max_stream_bytes: usize,
+    /// Buffer limit of all streams, in bytes.
+    pub max_total_bytes: usize,
+    /// Streams queued or generating at once.
+    pub max_streams: usize,
+}
+
+impl Default for StreamsSection {
+    fn default() -> Self {
+        Self {
+            idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
+            max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
+            max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
+            max_streams: DEFAULT_MAX_STREAMS,
+        }
+    }
+}
+
+/// `[engine]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineSection {
+    /// Requests that may wait per model.
+    pub queue_len: usize,
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        Self {
+            queue_len: DEFAULT_QUEUE_LEN,
+        }
+    }
+}
+
+/// The whole configuration, as the file spells it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// HTTP/WebSocket listen address.
+    pub listen: String,
+    /// Backend kind.
+    pub backend: BackendKind,
+    /// One model file (shorthand for a single `[[models]]` entry).
+    pub model: Option<PathBuf>,
+    /// Models; the first is the default.
+    pub models: Vec<ModelEntry>,
+    /// Log filter.
+    pub log_level: String,
+    /// Mock backend settings.
+    pub mock: MockSection,
+    /// Request limits.
+    pub limits: LimitsSection,
+    /// Stream manager limits.
+    pub streams: StreamsSection,
+    /// Scheduler settings.
+    pub engine: EngineSection,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.to_owned(),
+            backend: BackendKind::default(),
+            model: None,
+            models: Vec::new(),
+            log_level: "info".to_owned(),
+            mock: MockSection::default(),
+            limits: LimitsSection::default(),
+            streams: StreamsSection::default(),
+            engine: EngineSection::default(),
+        }
+    }
+}
+
+/// A configuration that cannot be used; the message names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file cannot be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML or has a wrong key or type.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (names the key and line).
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid configuration value for `{key}`: {message}")]
+    Invalid {
+        /// The key, as in the config file.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
+}
+
+impl Config {
+    /// Loads file → environment → flags and validates the result.
+    ///
+    /// # Errors
+    /// An unreadable file, bad TOML, or an invalid value (named by key).
+    pub fn load(cli: Cli) -> Result<Self, ConfigError> {
+        let mut config = match &cli.config {
+            Some(path) => Self::from_file(path)?,
+            None => Self::default(),
+        };
+        config.apply(cli);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses a TOML file (without validating it).
+    ///
+    /// # Errors
+    /// An unreadable file or bad TOML.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })
+    }
+
+    /// Overrides values with the flags (and their environment variables).
+    pub fn apply(&mut self, cli: Cli) {
+        if let Some(listen) = cli.listen {
+            self.listen = listen;
+        }
+        if let Some(backend) = cli.backend {
+            self.backend = backend;
+        }
+        if let Some(model) = cli.model {
+            self.model = Some(model);
+        }
+        if let Some(tps) = cli.mock_tokens_per_second {
+            self.mock.tokens_per_second = tps;
+        }
+        if let Some(level) = cli.log_level {
+            self.log_level = level;
+        }
+    }
+
+    /// Checks every value once; the error names the offending key.
+    ///
+    /// # Errors
+    /// The first invalid value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.listen_addr()?;
+        if self.backend == BackendKind::Rkllm {
+            return Err(invalid(
+                "backend",
+                "the `rkllm` backend is not available in this build yet; use `mock`",
+            ));
+        }
+        if self.model.is_some() && !self.models.is_empty() {
+            return Err(invalid(
+                "model",
+                "give either `model` or `[[models]]`, not both",
+            ));
+        }
+        let models = self.model_specs();
+        for (i, model) in models.iter().enumerate() {
+            if model.name.is_empty()
+                || model.name.len() > 128
+                || model.name.chars().any(char::is_whitespace)
+            {
+                return Err(invalid(
+                    "models.name",
+                    format!(
+                        "model names must be 1 to 128 characters without spaces, got {:?}",
+                        model.name
+                    ),
+                ));
+            }
+            if models[..i].iter().any(|m| m.name == model.name) {
+                return Err(invalid(
+                    "models.name",
+                    format!("model `{}` is declared twice", model.name),
+                ));
+            }
+        }
+        let tps = self.mock.tokens_per_second;
+        if !(tps.is_finite() && (0.0..=1_000_000.0).contains(&tps)) {
+            return Err(invalid(
+                "mock.tokens_per_second",
+                format!("must be between 0 and 1000000, got {tps}"),
+            ));
+        }
+        if self.mock.prefill_ms > 600_000 {
+            return Err(invalid("mock.prefill_ms", "must be at most 600000"));
+        }
+        let l = &self.limits;
+        if !(1024..=(64 << 20)).contains(&l.max_request_bytes) {
+            return Err(invalid(
+                "limits.max_request_bytes",
+                format!(
+                    "must be between 1024 and {}, got {}",
+                    64 << 20,
+                    l.max_request_bytes
+                ),
+            ));
+        }
+        if l.max_prompt_bytes == 0 || l.max_prompt_bytes > l.max_request_bytes {
+            return Err(invalid(
+                "limits.max_prompt_bytes",
+                format!(
+                    "must be between 1 and limits.max_request_bytes ({}), got {}",
+                    l.max_request_bytes, l.max_prompt_bytes
+                ),
+            ));
+        }
+        if !(1..=1_000_000).contains(&l.max_tokens) {
+            return Err(invalid(
+                "limits.max_tokens",
+                format!("must be between 1 and 1000000, got {}", l.max_tokens),
+            ));
+        }
+        if l.default_max_tokens == 0 || l.default_max_tokens > l.max_tokens {
+            return Err(invalid(
+                "limits.default_max_tokens",
+                format!(
+                    "must be between 1 and limits.max_tokens ({}), got {}",
+                    l.max_tokens, l.default_max_tokens
+                ),
+            ));
+        }
+        let s = &self.streams;
+        if !(1..=86_400).contains(&s.idle_timeout_secs) {
+            return Err(invalid(
+                "streams.idle_timeout_secs",
+                format!("must be between 1 and 86400, got {}", s.idle_timeout_secs),
+            ));
+        }
+        if s.max_stream_bytes < 1024 {
+            return Err(invalid(
+                "streams.max_stream_bytes",
+                format!("must be at least 1024, got {}", s.max_stream_bytes),
+            ));
+        }
+        if s.max_total_bytes < s.max_stream_bytes {
+            return Err(invalid(
+                "streams.max_total_bytes",
+                format!(
+                    "must be at least streams.max_stream_bytes ({}), got {}",
+                    s.max_stream_bytes, s.max_total_bytes
+                ),
+            ));
+        }
+        if !(1..=1_000_000).contains(&s.max_streams) {
+            return Err(invalid(
+                "streams.max_streams",
+                format!("must be between 1 and 1000000, got {}", s.max_streams),
+            ));
+        }
+        if !(1..=100_000).contains(&self.engine.queue_len) {
+            return Err(invalid(
+                "engine.queue_len",
+                format!(
+                    "must be between 1 and 100000, got {}",
+                    self.engine.queue_len
+                ),
+            ));
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log_level).is_err() {
+            return Err(invalid(
+                "log_level",
+                format!(
+                    "must be error, warn, info, debug, trace or a tracing filter, got {:?}",
+                    self.log_level
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The listen address.
+    ///
+    /// # Errors
+    /// When `listen` is not `IP:PORT`.
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.listen.parse().map_err(|_| {
+            invalid(
+                "listen",
+                format!(
+                    "expected IP:PORT such as 127.0.0.1:8080, got {:?}",
+                    self.listen
+                ),
+            )
+        })
+    }
+
+    /// The models to load; the first is the default.
+    pub fn model_specs(&self) -> Vec<ModelSpec> {
+        if let Some(path) = &self.model {
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            return vec![ModelSpec {
+                name,
+                path: Some(path.clone()),
+            }];
+        }
+        if self.models.is_empty() {
+            return vec![ModelSpec {
+                name: DEFAULT_MOCK_MODEL.to_owned(),
+                path: None,
+            }];
+        }
+        self.models
+            .iter()
+            .map(|m| ModelSpec {
+                name: m.name.clone(),
+                path: m.path.clone(),
+            })
+            .collect()
+    }
+
+    /// Mock backend settings.
+    pub fn mock_config(&self) -> MockConfig {
+        MockConfig {
+            tokens_per_second: self.mock.tokens_per_second,
+            prefill_ms: self.mock.prefill_ms,
+        }
+    }
+
+    /// Stream manager limits.
+    pub fn stream_limits(&self) -> StreamLimits {
+        StreamLimits {
+            idle_timeout: Duration::from_secs(self.streams.idle_timeout_secs),
+            max_stream_bytes: self.streams.max_stream_bytes,
+            max_total_bytes: self.streams.max_total_bytes,
+            max_streams: self.streams.max_streams,
+        }
+    }
+
+    /// Engine limits.
+    pub fn engine_limits(&self) -> EngineLimits {
+        EngineLimits {
+            queue_len: self.engine.queue_len,
+            request: RequestLimits {
+                max_prompt_bytes: self.limits.max_prompt_bytes,
+                default_max_tokens: self.limits.default_max_tokens,
+                max_tokens_limit: self.limits.max_tokens,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(err: ConfigError) -> &'static str {
+        match err {
+            ConfigError::Invalid { key, .. } => key,
+            other => panic!("expected an invalid value, got {other}"),
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_valid_and_serve_the_mock_on_loopback() {
+        let config = Config::load(Cli::default()).unwrap();
+        assert_eq!(config.listen_addr().unwrap().to_string(), "127.0.0.1:8080");
+        assert_eq!(config.backend, BackendKind::Mock);
+        assert_eq!(config.model_specs()[0].name, "mock");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = std::env::temp_dir().join(format!("rkllm-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:9000\"\n[mock]\ntokens_per_second = 5.0\n[engine]\nqueue_len = 3\n").unwrap();
+        let cli = Cli {
+            config: Some(file),
+            listen: Some("127.0.0.1:9001".into()),
+            ..Cli::default()
+        };
+        let config = Config::load(cli).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:9001");
+        assert_eq!(config.mock.tokens_per_second, 5.0);
+        assert_eq!(config.engine.queue_len, 3);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let cases: Vec<(Config, &str)> = vec![
+            (
+                Config {
+                    listen: "nope".into(),
+                    ..Config::default()
+                },
+                "listen",
+            ),
+            (
+                Config {
+                    mock: MockSection {
+                        tokens_per_second: -1.0,
+                        prefill_ms: 0,
+                    },
+                    ..Config::default()
+                },
+                "mock.tokens_per_second",
+            ),
+            (
+                Config {
+                    engine: EngineSection { queue_len: 0 },
+                    ..Config::default()
+                },
+                "engine.queue_len",
+            ),
+            (
+                Config {
+                    streams: StreamsSection {
+                        idle_timeout_secs: 0,
+                        ..StreamsSection::default()
+                    },
+                    ..Config::default()
+                },
+                "streams.idle_timeout_secs",
+            ),
+            (
+                Config {
+                    streams: StreamsSection {
+                        max_total_bytes: 10,
+                        ..StreamsSection::default()
+                    },
+                    ..Config::default()
+                },
+                "streams.max_total_bytes",
+            ),
+            (
+                Config {
+                    limits: LimitsSection {
+                        default_max_tokens: 0,
+                        ..LimitsSection::default()
+                    },
+                    ..Config::default()
+                },
+                "limits.default_max_tokens",
+            ),
+            (
+                Config {
+                    log_level: "[[[".into(),
+                    ..Config::default()
+                },
+                "log_level",
+            ),
+            (
+                Config {
+                    models: vec![
+                        ModelEntry {
+                            name: "a".into(),
+                            path: None,
+                        },
+                        ModelEntry {
+                            name: "a".into(),
+                            path: None,
+                        },
+                    ],
+                    ..Config::default()
+                },
+                "models.name",
+            ),
+        ];
+        for (config, key) in cases {
+            let err = config.validate().unwrap_err();
+            let message = err.to_string();
+            assert!(message.contains(key), "{message}");
+            assert_eq!(key_of(err), key);
+        }
+    }
+
+    #[test]
+    fn unknown_keys_in_the_file_are_refused_by_name() {
+        let err = toml::from_str::<Config>("[streams]\nidle_timeout = 5\n").unwrap_err();
+        assert!(err.to_string().contains("idle_timeout"), "{err}");
+    }
+
+    #[test]
+    fn a_model_file_names_the_model() {
+        let config = Config {
+            model: Some("/models/qwen2.5-1.5b.rkllm".into()),
+            ..Config::default()
+        };
+        assert_eq!(config.model_specs()[0].name, "qwen2.5-1.5b");
+    }
+}

@@ -1,0 +1,164 @@
+//! The interface between the engine and a backend (mock, rkllm).
+//!
+//! A [`Backend`] is a shared factory; [`Backend::load`] runs on the
+//! model's own worker thread and returns a [`Runner`] that never leaves
+//! that thread. A runner generates one request at a time and reports
+//! tokens through a [`TokenSink`], which assembles whole UTF-8 characters
+//! and pushes them to the request's stream.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::{CancelToken, FinishReason, Usage, ValidRunRequest};
+use crate::backend::Utf8Assembler;
+use crate::stream::Stream;
+
+/// A model as the config declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// Name clients use in `model`.
+    pub name: String,
+    /// Model file, for backends that load one.
+    pub path: Option<PathBuf>,
+}
+
+/// Why a backend failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The model could not be loaded.
+    #[error("model `{model}` could not be loaded: {message}")]
+    Load {
+        /// Model name.
+        model: String,
+        /// What went wrong, for the operator.
+        message: String,
+    },
+    /// A generation failed in the runtime.
+    #[error("generation failed in the runtime: {message}")]
+    Runtime {
+        /// The runtime's own return code, when it gave one.
+        code: Option<i32>,
+        /// What went wrong, safe to show to a client.
+        message: String,
+    },
+}
+
+/// How a generation ended, as the runner saw it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Generation {
+    /// `Stop` or `Length` (the engine turns it into `Abort` when cancelled).
+    pub finish_reason: FinishReason,
+    /// Counts from the runtime, when it reports them; otherwise the sink's.
+    pub usage: Option<Usage>,
+    /// Prefill and generation times from the runtime, when it reports them.
+    pub runtime_timings: Option<(f64, f64)>,
+}
+
+/// A factory of runners, shared by all models of one backend kind.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// The backend's name in `models` (`"mock"`, `"rkllm"`).
+    fn kind(&self) -> &'static str;
+
+    /// Loads a model. Called on the model's worker thread, which then owns
+    /// the runner for its whole life.
+    ///
+    /// # Errors
+    /// [`BackendError::Load`] when the model cannot be loaded.
+    fn load(&self, model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError>;
+}
+
+/// One loaded model, owned by its worker thread.
+pub trait Runner {
+    /// Generates text for `request`, reporting tokens to `sink`, until the
+    /// model stops, the token cap is reached or `sink` says to stop.
+    ///
+    /// # Errors
+    /// [`BackendError::Runtime`] when the runtime fails.
+    fn generate(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+    ) -> Result<Generation, BackendError>;
+}
+
+/// Where a runner reports its tokens. Turns byte pieces into whole
+/// characters, counts tokens and measures prefill and generation time.
+#[derive(Debug)]
+pub struct TokenSink<'a> {
+    stream: &'a Stream,
+    assembler: Utf8Assembler,
+    tokens: u32,
+    started: Instant,
+    first_token: Option<Instant>,
+    open: bool,
+}
+
+impl<'a> TokenSink<'a> {
+    pub(crate) fn new(stream: &'a Stream) -> Self {
+        Self {
+            stream,
+            assembler: Utf8Assembler::new(),
+            tokens: 0,
+            started: Instant::now(),
+            first_token: None,
+            open: true,
+        }
+    }
+
+    /// The token that says the generation should stop. A runner parks on
+    /// it (or registers an abort hook) instead of sleeping blindly.
+    pub fn cancel_token(&self) -> &CancelToken {
+        self.stream.cancel_token()
+    }
+
+    /// False once the stream has ended or the generation was cancelled.
+    pub fn is_open(&self) -> bool {
+        self.open && !self.stream.cancel_token().is_cancelled()
+    }
+
+    /// Records the prompt's token count.
+    pub fn set_prompt_tokens(&self, tokens: u32) {
+        self.stream.set_prompt_tokens(tokens);
+    }
+
+    /// Reports one token decoded to `bytes` (any byte split: incomplete
+    /// characters are held back). Returns false when the runner should stop.
+    pub fn token_bytes(&mut self, bytes: &[u8]) -> bool {
+        self.tokens_bytes(bytes, 1)
+    }
+
+    /// Reports `tokens` tokens that together decoded to `bytes`.
+    pub fn tokens_bytes(&mut self, bytes: &[u8], tokens: u32) -> bool {
+        if self.first_token.is_none() {
+            self.first_token = Some(Instant::now());
+        }
+        self.tokens = self.tokens.saturating_add(tokens);
+        let text = self.assembler.push(bytes);
+        if self.open && !self.stream.push(&text, tokens) {
+            self.open = false;
+        }
+        self.is_open()
+    }
+
+    /// Tokens reported so far.
+    pub fn tokens(&self) -> u32 {
+        self.tokens
+    }
+
+    /// Flushes an incomplete trailing character (as U+FFFD) at the end.
+    pub(crate) fn flush(&mut self) {
+        let tail = self.assembler.finish();
+        if !tail.is_empty() && self.open {
+            self.open = self.stream.push(&tail, 0);
+        }
+    }
+
+    /// (prefill ms, generate ms) as measured around the runner.
+    pub(crate) fn measured(&self) -> (f64, f64) {
+        let now = Instant::now();
+        let first = self.first_token.unwrap_or(now);
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+        (ms(first - self.started), ms(now - first))
+    }
+}

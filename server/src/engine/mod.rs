@@ -1,0 +1,15 @@
+//! The engine: validates requests, queues them per model (bounded FIFO)
+//! and runs one generation at a time per model on that model's own OS
+//! thread (the NPU's rule). It knows nothing of JSON or transports.
+
+mod backend;
+mod cancel;
+mod outcome;
+mod request;
+mod scheduler;
+
+pub use backend::{Backend, BackendError, Generation, ModelSpec, Runner, TokenSink};
+pub use cancel::CancelToken;
+pub use outcome::{EndError, EndInfo, FinishReason, Timings, Usage};
+pub use request::{RequestLimits, Role, RunRequest, Sampling, ValidRunRequest, ValidationError};
+pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo};

@@ -1,0 +1,114 @@
+//! What a finished generation reports: why it stopped, how many tokens it
+//! used and how long each phase took. Shared by the engine, the stream
+//! manager (end chunks) and every transport.
+
+use serde::Serialize;
+
+/// Why a generation ended. Serialised in lower case, as on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    /// The model stopped by itself (end of sequence).
+    Stop,
+    /// The token cap (`max_tokens`) was reached.
+    Length,
+    /// A client, an expiry or the shutdown aborted it.
+    Abort,
+    /// The runtime failed; the end chunk carries the error.
+    Error,
+}
+
+impl FinishReason {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::Abort => "abort",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// Token counts of one generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Tokens of the prompt (as reported by the backend).
+    pub prompt_tokens: u32,
+    /// Tokens generated.
+    pub completion_tokens: u32,
+}
+
+/// Wall-clock phases of one generation, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Timings {
+    /// Time spent waiting in the model's queue.
+    pub queue_ms: f64,
+    /// Time from the start of the run to the first generated token.
+    pub prefill_ms: f64,
+    /// Time from the first generated token to the end.
+    pub generate_ms: f64,
+    /// `completion_tokens` per second of `generate_ms` (0 when unknown).
+    pub tokens_per_second: f64,
+}
+
+impl Timings {
+    /// Fills in `tokens_per_second` from the generation time and count.
+    pub fn with_rate(mut self, completion_tokens: u32) -> Self {
+        self.tokens_per_second = if self.generate_ms > 0.0 {
+            f64::from(completion_tokens) * 1000.0 / self.generate_ms
+        } else {
+            0.0
+        };
+        self
+    }
+}
+
+/// The error carried by an end chunk whose `finish_reason` is `error`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EndError {
+    /// A JSON-RPC error code from PROTOCOL §4 (-32004 for runtime failures).
+    pub code: i64,
+    /// A message safe to show to the client.
+    pub message: String,
+}
+
+/// Everything the end chunk of a stream carries besides `seq` and `delta`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EndInfo {
+    /// Why the stream ended.
+    pub finish_reason: FinishReason,
+    /// Token counts.
+    pub usage: Usage,
+    /// Phase timings, when the generation ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Timings>,
+    /// The failure, when `finish_reason` is `error`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<EndError>,
+}
+
+impl EndInfo {
+    /// An end without timings (abort, expiry, shutdown).
+    pub fn new(finish_reason: FinishReason, usage: Usage) -> Self {
+        Self {
+            finish_reason,
+            usage,
+            timings: None,
+            error: None,
+        }
+    }
+
+    /// An error end with the given code and message.
+    pub fn error(code: i64, message: impl Into<String>, usage: Usage) -> Self {
+        Self {
+            finish_reason: FinishReason::Error,
+            usage,
+            timings: None,
+            error: Some(EndError {
+                code,
+                message: message.into(),
+            }),
+        }
+    }
+}

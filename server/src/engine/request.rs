@@ -1,0 +1,344 @@
+//! Requests at the edge of the engine: `RunRequest` as a transport parsed
+//! it, and `ValidRunRequest`, the only kind a backend ever sees.
+//!
+//! Every check names the field and the bound, e.g.
+//! "`max_tokens` must be between 1 and 4096, got 0".
+
+use serde::Serialize;
+
+/// Who speaks in the prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// A user message (the default).
+    #[default]
+    User,
+    /// A tool's result, fed back to the model.
+    Tool,
+}
+
+impl Role {
+    /// The runtime's name for the role.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Tool => "tool",
+        }
+    }
+}
+
+/// Per-run sampling overrides; `None` keeps the model's configured value.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sampling {
+    /// Softmax temperature, 0 to 2.
+    pub temperature: Option<f64>,
+    /// Nucleus sampling mass, above 0 up to 1.
+    pub top_p: Option<f64>,
+    /// Top-k cut-off, 0 (off) to 1000.
+    pub top_k: Option<u32>,
+    /// Repetition penalty, above 0 up to 10.
+    pub repeat_penalty: Option<f64>,
+    /// Frequency penalty, -2 to 2.
+    pub frequency_penalty: Option<f64>,
+    /// Presence penalty, -2 to 2.
+    pub presence_penalty: Option<f64>,
+}
+
+/// A generation request as a transport parsed it (types checked, values not).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunRequest {
+    /// The user input.
+    pub prompt: String,
+    /// Model name; the default model when absent.
+    pub model: Option<String>,
+    /// Cap on generated tokens.
+    pub max_tokens: Option<u64>,
+    /// Sampling overrides.
+    pub sampling: Sampling,
+    /// Input role.
+    pub role: Role,
+    /// Thinking switch, where the model supports it.
+    pub enable_thinking: Option<bool>,
+}
+
+/// A request that passed validation; backends accept nothing else.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidRunRequest {
+    /// The user input (non-empty, within the prompt limit).
+    pub prompt: String,
+    /// Resolved model name.
+    pub model: String,
+    /// Token cap in force (the request's, or the configured default).
+    pub max_tokens: u32,
+    /// Whether the client asked for `max_tokens` itself.
+    pub max_tokens_requested: bool,
+    /// Validated sampling overrides.
+    pub sampling: Sampling,
+    /// Input role.
+    pub role: Role,
+    /// Thinking switch (false when not asked for).
+    pub enable_thinking: bool,
+}
+
+/// Limits applied when validating requests (config section `[limits]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Longest prompt accepted, in bytes.
+    pub max_prompt_bytes: usize,
+    /// Token cap when the request names none.
+    pub default_max_tokens: u32,
+    /// Largest `max_tokens` a request may ask for.
+    pub max_tokens_limit: u32,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationError {
+    /// A field is out of range or malformed.
+    #[error("{message}")]
+    Invalid {
+        /// The offending parameter.
+        field: &'static str,
+        /// What is wrong, naming the field and the bound.
+        message: String,
+    },
+    /// The prompt is over its size limit.
+    #[error("{message}")]
+    TooLarge {
+        /// The offending parameter.
+        field: &'static str,
+        /// What is wrong, naming the limit.
+        message: String,
+    },
+    /// No model has this name.
+    #[error("model `{0}` is not available")]
+    UnknownModel(String),
+}
+
+fn invalid(field: &'static str, message: String) -> ValidationError {
+    ValidationError::Invalid { field, message }
+}
+
+fn check_range(
+    field: &'static str,
+    value: Option<f64>,
+    low: f64,
+    high: f64,
+    low_open: bool,
+) -> Result<(), ValidationError> {
+    let Some(v) = value else { return Ok(()) };
+    let above_low = if low_open { v > low } else { v >= low };
+    if v.is_finite() && above_low && v <= high {
+        Ok(())
+    } else {
+        let from = if low_open { "above" } else { "from" };
+        Err(invalid(
+            field,
+            format!("`{field}` must be {from} {low} up to {high}, got {v}"),
+        ))
+    }
+}
+
+impl RunRequest {
+    /// Checks every field against `limits`; `model` is the resolved model
+    /// name (the caller looks the requested name up).
+    pub fn validate(
+        self,
+        model: String,
+        limits: &RequestLimits,
+    ) -> Result<ValidRunRequest, ValidationError> {
+        if self.prompt.is_empty() {
+            return Err(invalid("prompt", "`prompt` must not be empty".into()));
+        }
+        if self.prompt.len() > limits.max_prompt_bytes {
+            return Err(ValidationError::TooLarge {
+                field: "prompt",
+                message: format!(
+                    "`prompt` must be at most {} bytes, got {}",
+                    limits.max_prompt_bytes,
+                    self.prompt.len()
+                ),
+            });
+        }
+        let max_tokens = match self.max_tokens {
+            None => limits.default_max_tokens,
+            Some(n) if n >= 1 && n <= u64::from(limits.max_tokens_limit) => n as u32,
+            Some(n) => {
+                return Err(invalid(
+                    "max_tokens",
+                    format!(
+                        "`max_tokens` must be between 1 and {}, got {n}",
+                        limits.max_tokens_limit
+                    ),
+                ));
+            }
+        };
+        let s = &self.sampling;
+        check_range("temperature", s.temperature, 0.0, 2.0, false)?;
+        check_range("top_p", s.top_p, 0.0, 1.0, true)?;
+        check_range("repeat_penalty", s.repeat_penalty, 0.0, 10.0, true)?;
+        check_range("frequency_penalty", s.frequency_penalty, -2.0, 2.0, false)?;
+        check_range("presence_penalty", s.presence_penalty, -2.0, 2.0, false)?;
+        if let Some(k) = s.top_k.filter(|&k| k > 1000) {
+            return Err(invalid(
+                "top_k",
+                format!("`top_k` must be between 0 and 1000, got {k}"),
+            ));
+        }
+        Ok(ValidRunRequest {
+            prompt: self.prompt,
+            model,
+            max_tokens,
+            max_tokens_requested: self.max_tokens.is_some(),
+            sampling: self.sampling,
+            role: self.role,
+            enable_thinking: self.enable_thinking.unwrap_or(false),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: RequestLimits = RequestLimits {
+        max_prompt_bytes: 16,
+        default_max_tokens: 100,
+        max_tokens_limit: 200,
+    };
+
+    fn request() -> RunRequest {
+        RunRequest {
+            prompt: "hi".into(),
+            ..RunRequest::default()
+        }
+    }
+
+    fn field_of(err: ValidationError) -> &'static str {
+        match err {
+            ValidationError::Invalid { field, .. } | ValidationError::TooLarge { field, .. } => {
+                field
+            }
+            ValidationError::UnknownModel(_) => "model",
+        }
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_asked() {
+        let valid = request().validate("m".into(), &LIMITS).unwrap();
+        assert_eq!(valid.max_tokens, 100);
+        assert!(!valid.max_tokens_requested);
+        assert_eq!(valid.role, Role::User);
+    }
+
+    #[test]
+    fn each_bound_is_checked_and_named() {
+        let cases: Vec<(RunRequest, &str)> = vec![
+            (
+                RunRequest {
+                    prompt: String::new(),
+                    ..request()
+                },
+                "prompt",
+            ),
+            (
+                RunRequest {
+                    max_tokens: Some(0),
+                    ..request()
+                },
+                "max_tokens",
+            ),
+            (
+                RunRequest {
+                    max_tokens: Some(201),
+                    ..request()
+                },
+                "max_tokens",
+            ),
+            (
+                RunRequest {
+                    sampling: Sampling {
+                        temperature: Some(-0.1),
+                        ..Sampling::default()
+                    },
+                    ..request()
+                },
+                "temperature",
+            ),
+            (
+                RunRequest {
+                    sampling: Sampling {
+                        temperature: Some(f64::NAN),
+                        ..Sampling::default()
+                    },
+                    ..request()
+                },
+                "temperature",
+            ),
+            (
+                RunRequest {
+                    sampling: Sampling {
+                        top_p: Some(0.0),
+                        ..Sampling::default()
+                    },
+                    ..request()
+                },
+                "top_p",
+            ),
+            (
+                RunRequest {
+                    sampling: Sampling {
+                        top_k: Some(5000),
+                        ..Sampling::default()
+                    },
+                    ..request()
+                },
+                "top_k",
+            ),
+            (
+                RunRequest {
+                    sampling: Sampling {
+                        repeat_penalty: Some(0.0),
+                        ..Sampling::default()
+                    },
+                    ..request()
+                },
+                "repeat_penalty",
+            ),
+            (
+                RunRequest {
+                    sampling: Sampling {
+                        presence_penalty: Some(3.0),
+                        ..Sampling::default()
+                    },
+                    ..request()
+                },
+                "presence_penalty",
+            ),
+        ];
+        for (req, field) in cases {
+            let err = req.validate("m".into(), &LIMITS).unwrap_err();
+            assert!(err.to_string().contains(field), "{err}");
+            assert_eq!(field_of(err), field);
+        }
+    }
+
+    #[test]
+    fn an_oversized_prompt_is_too_large() {
+        let req = RunRequest {
+            prompt: "x".repeat(17),
+            ..request()
+        };
+        let err = req.validate("m".into(), &LIMITS).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ValidationError::TooLarge {
+                    field: "prompt",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+}

@@ -1,0 +1,348 @@
+//! Per-model FIFO queues and their worker threads.
+//!
+//! Each model has a bounded queue (full → [`EngineError::QueueFull`]) and
+//! one OS thread that owns the model's runner and runs queued jobs in
+//! order, one at a time. A job whose stream has ended (aborted, expired,
+//! consumer gone) before its turn is skipped and does not count against
+//! the queue's bound.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::backend::{Backend, BackendError, ModelSpec, Runner, TokenSink};
+use super::{
+    EndInfo, FinishReason, RequestLimits, RunRequest, Timings, ValidRunRequest, ValidationError,
+};
+use crate::rpc::codes;
+use crate::stream::{Stream, StreamError, StreamManager};
+
+/// Engine limits (config sections `[engine]` and `[limits]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineLimits {
+    /// Jobs that may wait per model (the running one not counted).
+    pub queue_len: usize,
+    /// Request validation limits.
+    pub request: RequestLimits,
+}
+
+/// Why the engine refused a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// The request is invalid.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The model's queue is full.
+    #[error("server busy: the queue of model `{model}` is full ({queue_len} waiting)")]
+    QueueFull {
+        /// Model name.
+        model: String,
+        /// The queue's bound.
+        queue_len: usize,
+        /// A suggestion for when to retry.
+        retry_after_ms: u64,
+    },
+    /// The model's worker is not running.
+    #[error("model `{0}` is not loaded")]
+    NotLoaded(String),
+    /// The stream could not be created.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// A model failed to load at start.
+    #[error(transparent)]
+    Load(#[from] BackendError),
+}
+
+/// A model as `models` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ModelInfo {
+    /// Name clients use.
+    pub name: String,
+    /// Backend kind.
+    pub backend: &'static str,
+    /// Whether its worker runs with the model loaded.
+    pub loaded: bool,
+    /// Whether it is used when a request names no model.
+    pub default: bool,
+}
+
+struct Job {
+    stream: Arc<Stream>,
+    request: ValidRunRequest,
+    enqueued: Instant,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    shutdown: bool,
+}
+
+struct ModelSlot {
+    name: String,
+    // Synchronous lock: pushes and pops of a short queue; the worker parks
+    // on the condvar, never an async task.
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    loaded: AtomicBool,
+    /// Moving average of recent job durations, for `retry_after_ms`.
+    avg_job_ms: AtomicU64,
+}
+
+impl std::fmt::Debug for ModelSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelSlot")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Owns the model workers and admits requests.
+#[derive(Debug)]
+pub struct Engine {
+    models: Vec<Arc<ModelSlot>>,
+    backend_kind: &'static str,
+    streams: Arc<StreamManager>,
+    limits: EngineLimits,
+}
+
+impl Engine {
+    /// Starts one worker thread per model, each loading its model, and
+    /// waits until all are loaded. The first model is the default.
+    ///
+    /// # Errors
+    /// The first load failure.
+    pub fn start(
+        backend: Arc<dyn Backend>,
+        models: &[ModelSpec],
+        limits: EngineLimits,
+        streams: Arc<StreamManager>,
+    ) -> Result<Self, EngineError> {
+        let mut slots = Vec::with_capacity(models.len());
+        let mut pending = Vec::with_capacity(models.len());
+        for spec in models {
+            let slot = Arc::new(ModelSlot {
+                name: spec.name.clone(),
+                queue: Mutex::new(Queue::default()),
+                wake: Condvar::new(),
+                loaded: AtomicBool::new(false),
+                avg_job_ms: AtomicU64::new(1000),
+            });
+            let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+            let worker_slot = Arc::clone(&slot);
+            let worker_backend = Arc::clone(&backend);
+            let spec = spec.clone();
+            std::thread::Builder::new()
+                .name(format!("model-{}", spec.name))
+                .spawn(move || match worker_backend.load(&spec) {
+                    Ok(runner) => {
+                        worker_slot.loaded.store(true, Ordering::Release);
+                        let _ = ready_tx.send(Ok(()));
+                        worker_loop(&worker_slot, runner);
+                        worker_slot.loaded.store(false, Ordering::Release);
+                    }
+                    Err(err) => {
+                        let _ = ready_tx.send(Err(err));
+                    }
+                })
+                .map_err(|e| BackendError::Load {
+                    model: slot.name.clone(),
+                    message: format!("cannot start its worker thread: {e}"),
+                })?;
+            pending.push(ready_rx);
+            slots.push(slot);
+        }
+        for ready in pending {
+            match ready.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => return Err(err.into()),
+                Err(_) => {
+                    return Err(BackendError::Load {
+                        model: String::new(),
+                        message: "the worker thread died while loading".into(),
+                    }
+                    .into());
+                }
+            }
+        }
+        Ok(Self {
+            models: slots,
+            backend_kind: backend.kind(),
+            streams,
+            limits,
+        })
+    }
+
+    /// The stream manager the engine feeds.
+    pub fn streams(&self) -> &Arc<StreamManager> {
+        &self.streams
+    }
+
+    /// Every model with its state.
+    pub fn models(&self) -> Vec<ModelInfo> {
+        self.models
+            .iter()
+            .enumerate()
+            .map(|(i, slot)| ModelInfo {
+                name: slot.name.clone(),
+                backend: self.backend_kind,
+                loaded: slot.loaded.load(Ordering::Acquire),
+                default: i == 0,
+            })
+            .collect()
+    }
+
+    fn slot(&self, name: Option<&str>) -> Result<&Arc<ModelSlot>, ValidationError> {
+        match name {
+            None => self
+                .models
+                .first()
+                .ok_or_else(|| ValidationError::UnknownModel(String::new())),
+            Some(name) => self
+                .models
+                .iter()
+                .find(|slot| slot.name == name)
+                .ok_or_else(|| ValidationError::UnknownModel(name.to_owned())),
+        }
+    }
+
+    /// Validates `request`, creates its stream and queues it. `polled`
+    /// streams keep chunks for HTTP polling (see [`StreamManager::create`]).
+    ///
+    /// # Errors
+    /// Invalid request, unknown or unloaded model, full queue, too many
+    /// streams, shutdown.
+    pub fn submit(&self, request: RunRequest, polled: bool) -> Result<Arc<Stream>, EngineError> {
+        let slot = self.slot(request.model.as_deref())?;
+        let request = request.validate(slot.name.clone(), &self.limits.request)?;
+        if !slot.loaded.load(Ordering::Acquire) {
+            return Err(EngineError::NotLoaded(slot.name.clone()));
+        }
+        let mut queue = slot.queue.lock();
+        queue.jobs.retain(|job| !job.stream.is_ended());
+        if queue.jobs.len() >= self.limits.queue_len {
+            let waiting = queue.jobs.len() as u64 + 1;
+            return Err(EngineError::QueueFull {
+                model: slot.name.clone(),
+                queue_len: self.limits.queue_len,
+                retry_after_ms: (slot.avg_job_ms.load(Ordering::Relaxed) * waiting).max(100),
+            });
+        }
+        let stream = self.streams.create(&slot.name, polled)?;
+        queue.jobs.push_back(Job {
+            stream: Arc::clone(&stream),
+            request,
+            enqueued: Instant::now(),
+        });
+        drop(queue);
+        slot.wake.notify_one();
+        Ok(stream)
+    }
+
+    /// 1-based position of a queued stream in its model's queue (1 = next).
+    pub fn queue_position(&self, stream: &Stream) -> Option<usize> {
+        let slot = self.slot(Some(stream.model())).ok()?;
+        let queue = slot.queue.lock();
+        queue
+            .jobs
+            .iter()
+            .filter(|job| !job.stream.is_ended())
+            .position(|job| std::ptr::eq(Arc::as_ptr(&job.stream), stream))
+            .map(|i| i + 1)
+    }
+
+    /// Stops the workers after their current job (which the stream
+    /// manager's shutdown has already aborted).
+    pub fn shutdown(&self) {
+        for slot in &self.models {
+            slot.queue.lock().shutdown = true;
+            slot.wake.notify_all();
+        }
+    }
+}
+
+fn worker_loop(slot: &ModelSlot, mut runner: Box<dyn Runner>) {
+    loop {
+        let job = {
+            let mut queue = slot.queue.lock();
+            loop {
+                if queue.shutdown {
+                    return;
+                }
+                match queue.jobs.pop_front() {
+                    Some(job) if job.stream.is_ended() => continue,
+                    Some(job) => break job,
+                    None => slot.wake.wait(&mut queue),
+                }
+            }
+        };
+        let started = Instant::now();
+        run_job(runner.as_mut(), &job);
+        let took = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
+        let avg = slot.avg_job_ms.load(Ordering::Relaxed);
+        slot.avg_job_ms
+            .store((avg * 3 + took) / 4, Ordering::Relaxed);
+    }
+}
+
+fn run_job(runner: &mut dyn Runner, job: &Job) {
+    let stream = &job.stream;
+    stream.set_initializing();
+    let queue_ms = (Instant::now() - job.enqueued).as_secs_f64() * 1000.0;
+    let mut sink = TokenSink::new(stream);
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        runner.generate(&job.request, &mut sink)
+    }));
+    sink.flush();
+    let (measured_prefill, measured_generate) = sink.measured();
+    let cancelled = stream.cancel_token().is_cancelled();
+    match result {
+        Ok(Ok(generation)) => {
+            let (prefill_ms, generate_ms) = generation
+                .runtime_timings
+                .unwrap_or((measured_prefill, measured_generate));
+            stream.end_with(|counted| {
+                let usage = generation.usage.unwrap_or(counted);
+                let finish_reason = if cancelled {
+                    FinishReason::Abort
+                } else {
+                    generation.finish_reason
+                };
+                let timings = Timings {
+                    queue_ms,
+                    prefill_ms,
+                    generate_ms,
+                    tokens_per_second: 0.0,
+                }
+                .with_rate(usage.completion_tokens);
+                EndInfo {
+                    timings: Some(timings),
+                    ..EndInfo::new(finish_reason, usage)
+                }
+            });
+        }
+        Ok(Err(err)) => {
+            tracing::warn!(model = stream.model(), error = %err, "generation failed");
+            stream
+                .end_with(|usage| EndInfo::error(codes::GENERATION_FAILED, err.to_string(), usage));
+        }
+        Err(_) => {
+            tracing::error!(
+                model = stream.model(),
+                "the backend panicked during a generation"
+            );
+            stream.end_with(|usage| {
+                EndInfo::error(
+                    codes::GENERATION_FAILED,
+                    "generation failed: internal backend error",
+                    usage,
+                )
+            });
+        }
+    }
+    debug_assert!(stream.is_ended());
+}

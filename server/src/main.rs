@@ -1,0 +1,80 @@
+//! The `rkllm-server` binary: wiring only.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use rkllm_server::{AppState, Cli, Config};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = match Config::load(Cli::parse()) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("rkllm-server: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new(&config.log_level))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let addr = match config.listen_addr() {
+        Ok(addr) => addr,
+        Err(err) => {
+            eprintln!("rkllm-server: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let state = match AppState::new(config) {
+        Ok(state) => state,
+        Err(err) => {
+            eprintln!("rkllm-server: cannot start: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!("rkllm-server: cannot listen on {addr}: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match listener.local_addr() {
+        Ok(local) => eprintln!("rkllm-server listening on http://{local}"),
+        Err(err) => eprintln!("rkllm-server: cannot read the bound address: {err}"),
+    }
+    match rkllm_server::run(listener, state, shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("rkllm-server: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %err, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,141 @@
+//! Error codes (PROTOCOL §4) and the JSON-RPC error object, with one
+//! mapping from each lower layer's errors.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::engine::{EngineError, ValidationError};
+use crate::stream::StreamError;
+
+/// JSON-RPC error codes used by the server.
+pub mod codes {
+    /// Invalid JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// Valid JSON that is not a request.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// Unknown method.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Bad parameters (`data.field` names the parameter).
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// Internal error.
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// Stream not found.
+    pub const STREAM_NOT_FOUND: i64 = -32001;
+    /// Server busy (`data.retry_after_ms`).
+    pub const SERVER_BUSY: i64 = -32002;
+    /// Model unavailable.
+    pub const MODEL_UNAVAILABLE: i64 = -32003;
+    /// Generation failed in the runtime.
+    pub const GENERATION_FAILED: i64 = -32004;
+    /// Stream expired.
+    pub const STREAM_EXPIRED: i64 = -32005;
+    /// Stream in a state that does not allow the call.
+    pub const INVALID_STATE: i64 = -32006;
+    /// Request too large.
+    pub const TOO_LARGE: i64 = -32007;
+    /// Unauthorized.
+    pub const UNAUTHORIZED: i64 = -32008;
+}
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
+#[error("{message} ({code})")]
+pub struct RpcError {
+    /// The code.
+    pub code: i64,
+    /// A message for people.
+    pub message: String,
+    /// Machine-readable details.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    /// An error without data.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// Adds `data`.
+    #[must_use]
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// -32700.
+    pub fn parse_error(detail: impl std::fmt::Display) -> Self {
+        Self::new(codes::PARSE_ERROR, format!("Parse error: {detail}"))
+    }
+
+    /// -32600.
+    pub fn invalid_request(detail: impl std::fmt::Display) -> Self {
+        Self::new(codes::INVALID_REQUEST, format!("Invalid request: {detail}"))
+    }
+
+    /// -32601.
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(
+            codes::METHOD_NOT_FOUND,
+            format!("Method not found: {method}"),
+        )
+    }
+
+    /// -32602 with `data.field`.
+    pub fn invalid_params(field: &str, message: impl Into<String>) -> Self {
+        Self::new(codes::INVALID_PARAMS, message).with_data(json!({ "field": field }))
+    }
+}
+
+impl From<StreamError> for RpcError {
+    fn from(err: StreamError) -> Self {
+        match err {
+            StreamError::NotFound => Self::new(codes::STREAM_NOT_FOUND, err.to_string()),
+            StreamError::Expired => Self::new(codes::STREAM_EXPIRED, err.to_string()),
+            StreamError::TooMany { .. } => {
+                Self::new(codes::SERVER_BUSY, format!("server busy: {err}"))
+                    .with_data(json!({ "retry_after_ms": 1000 }))
+            }
+            StreamError::ShuttingDown => Self::new(codes::SERVER_BUSY, err.to_string())
+                .with_data(json!({ "retry_after_ms": 5000 })),
+        }
+    }
+}
+
+impl From<ValidationError> for RpcError {
+    fn from(err: ValidationError) -> Self {
+        match &err {
+            ValidationError::Invalid { field, .. } => Self::invalid_params(field, err.to_string()),
+            ValidationError::TooLarge { field, .. } => {
+                Self::new(codes::TOO_LARGE, err.to_string()).with_data(json!({ "field": field }))
+            }
+            ValidationError::UnknownModel(name) => {
+                Self::new(codes::MODEL_UNAVAILABLE, err.to_string())
+                    .with_data(json!({ "model": name }))
+            }
+        }
+    }
+}
+
+impl From<EngineError> for RpcError {
+    fn from(err: EngineError) -> Self {
+        match err {
+            EngineError::Invalid(v) => v.into(),
+            EngineError::Stream(s) => s.into(),
+            EngineError::QueueFull { retry_after_ms, .. } => {
+                Self::new(codes::SERVER_BUSY, err.to_string())
+                    .with_data(json!({ "retry_after_ms": retry_after_ms }))
+            }
+            EngineError::NotLoaded(ref name) => {
+                let name = name.clone();
+                Self::new(codes::MODEL_UNAVAILABLE, err.to_string())
+                    .with_data(json!({ "model": name }))
+            }
+            EngineError::Load(_) => Self::new(codes::MODEL_UNAVAILABLE, err.to_string()),
+        }
+    }
+}

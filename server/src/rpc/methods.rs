@@ -1,0 +1,281 @@
+//! The methods of PROTOCOL §3: `initialize`, `ping`, `run` (non-streaming,
+//! streaming, polling), `subscribe`, `abort`, `stream_status`, `models`.
+//! Each reads its params into engine types, calls the engine or the stream
+//! manager, and shapes the result; no business logic lives here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use super::dispatch::Connection;
+use super::message::params_object;
+use super::params::Params;
+use super::wire::ChunkJson;
+use super::{PROTOCOL_VERSIONS, RpcError, codes};
+use crate::engine::{EndInfo, FinishReason, Role, RunRequest, Sampling, Timings, Usage};
+use crate::state::AppState;
+use crate::stream::{Consumer, PollError, Stream, StreamManager, StreamState};
+
+/// Longest long poll.
+pub const MAX_WAIT_MS: u64 = 30_000;
+
+/// A method's result: pre-serialised JSON and an optional subscription.
+pub(super) struct Handled {
+    pub result: Box<RawValue>,
+    pub subscribe: Option<Consumer>,
+}
+
+fn raw(value: &impl Serialize) -> Result<Box<RawValue>, RpcError> {
+    serde_json::to_string(value)
+        .and_then(RawValue::from_string)
+        .map_err(|e| {
+            RpcError::new(
+                codes::INTERNAL_ERROR,
+                format!("cannot encode the result: {e}"),
+            )
+        })
+}
+
+fn done(value: &impl Serialize) -> Result<Handled, RpcError> {
+    Ok(Handled {
+        result: raw(value)?,
+        subscribe: None,
+    })
+}
+
+/// Calls `method`; unknown methods are -32601.
+pub(super) async fn call(
+    state: &Arc<AppState>,
+    conn: &Connection,
+    method: &str,
+    params: Option<Value>,
+) -> Result<Handled, RpcError> {
+    match method {
+        "initialize" => initialize(conn, params),
+        "ping" => done(&json!({})),
+        "run" => run(state, conn, Params(params_object(params)?)).await,
+        "subscribe" => subscribe(state, conn, Params(params_object(params)?)),
+        "abort" => abort(state, Params(params_object(params)?)),
+        "stream_status" => stream_status(state, Params(params_object(params)?)),
+        "models" => done(&json!({ "models": state.engine.models() })),
+        other => Err(RpcError::method_not_found(other)),
+    }
+}
+
+/// Acts on a notification; nothing is ever answered. Unknown ones and
+/// broken ones are ignored.
+pub(super) fn notify(state: &Arc<AppState>, method: &str, params: Option<Value>) {
+    if method == "abort" {
+        let Ok(map) = params_object(params) else {
+            return;
+        };
+        if let Ok(stream) = Params(map)
+            .req_str("stream_id")
+            .and_then(|id| Ok(state.streams.get(&id)?))
+        {
+            stream.abort();
+        }
+    }
+}
+
+fn initialize(conn: &Connection, params: Option<Value>) -> Result<Handled, RpcError> {
+    let mut p = Params(params_object(params)?);
+    let requested = p.opt_str("protocolVersion")?;
+    let version = requested
+        .as_deref()
+        .and_then(|v| PROTOCOL_VERSIONS.iter().find(|s| **s == v))
+        .copied()
+        .unwrap_or(PROTOCOL_VERSIONS[0]);
+    conn.set_protocol(version);
+    done(&json!({
+        "protocolVersion": version,
+        "capabilities": { "tools": { "listChanged": false }, "streaming": true },
+        "serverInfo": { "name": "rkllm-server", "version": env!("CARGO_PKG_VERSION") },
+        "instructions": "Generates text on a Rockchip NPU. Call `run` with a prompt; \
+                         pass stream:true to stream chunks.",
+    }))
+}
+
+fn run_request(p: &mut Params, max_tokens_limit: u32) -> Result<RunRequest, RpcError> {
+    let role = match p.opt_str("role")?.as_deref() {
+        None | Some("user") => Role::User,
+        Some("tool") => Role::Tool,
+        Some(other) => {
+            return Err(RpcError::invalid_params(
+                "role",
+                format!("`role` must be \"user\" or \"tool\", got {other:?}"),
+            ));
+        }
+    };
+    Ok(RunRequest {
+        prompt: p.req_str("prompt")?,
+        model: p.opt_str("model")?,
+        max_tokens: p.opt_int("max_tokens", 1, u64::from(max_tokens_limit))?,
+        sampling: Sampling {
+            temperature: p.opt_f64("temperature")?,
+            top_p: p.opt_f64("top_p")?,
+            top_k: p.opt_int("top_k", 0, 1000)?.map(|k| k as u32),
+            repeat_penalty: p.opt_f64("repeat_penalty")?,
+            frequency_penalty: p.opt_f64("frequency_penalty")?,
+            presence_penalty: p.opt_f64("presence_penalty")?,
+        },
+        role,
+        enable_thinking: p.opt_bool("enable_thinking")?,
+    })
+}
+
+async fn run(state: &Arc<AppState>, conn: &Connection, mut p: Params) -> Result<Handled, RpcError> {
+    if p.has("stream_id") {
+        if p.has("prompt") {
+            return Err(RpcError::invalid_params(
+                "prompt",
+                "`prompt` cannot be combined with `stream_id`: a poll reads an existing stream",
+            ));
+        }
+        return poll(state, p).await;
+    }
+    let streaming = p.opt_bool("stream")?.unwrap_or(false);
+    let request = run_request(&mut p, state.config.limits.max_tokens)?;
+    if streaming {
+        let stream = state.engine.submit(request, !conn.can_push())?;
+        let subscribe = conn.can_push().then(|| stream.attach(0));
+        return Ok(Handled {
+            result: raw(&json!({ "stream_id": stream.id(), "status": "streaming_started" }))?,
+            subscribe,
+        });
+    }
+    let stream = state.engine.submit(request, false)?;
+    let _forget = Forget {
+        streams: &state.streams,
+        stream: &stream,
+    };
+    // Dropping this future (the client left) drops the consumer, which
+    // aborts the generation.
+    let mut consumer = stream.attach(0);
+    let (text, end) = collect(&mut consumer).await?;
+    if let Some(error) = &end.error {
+        return Err(
+            RpcError::new(error.code, error.message.clone()).with_data(json!({ "text": text }))
+        );
+    }
+    done(&RunResult {
+        text: &text,
+        finish_reason: end.finish_reason,
+        usage: end.usage,
+        timings: end.timings.unwrap_or_default(),
+    })
+}
+
+#[derive(Serialize)]
+struct RunResult<'a> {
+    text: &'a str,
+    finish_reason: FinishReason,
+    usage: Usage,
+    timings: Timings,
+}
+
+/// Removes a non-streaming request's stream from the registry when the
+/// request ends (normally or by being dropped).
+struct Forget<'a> {
+    streams: &'a StreamManager,
+    stream: &'a Stream,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.streams.remove(self.stream.id());
+    }
+}
+
+/// Reads a stream to its end; returns the joined text and the end info.
+pub(crate) async fn collect(consumer: &mut Consumer) -> Result<(String, Arc<EndInfo>), RpcError> {
+    let mut text = String::new();
+    loop {
+        let batch = consumer.next_batch().await;
+        if batch.is_empty() {
+            return Err(RpcError::new(codes::STREAM_EXPIRED, "stream expired"));
+        }
+        for chunk in batch {
+            text.push_str(&chunk.delta);
+            if let Some(end) = chunk.end {
+                return Ok((text, end));
+            }
+        }
+    }
+}
+
+fn poll_error(err: PollError) -> RpcError {
+    match err {
+        PollError::Expired => RpcError::new(codes::STREAM_EXPIRED, "stream expired"),
+        PollError::Ahead { next_seq } => RpcError::invalid_params(
+            "from_seq",
+            format!("`from_seq` must be at most {next_seq}, the stream's next seq"),
+        ),
+    }
+}
+
+async fn poll(state: &Arc<AppState>, mut p: Params) -> Result<Handled, RpcError> {
+    let id = p.req_str("stream_id")?;
+    let from_seq = p.opt_int("from_seq", 0, u64::MAX)?.unwrap_or(0);
+    let wait_ms = p.opt_int("wait_ms", 0, MAX_WAIT_MS)?.unwrap_or(0);
+    let stream = state.streams.get(&id)?;
+    let mut batch = stream.poll(from_seq).map_err(poll_error)?;
+    if batch.chunks.is_empty() && batch.has_more && wait_ms > 0 {
+        // Timing out is a normal outcome: the empty batch is returned.
+        let _ =
+            tokio::time::timeout(Duration::from_millis(wait_ms), stream.wait_for(from_seq)).await;
+        batch = stream.poll(from_seq).map_err(poll_error)?;
+    }
+    let chunks: Vec<ChunkJson<'_>> = batch
+        .chunks
+        .iter()
+        .map(|c| ChunkJson::new(c, None))
+        .collect();
+    done(&json!({ "stream_id": id, "chunks": chunks, "has_more": batch.has_more }))
+}
+
+fn subscribe(state: &Arc<AppState>, conn: &Connection, mut p: Params) -> Result<Handled, RpcError> {
+    let id = p.req_str("stream_id")?;
+    let from_seq = p.opt_int("from_seq", 0, u64::MAX)?.unwrap_or(0);
+    if !conn.can_push() {
+        return Err(RpcError::invalid_request(
+            "`subscribe` needs a push transport (WebSocket or stdio); over HTTP, poll with `run` {stream_id, from_seq}",
+        ));
+    }
+    let stream = state.streams.get(&id)?;
+    if stream.status().0 == StreamState::Expired {
+        return Err(RpcError::new(codes::STREAM_EXPIRED, "stream expired"));
+    }
+    Ok(Handled {
+        result: raw(&json!({ "stream_id": id, "status": "subscribed" }))?,
+        subscribe: Some(stream.attach(from_seq)),
+    })
+}
+
+fn abort(state: &Arc<AppState>, mut p: Params) -> Result<Handled, RpcError> {
+    let stream = state.streams.get(&p.req_str("stream_id")?)?;
+    if stream.abort() {
+        done(&json!({ "aborted": true }))
+    } else {
+        let (stream_state, _) = stream.status();
+        Err(RpcError::new(
+            codes::INVALID_STATE,
+            format!("the stream has already ended (state {stream_state:?})").to_lowercase(),
+        ))
+    }
+}
+
+fn stream_status(state: &Arc<AppState>, mut p: Params) -> Result<Handled, RpcError> {
+    let stream = state.streams.get(&p.req_str("stream_id")?)?;
+    let (stream_state, next_seq) = stream.status();
+    let mut result = json!({ "state": stream_state, "next_seq": next_seq });
+    if stream_state == StreamState::Queued {
+        if let Some(position) = state.engine.queue_position(&stream) {
+            result["queue_position"] = json!(position);
+        }
+    }
+    done(&result)
+}

@@ -1,0 +1,68 @@
+//! The JSON shape of chunks, shared by polling results and push
+//! notifications. Borrowing views: serialising a chunk copies its text
+//! once, into the outgoing message.
+
+use serde::Serialize;
+
+use crate::engine::{EndError, FinishReason, Timings, Usage};
+use crate::stream::Chunk;
+
+/// A chunk as it goes on the wire.
+#[derive(Debug, Serialize)]
+pub struct ChunkJson<'a> {
+    /// Present in push notifications, absent inside a poll result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_id: Option<&'a str>,
+    /// Position in the stream.
+    pub seq: u64,
+    /// Whole UTF-8 characters.
+    pub delta: &'a str,
+    /// True on the last chunk.
+    pub end: bool,
+    /// End chunk only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+    /// End chunk only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<&'a Usage>,
+    /// End chunk only, when the generation ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<&'a Timings>,
+    /// End chunk only, on failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'a EndError>,
+}
+
+impl<'a> ChunkJson<'a> {
+    /// A view of `chunk`, tagged with `stream_id` when given.
+    pub fn new(chunk: &'a Chunk, stream_id: Option<&'a str>) -> Self {
+        let end = chunk.end.as_deref();
+        Self {
+            stream_id,
+            seq: chunk.seq,
+            delta: &chunk.delta,
+            end: end.is_some(),
+            finish_reason: end.map(|e| e.finish_reason),
+            usage: end.map(|e| &e.usage),
+            timings: end.and_then(|e| e.timings.as_ref()),
+            error: end.and_then(|e| e.error.as_ref()),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Notification<'a> {
+    jsonrpc: &'static str,
+    method: &'static str,
+    params: ChunkJson<'a>,
+}
+
+/// A pushed chunk: `{"jsonrpc":"2.0","method":"run","params":{stream_id, seq, delta, end, ...}}`.
+pub fn chunk_notification(stream_id: &str, chunk: &Chunk) -> String {
+    serde_json::to_string(&Notification {
+        jsonrpc: "2.0",
+        method: "run",
+        params: ChunkJson::new(chunk, Some(stream_id)),
+    })
+    .unwrap_or_default()
+}

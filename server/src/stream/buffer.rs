@@ -1,0 +1,479 @@
+//! One stream: its chunk buffer, the consumers' cursors and its state.
+//!
+//! Invariants kept under the stream's lock:
+//! - seq numbers are contiguous from 0; exactly one chunk has `end`, and it
+//!   is the last one ever appended (pushes after the end are refused);
+//! - a chunk is freed only once every cursor (the poll cursor and each
+//!   attached consumer) has passed it;
+//! - the bytes a stream buffers are counted in the manager-wide total, and
+//!   given back when chunks are freed or the stream is dropped.
+//!
+//! The lock is a `parking_lot` mutex held for one push or one copy of a
+//! few `Arc`s, never across an `.await`; consumers sleep on a `Notify`.
+
+use std::collections::VecDeque;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::{Chunk, StreamLimits, StreamState};
+use crate::engine::{CancelToken, EndInfo, FinishReason, Usage};
+use crate::rpc::codes;
+
+/// Bookkeeping bytes counted per chunk on top of its text, so that many
+/// tiny chunks cannot dodge the memory limits.
+pub const CHUNK_OVERHEAD: usize = 64;
+
+/// At most this many chunks are handed to a consumer at once.
+const MAX_BATCH: usize = 256;
+
+/// State shared by the manager and all of its streams.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub limits: StreamLimits,
+    /// Bytes buffered by every stream together.
+    pub total_bytes: AtomicUsize,
+    /// Streams that have not ended yet (queued or generating).
+    pub active: AtomicUsize,
+}
+
+/// A stream of chunks produced by one generation.
+#[derive(Debug)]
+pub struct Stream {
+    id: String,
+    model: String,
+    shared: Arc<Shared>,
+    cancel: CancelToken,
+    notify: Notify,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: StreamState,
+    chunks: VecDeque<Chunk>,
+    next_seq: u64,
+    end_seq: Option<u64>,
+    bytes: usize,
+    /// Set once anybody polls the stream (or it was started for polling).
+    poll_cursor: Option<u64>,
+    /// Attached consumers: (consumer id, next seq it needs).
+    consumers: Vec<(u64, u64)>,
+    next_consumer_id: u64,
+    /// Long polls in progress.
+    pollers: u32,
+    last_activity: Instant,
+    usage: Usage,
+}
+
+/// What one poll returns.
+#[derive(Debug)]
+pub struct PollBatch {
+    /// Buffered chunks with `seq >= from_seq`, in order.
+    pub chunks: Vec<Chunk>,
+    /// False once the end chunk has been returned.
+    pub has_more: bool,
+}
+
+/// Why a poll was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollError {
+    /// The stream expired; its chunks are gone.
+    Expired,
+    /// `from_seq` is beyond the next seq the stream will produce.
+    Ahead {
+        /// The next seq the stream will produce.
+        next_seq: u64,
+    },
+}
+
+impl Stream {
+    pub(crate) fn new(id: String, model: String, shared: Arc<Shared>, polled: bool) -> Self {
+        Self {
+            id,
+            model,
+            shared,
+            cancel: CancelToken::new(),
+            notify: Notify::new(),
+            inner: Mutex::new(Inner {
+                state: StreamState::Queued,
+                chunks: VecDeque::new(),
+                next_seq: 0,
+                end_seq: None,
+                bytes: 0,
+                poll_cursor: polled.then_some(0),
+                consumers: Vec::new(),
+                next_consumer_id: 0,
+                pollers: 0,
+                last_activity: Instant::now(),
+                usage: Usage::default(),
+            }),
+        }
+    }
+
+    /// The stream id (a capability: do not log it at info level).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The model generating this stream.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The token that stops this stream's generation.
+    pub fn cancel_token(&self) -> &CancelToken {
+        &self.cancel
+    }
+
+    /// Current state and next seq.
+    pub fn status(&self) -> (StreamState, u64) {
+        let inner = self.inner.lock();
+        (inner.state, inner.next_seq)
+    }
+
+    /// True once the end chunk exists.
+    pub fn is_ended(&self) -> bool {
+        self.inner.lock().end_seq.is_some()
+    }
+
+    /// Marks the generation as started (prefill under way).
+    pub fn set_initializing(&self) {
+        let mut inner = self.inner.lock();
+        if inner.state == StreamState::Queued {
+            inner.state = StreamState::Initializing;
+        }
+    }
+
+    /// Records the prompt's token count, for usage in early ends.
+    pub fn set_prompt_tokens(&self, tokens: u32) {
+        self.inner.lock().usage.prompt_tokens = tokens;
+    }
+
+    /// Appends a delta produced by `tokens` new tokens. An empty delta only
+    /// counts the tokens. Returns false when the stream has ended (aborted,
+    /// expired, over a limit): the generation should stop.
+    pub fn push(&self, delta: &str, tokens: u32) -> bool {
+        let mut over_limit = None;
+        {
+            let mut inner = self.inner.lock();
+            if inner.end_seq.is_some() {
+                return false;
+            }
+            inner.usage.completion_tokens = inner.usage.completion_tokens.saturating_add(tokens);
+            if matches!(inner.state, StreamState::Queued | StreamState::Initializing) {
+                inner.state = StreamState::Active;
+            }
+            if delta.is_empty() {
+                return true;
+            }
+            let cost = delta.len() + CHUNK_OVERHEAD;
+            let limits = &self.shared.limits;
+            if inner.bytes + cost > limits.max_stream_bytes {
+                over_limit = Some(format!(
+                    "consumer too slow: the stream's buffer limit of {} bytes was reached",
+                    limits.max_stream_bytes
+                ));
+            } else if self.shared.total_bytes.fetch_add(cost, Ordering::AcqRel) + cost
+                > limits.max_total_bytes
+            {
+                self.shared.total_bytes.fetch_sub(cost, Ordering::AcqRel);
+                over_limit = Some(format!(
+                    "consumer too slow: the server's buffer limit of {} bytes was reached",
+                    limits.max_total_bytes
+                ));
+            } else {
+                inner.bytes += cost;
+                let seq = inner.next_seq;
+                inner.next_seq += 1;
+                inner.chunks.push_back(Chunk {
+                    seq,
+                    delta: Arc::from(delta),
+                    end: None,
+                });
+            }
+            if let Some(message) = &over_limit {
+                let usage = inner.usage;
+                self.end_locked(
+                    &mut inner,
+                    EndInfo::error(codes::GENERATION_FAILED, message.clone(), usage),
+                );
+            }
+        }
+        self.notify.notify_waiters();
+        if over_limit.is_some() {
+            self.cancel.cancel();
+            return false;
+        }
+        true
+    }
+
+    /// Appends the end chunk, built from the usage counted so far. Only
+    /// the first end counts; returns false if the stream had already ended.
+    /// Ending also cancels the generation, so an early end stops the NPU.
+    pub fn end_with(&self, make: impl FnOnce(Usage) -> EndInfo) -> bool {
+        let ended = {
+            let mut inner = self.inner.lock();
+            if inner.end_seq.is_some() {
+                false
+            } else {
+                let info = make(inner.usage);
+                self.end_locked(&mut inner, info);
+                true
+            }
+        };
+        if ended {
+            self.notify.notify_waiters();
+            self.cancel.cancel();
+        }
+        ended
+    }
+
+    /// Ends the stream with `finish_reason: "abort"`.
+    pub fn abort(&self) -> bool {
+        self.end_with(|usage| EndInfo::new(FinishReason::Abort, usage))
+    }
+
+    fn end_locked(&self, inner: &mut Inner, info: EndInfo) {
+        let cost = CHUNK_OVERHEAD;
+        inner.bytes += cost;
+        self.shared.total_bytes.fetch_add(cost, Ordering::AcqRel);
+        inner.state = match info.finish_reason {
+            FinishReason::Stop | FinishReason::Length => StreamState::Finished,
+            FinishReason::Abort => StreamState::Aborted,
+            FinishReason::Error => StreamState::Error,
+        };
+        let seq = inner.next_seq;
+        inner.next_seq += 1;
+        inner.end_seq = Some(seq);
+        inner.chunks.push_back(Chunk {
+            seq,
+            delta: Arc::from(""),
+            end: Some(Arc::new(info)),
+        });
+        self.shared.active.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Expires the stream: aborts its generation and frees its chunks.
+    /// Later calls on it are refused with "expired".
+    pub(crate) fn expire(&self) {
+        {
+            let mut inner = self.inner.lock();
+            if inner.end_seq.is_none() {
+                let usage = inner.usage;
+                self.end_locked(&mut inner, EndInfo::new(FinishReason::Abort, usage));
+            }
+            inner.state = StreamState::Expired;
+            inner.chunks.clear();
+            self.shared
+                .total_bytes
+                .fetch_sub(inner.bytes, Ordering::AcqRel);
+            inner.bytes = 0;
+        }
+        self.notify.notify_waiters();
+        self.cancel.cancel();
+    }
+
+    /// The instant since which nobody has consumed the stream, or `None`
+    /// while a consumer is attached or a long poll is waiting.
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
+        let inner = self.inner.lock();
+        (inner.consumers.is_empty() && inner.pollers == 0).then_some(inner.last_activity)
+    }
+
+    /// HTTP polling: acknowledges everything below `from_seq` and returns
+    /// the buffered chunks from there on. Repeating the same `from_seq`
+    /// returns the same chunks.
+    pub fn poll(&self, from_seq: u64) -> Result<PollBatch, PollError> {
+        let mut inner = self.inner.lock();
+        if inner.state == StreamState::Expired {
+            return Err(PollError::Expired);
+        }
+        if from_seq > inner.next_seq {
+            return Err(PollError::Ahead {
+                next_seq: inner.next_seq,
+            });
+        }
+        inner.last_activity = Instant::now();
+        let cursor = inner.poll_cursor.map_or(from_seq, |c| c.max(from_seq));
+        inner.poll_cursor = Some(cursor);
+        self.release_locked(&mut inner);
+        let chunks: Vec<Chunk> = inner
+            .chunks
+            .iter()
+            .filter(|c| c.seq >= from_seq)
+            .take(MAX_BATCH)
+            .cloned()
+            .collect();
+        let has_more = match inner.end_seq {
+            Some(end) => from_seq <= end && chunks.last().is_none_or(|c| c.seq != end),
+            None => true,
+        };
+        Ok(PollBatch { chunks, has_more })
+    }
+
+    /// Waits until a chunk with `seq >= from_seq` exists or the stream has
+    /// ended or expired. Counts as a consumer for the idle timeout while
+    /// it waits.
+    pub async fn wait_for(&self, from_seq: u64) {
+        let _poller = PollerGuard::new(self);
+        self.wait_until(|inner| {
+            inner.next_seq > from_seq
+                || inner.end_seq.is_some()
+                || inner.state == StreamState::Expired
+        })
+        .await;
+    }
+
+    async fn wait_until(&self, ready: impl Fn(&Inner) -> bool) {
+        loop {
+            let mut notified = pin!(self.notify.notified());
+            // Register before checking, so a push between the check and
+            // the await cannot be missed.
+            notified.as_mut().enable();
+            if ready(&self.inner.lock()) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Attaches a push consumer that starts at `from_seq`. While attached,
+    /// the stream is not idle. When the last consumer detaches from a
+    /// stream nobody polls, its generation is aborted.
+    pub fn attach(self: &Arc<Self>, from_seq: u64) -> Consumer {
+        let mut inner = self.inner.lock();
+        let id = inner.next_consumer_id;
+        inner.next_consumer_id += 1;
+        inner.consumers.push((id, from_seq));
+        inner.last_activity = Instant::now();
+        Consumer {
+            stream: Arc::clone(self),
+            id,
+            cursor: from_seq,
+        }
+    }
+
+    /// Frees chunks every cursor has passed.
+    fn release_locked(&self, inner: &mut Inner) {
+        let consumers_min = inner.consumers.iter().map(|&(_, c)| c).min();
+        let min = match (inner.poll_cursor, consumers_min) {
+            (Some(p), Some(c)) => p.min(c),
+            (Some(p), None) => p,
+            (None, Some(c)) => c,
+            (None, None) => return,
+        };
+        let mut freed = 0;
+        while inner.chunks.front().is_some_and(|c| c.seq < min) {
+            if let Some(chunk) = inner.chunks.pop_front() {
+                freed += chunk.delta.len() + CHUNK_OVERHEAD;
+            }
+        }
+        if freed > 0 {
+            inner.bytes -= freed;
+            self.shared.total_bytes.fetch_sub(freed, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut();
+        self.shared
+            .total_bytes
+            .fetch_sub(inner.bytes, Ordering::AcqRel);
+        if inner.end_seq.is_none() {
+            self.shared.active.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+struct PollerGuard<'a>(&'a Stream);
+
+impl<'a> PollerGuard<'a> {
+    fn new(stream: &'a Stream) -> Self {
+        stream.inner.lock().pollers += 1;
+        Self(stream)
+    }
+}
+
+impl Drop for PollerGuard<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.0.inner.lock();
+        inner.pollers -= 1;
+        inner.last_activity = Instant::now();
+    }
+}
+
+/// A push consumer of one stream (a WebSocket subscription, a waiting
+/// non-streaming request). Dropping it detaches it.
+#[derive(Debug)]
+pub struct Consumer {
+    stream: Arc<Stream>,
+    id: u64,
+    cursor: u64,
+}
+
+impl Consumer {
+    /// The stream consumed.
+    pub fn stream(&self) -> &Arc<Stream> {
+        &self.stream
+    }
+
+    /// Waits for the next chunks and takes them, advancing the cursor and
+    /// freeing what every consumer has now passed. Returns an empty batch
+    /// only when nothing more will come (after the end chunk, or when the
+    /// stream expired).
+    pub async fn next_batch(&mut self) -> Vec<Chunk> {
+        let cursor = self.cursor;
+        self.stream
+            .wait_until(|inner| {
+                inner.next_seq > cursor
+                    || inner.state == StreamState::Expired
+                    || inner.end_seq.is_some_and(|end| cursor > end)
+            })
+            .await;
+        let mut inner = self.stream.inner.lock();
+        let batch: Vec<Chunk> = inner
+            .chunks
+            .iter()
+            .filter(|c| c.seq >= cursor)
+            .take(MAX_BATCH)
+            .cloned()
+            .collect();
+        if let Some(last) = batch.last() {
+            self.cursor = last.seq + 1;
+        } else {
+            // Chunks below the buffer's start were freed before this
+            // consumer attached: skip to what is buffered.
+            self.cursor = self.cursor.max(inner.next_seq);
+        }
+        let id = self.id;
+        let new_cursor = self.cursor;
+        if let Some(entry) = inner.consumers.iter_mut().find(|(cid, _)| *cid == id) {
+            entry.1 = new_cursor;
+        }
+        inner.last_activity = Instant::now();
+        self.stream.release_locked(&mut inner);
+        batch
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        let abort = {
+            let mut inner = self.stream.inner.lock();
+            inner.consumers.retain(|&(cid, _)| cid != self.id);
+            inner.last_activity = Instant::now();
+            self.stream.release_locked(&mut inner);
+            inner.consumers.is_empty() && inner.poll_cursor.is_none() && inner.end_seq.is_none()
+        };
+        if abort {
+            self.stream.abort();
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The stream manager: every stream's chunk buffer, its consumers' cursors,
+//! limits and idle expiry.
+//!
+//! Producers (backend threads) push deltas; consumers (HTTP polls,
+//! WebSocket pushers, waiting requests) read chunks in seq order and are
+//! woken by a `Notify`, never by a polling loop.
+
+mod buffer;
+mod id;
+mod manager;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::engine::EndInfo;
+
+pub use buffer::{CHUNK_OVERHEAD, Consumer, PollBatch, PollError, Stream};
+pub use id::{STREAM_ID_LEN, is_stream_id, new_stream_id};
+pub use manager::{StreamError, StreamManager};
+
+/// One element of a stream. Cloning is cheap (reference counts only).
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    /// Position in the stream, from 0, contiguous.
+    pub seq: u64,
+    /// Whole UTF-8 characters (empty on the end chunk).
+    pub delta: Arc<str>,
+    /// Present on the end chunk only.
+    pub end: Option<Arc<EndInfo>>,
+}
+
+/// Lifecycle of a stream, as reported by `stream_status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamState {
+    /// Waiting in its model's queue.
+    Queued,
+    /// The backend is running the prompt (prefill).
+    Initializing,
+    /// Tokens are being generated.
+    Active,
+    /// Ended normally (`stop` or `length`).
+    Finished,
+    /// Ended by a runtime failure.
+    Error,
+    /// Ended by `abort`, a departed consumer or shutdown.
+    Aborted,
+    /// Nobody consumed it for longer than the idle timeout.
+    Expired,
+}
+
+/// Limits of the stream manager (config section `[streams]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// Idle time after which an unconsumed stream expires.
+    pub idle_timeout: std::time::Duration,
+    /// Bytes one stream may buffer.
+    pub max_stream_bytes: usize,
+    /// Bytes all streams together may buffer.
+    pub max_total_bytes: usize,
+    /// Streams that may be queued or generating at once.
+    pub max_streams: usize,
+}
