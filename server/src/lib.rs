@@ -59,7 +59,12 @@ pub async fn run(
         result = &mut server => result,
         () = shutdown => {
             state.begin_shutdown();
-            match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+            let drained = async {
+                let result = (&mut server).await;
+                state.connections_closed().await;
+                result
+            };
+            match tokio::time::timeout(SHUTDOWN_GRACE, drained).await {
                 Ok(result) => result,
                 Err(_) => {
                     tracing::warn!("connections still open after the shutdown grace period; closing them");

@@ -2,8 +2,9 @@
 //! the shutdown signal. Built once at start, shared by every transport.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::backend::MockBackend;
 use crate::config::{BackendKind, Config};
@@ -20,6 +21,27 @@ pub struct AppState {
     /// Queues and model workers.
     pub engine: Engine,
     shutdown: watch::Sender<bool>,
+    connections: Arc<ConnectionCount>,
+}
+
+/// Counts long-lived connections (WebSocket) that the HTTP server's own
+/// graceful shutdown does not track, so shutdown can wait for them.
+#[derive(Debug, Default)]
+struct ConnectionCount {
+    open: AtomicUsize,
+    closed: Notify,
+}
+
+/// Held by a long-lived connection for its whole life.
+#[derive(Debug)]
+pub struct ConnectionGuard(Arc<ConnectionCount>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.closed.notify_waiters();
+        }
+    }
 }
 
 impl AppState {
@@ -50,17 +72,38 @@ impl AppState {
             streams,
             engine,
             shutdown: watch::Sender::new(false),
+            connections: Arc::default(),
         }))
     }
 
     /// Starts the shutdown: refuses new streams, ends every open stream
-    /// with an abort end chunk, stops the model workers and tells every
-    /// connection to close.
+    /// with an abort end chunk, stops the model workers, then tells every
+    /// connection to close (after the end chunks exist, so they can be
+    /// delivered).
     pub fn begin_shutdown(&self) {
-        self.shutdown.send_replace(true);
         let ended = self.streams.shutdown();
         self.engine.shutdown();
+        self.shutdown.send_replace(true);
         tracing::info!(ended_streams = ended, "shutting down");
+    }
+
+    /// Registers a long-lived connection until the guard drops.
+    pub fn track_connection(&self) -> ConnectionGuard {
+        self.connections.open.fetch_add(1, Ordering::AcqRel);
+        ConnectionGuard(Arc::clone(&self.connections))
+    }
+
+    /// Resolves when no tracked connection is open.
+    pub async fn connections_closed(&self) {
+        loop {
+            let closed = self.connections.closed.notified();
+            tokio::pin!(closed);
+            closed.as_mut().enable();
+            if self.connections.open.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            closed.await;
+        }
     }
 
     /// Resolves once shutdown has begun.

@@ -1,1 +1,9 @@
-fn main() {}
+//! End-to-end tests: each starts the real `rkllm-server` binary on
+//! 127.0.0.1:0 and talks to it with real HTTP and WebSocket clients.
+
+mod harness;
+
+mod errors;
+mod lifecycle;
+mod queueing;
+mod streaming;

@@ -297,7 +297,11 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
     let result = catch_unwind(AssertUnwindSafe(|| {
         runner.generate(&job.request, &mut sink)
     }));
-    sink.flush();
+    // A generation that ended normally but mid-character shows the loss as
+    // U+FFFD; after a failure or an abort the incomplete tail is dropped.
+    if matches!(result, Ok(Ok(_))) && !stream.cancel_token().is_cancelled() {
+        sink.flush();
+    }
     let (measured_prefill, measured_generate) = sink.measured();
     let cancelled = stream.cancel_token().is_cancelled();
     match result {

@@ -40,6 +40,7 @@ pub async fn upgrade(State(state): State<Arc<AppState>>, ws: WebSocketUpgrade) -
 }
 
 async fn serve(socket: WebSocket, state: Arc<AppState>) {
+    let _tracked = state.track_connection();
     let (mut sink, mut incoming) = socket.split();
     let (out_tx, mut out_rx) = mpsc::channel::<Message>(OUTBOUND_QUEUE);
     let writer = tokio::spawn(async move {

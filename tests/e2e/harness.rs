@@ -1,0 +1,378 @@
+//! Starts the real `rkllm-server` binary on 127.0.0.1:0 and talks to it
+//! as clients do: an HTTP client (reqwest) and a WebSocket client
+//! (tokio-tungstenite).
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// Upper bound on any single wait in these tests, so a broken server
+/// fails a test instead of hanging it. Not a performance assertion.
+pub const LIVENESS: Duration = Duration::from_secs(60);
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+/// A scratch directory removed on drop.
+pub struct ScratchDir(pub PathBuf);
+
+impl ScratchDir {
+    pub fn new() -> Self {
+        let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("rkllm-e2e-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create scratch dir");
+        Self(dir)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A config file body for the mock backend.
+pub fn mock_config(tokens_per_second: f64, prefill_ms: u64, extra: &str) -> String {
+    format!(
+        "[mock]\ntokens_per_second = {tokens_per_second:?}\nprefill_ms = {prefill_ms}\n{extra}\n"
+    )
+}
+
+/// The server binary under test.
+pub fn server_binary() -> &'static str {
+    env!("CARGO_BIN_EXE_rkllm-server")
+}
+
+/// A running server.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    log: Arc<Mutex<Vec<String>>>,
+    _dir: ScratchDir,
+}
+
+impl Server {
+    /// Starts the server with a config file and extra flags.
+    pub fn start(config: &str, args: &[&str]) -> Self {
+        let dir = ScratchDir::new();
+        let path = dir.0.join("rkllm-server.toml");
+        std::fs::write(&path, config).expect("write config");
+        let mut command = Command::new(server_binary());
+        command
+            .arg("--config")
+            .arg(&path)
+            .args(["--listen", "127.0.0.1:0", "--log-level", "info"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (key, _) in std::env::vars() {
+            if key.starts_with("RKLLM_SERVER_") {
+                command.env_remove(key);
+            }
+        }
+        let mut child = command.spawn().expect("spawn rkllm-server");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (addr_tx, addr_rx) = mpsc::channel();
+        let log_sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("rkllm-server listening on http://") {
+                    let _ = addr_tx.send(addr.parse::<SocketAddr>().expect("listen address"));
+                }
+                log_sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = match addr_rx.recv_timeout(LIVENESS) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("server did not start: {:?}", log.lock().unwrap());
+            }
+        };
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .timeout(LIVENESS)
+            .build()
+            .expect("http client");
+        Self {
+            child,
+            addr,
+            http,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn mcp_url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}/ws", self.addr)
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Posts a raw body to `/mcp`; returns the status and the body text.
+    pub async fn post_raw(&self, body: impl Into<reqwest::Body>) -> (u16, String) {
+        let response = self
+            .http
+            .post(self.mcp_url())
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("POST /mcp");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("body"))
+    }
+
+    /// Sends one JSON-RPC request over HTTP and returns the whole response.
+    pub async fn call(&self, method: &str, params: Value) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let (status, text) = self.post_raw(body.to_string()).await;
+        assert_eq!(status, 200, "{text}");
+        serde_json::from_str(&text).expect("JSON response")
+    }
+
+    /// The `result` of a call that must succeed.
+    pub async fn ok(&self, method: &str, params: Value) -> Value {
+        let response = self.call(method, params).await;
+        assert!(
+            response.get("error").is_none(),
+            "{method} failed: {response}"
+        );
+        response["result"].clone()
+    }
+
+    /// The error code of a call that must fail.
+    pub async fn error_code(&self, method: &str, params: Value) -> i64 {
+        let response = self.call(method, params).await;
+        response["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{method} should fail: {response}"))
+    }
+
+    /// Polls a stream to its end with long polls; returns every chunk.
+    pub async fn poll_to_end(&self, stream_id: &str) -> Vec<Value> {
+        let mut chunks = Vec::new();
+        let mut from_seq = 0;
+        loop {
+            let result = self
+                .ok(
+                    "run",
+                    json!({"stream_id": stream_id, "from_seq": from_seq, "wait_ms": 5000}),
+                )
+                .await;
+            for chunk in result["chunks"].as_array().expect("chunks") {
+                from_seq = chunk["seq"].as_u64().expect("seq") + 1;
+                chunks.push(chunk.clone());
+            }
+            if result["has_more"] == json!(false) {
+                return chunks;
+            }
+        }
+    }
+
+    /// Waits (bounded) until `stream_status` reports `state`.
+    pub async fn wait_state(&self, stream_id: &str, state: &str) {
+        let deadline = tokio::time::Instant::now() + LIVENESS;
+        loop {
+            let status = self
+                .ok("stream_status", json!({"stream_id": stream_id}))
+                .await;
+            if status["state"] == state {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "stream never reached {state}: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit (bounded by [`LIVENESS`]).
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = std::time::Instant::now() + LIVENESS;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(std::time::Instant::now() < deadline, "server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A WebSocket JSON-RPC client.
+pub struct Ws {
+    socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_id: i64,
+}
+
+impl Ws {
+    pub async fn connect(server: &Server) -> Self {
+        let (socket, _) = tokio_tungstenite::connect_async(server.ws_url())
+            .await
+            .expect("WebSocket connect");
+        Self {
+            socket,
+            next_id: 1000,
+        }
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        self.socket
+            .send(Message::Text(text.into()))
+            .await
+            .expect("send");
+    }
+
+    /// Sends a request with a fresh integer id; returns the id.
+    pub async fn request(&mut self, method: &str, params: Value) -> i64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_text(&message.to_string()).await;
+        id
+    }
+
+    /// The next JSON message (bounded wait).
+    pub async fn recv(&mut self) -> Value {
+        loop {
+            let frame = tokio::time::timeout(LIVENESS, self.socket.next())
+                .await
+                .expect("no message from the server")
+                .expect("socket closed")
+                .expect("socket error");
+            match frame {
+                Message::Text(text) => return serde_json::from_str(&text).expect("JSON"),
+                Message::Ping(_) | Message::Pong(_) => continue,
+                other => panic!("unexpected frame {other:?}"),
+            }
+        }
+    }
+
+    /// The next message, or `None` if the socket closed.
+    pub async fn recv_or_close(&mut self) -> Option<Value> {
+        loop {
+            let frame = tokio::time::timeout(LIVENESS, self.socket.next())
+                .await
+                .expect("no message from the server");
+            match frame {
+                Some(Ok(Message::Text(text))) => {
+                    return Some(serde_json::from_str(&text).expect("JSON"));
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                _ => return None,
+            }
+        }
+    }
+
+    /// Waits for the response with `id`, collecting notifications met on
+    /// the way into `notes`.
+    pub async fn response(&mut self, id: i64, notes: &mut Vec<Value>) -> Value {
+        loop {
+            let message = self.recv().await;
+            if message.get("id") == Some(&json!(id)) {
+                return message;
+            }
+            assert!(
+                message.get("method").is_some(),
+                "unexpected message {message}"
+            );
+            notes.push(message);
+        }
+    }
+
+    /// Collects pushed chunks of `stream_id` until its end chunk.
+    pub async fn chunks_to_end(&mut self, stream_id: &str, mut notes: Vec<Value>) -> Vec<Value> {
+        let mut chunks = Vec::new();
+        loop {
+            let note = match notes.is_empty() {
+                true => self.recv().await,
+                false => notes.remove(0),
+            };
+            assert_eq!(note["method"], "run", "{note}");
+            if note["params"]["stream_id"] != stream_id {
+                continue;
+            }
+            let end = note["params"]["end"] == json!(true);
+            chunks.push(note["params"].clone());
+            if end {
+                return chunks;
+            }
+        }
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.socket.close(None).await;
+    }
+}
+
+/// Checks the chunk invariants and returns the joined text.
+pub fn check_chunks(chunks: &[Value]) -> String {
+    assert!(!chunks.is_empty());
+    let mut text = String::new();
+    for (i, chunk) in chunks.iter().enumerate() {
+        assert_eq!(
+            chunk["seq"],
+            json!(i as u64),
+            "seq numbers must be contiguous from 0"
+        );
+        let last = i + 1 == chunks.len();
+        assert_eq!(
+            chunk["end"],
+            json!(last),
+            "exactly one end chunk, and it is last: {chunk}"
+        );
+        let delta = chunk["delta"].as_str().expect("delta is a string");
+        assert!(
+            !delta.contains('\u{FFFD}'),
+            "a split character reached a delta: {delta:?}"
+        );
+        if !last {
+            assert!(!delta.is_empty(), "empty delta in {chunk}");
+        }
+        text.push_str(delta);
+    }
+    let end = chunks.last().unwrap();
+    assert!(end["finish_reason"].is_string(), "{end}");
+    assert!(end["usage"]["completion_tokens"].is_u64(), "{end}");
+    text
+}

@@ -1,0 +1,170 @@
+//! Start-up configuration, the handshake methods and graceful shutdown.
+
+use std::process::{Command, Stdio};
+
+use serde_json::json;
+
+use crate::harness::{ScratchDir, Server, Ws, mock_config, server_binary};
+
+#[tokio::test]
+async fn initialize_negotiates_a_version_and_advertises_streaming() {
+    let server = Server::start(&mock_config(0.0, 0, ""), &[]);
+    let result = server
+        .ok("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}))
+        .await;
+    assert_eq!(result["protocolVersion"], "2025-06-18");
+    assert_eq!(result["capabilities"]["streaming"], true);
+    assert_eq!(result["capabilities"]["tools"]["listChanged"], false);
+    assert_eq!(result["serverInfo"]["name"], "rkllm-server");
+    let newer = server
+        .ok("initialize", json!({"protocolVersion": "2099-01-01"}))
+        .await;
+    assert_eq!(newer["protocolVersion"], "2025-11-25");
+    assert_eq!(server.ok("ping", json!({})).await, json!({}));
+    let models = server.ok("models", json!({})).await;
+    assert_eq!(
+        models,
+        json!({"models": [{"name": "mock", "backend": "mock", "loaded": true, "default": true}]})
+    );
+}
+
+#[tokio::test]
+async fn batches_are_served_only_after_negotiating_2025_03_26() {
+    let server = Server::start(&mock_config(0.0, 0, ""), &[]);
+    let mut ws = Ws::connect(&server).await;
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"x"},{"jsonrpc":"2.0","id":2,"method":"nope"}]"#;
+    ws.send_text(batch).await;
+    assert_eq!(ws.recv().await["error"]["code"], -32600);
+    ws.request("initialize", json!({"protocolVersion": "2025-03-26"}))
+        .await;
+    assert_eq!(ws.recv().await["result"]["protocolVersion"], "2025-03-26");
+    ws.send_text(batch).await;
+    let replies = ws.recv().await;
+    let replies = replies.as_array().expect("a batch answer is an array");
+    assert_eq!(replies.len(), 2, "the notification is not answered");
+    assert_eq!(replies[0], json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+    assert_eq!(replies[1]["error"]["code"], -32601);
+}
+
+#[tokio::test]
+async fn sigterm_ends_open_streams_with_abort_and_exits_zero() {
+    let mut server = Server::start(&mock_config(20.0, 0, ""), &[]);
+    let mut ws = Ws::connect(&server).await;
+    let id = ws
+        .request(
+            "run",
+            json!({"prompt": "endless @mock(length=100000)", "stream": true}),
+        )
+        .await;
+    let mut notes = Vec::new();
+    let response = ws.response(id, &mut notes).await;
+    let stream_id = response["result"]["stream_id"].as_str().unwrap().to_owned();
+    let polled = server
+        .ok(
+            "run",
+            json!({"prompt": "polled @mock(length=100000)", "stream": true}),
+        )
+        .await;
+    while notes.is_empty() {
+        notes.push(ws.recv().await);
+    }
+    server.terminate();
+    let mut end = None;
+    while let Some(message) = ws.recv_or_close().await {
+        if message["params"]["end"] == true {
+            end = Some(message);
+            break;
+        }
+    }
+    let end = end.expect("the WebSocket stream got its end chunk");
+    assert_eq!(end["params"]["stream_id"], stream_id.as_str());
+    assert_eq!(end["params"]["finish_reason"], "abort");
+    let status = server.wait_exit();
+    assert!(
+        status.success(),
+        "exit status {status:?}, log {:?}",
+        server.log()
+    );
+    assert!(
+        server.log().iter().any(|l| l.contains("shutting down")),
+        "{:?}",
+        server.log()
+    );
+    drop(polled);
+}
+
+fn start_failure(args: &[&str], config: Option<&str>) -> (i32, String) {
+    let dir = ScratchDir::new();
+    let mut command = Command::new(server_binary());
+    if let Some(config) = config {
+        let path = dir.0.join("bad.toml");
+        std::fs::write(&path, config).unwrap();
+        command.arg("--config").arg(path);
+    }
+    let output = command
+        .args(args)
+        .env_remove("RKLLM_SERVER_LISTEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run rkllm-server");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_invalid_config_value_stops_the_start_naming_the_key() {
+    let (code, stderr) = start_failure(&[], Some("[engine]\nqueue_len = 0\n"));
+    assert_ne!(code, 0);
+    assert!(stderr.contains("engine.queue_len"), "{stderr}");
+
+    let (code, stderr) = start_failure(&[], Some("[streams]\nidle_timeout = 3\n"));
+    assert_ne!(code, 0);
+    assert!(stderr.contains("idle_timeout"), "{stderr}");
+
+    let (code, stderr) = start_failure(&["--listen", "not-an-address"], None);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("listen"), "{stderr}");
+
+    let (code, stderr) = start_failure(&["--mock-tokens-per-second=-3"], None);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("tokens_per_second") || stderr.contains("tokens-per-second"),
+        "{stderr}"
+    );
+
+    let (code, stderr) = start_failure(&["--config", "/nonexistent/rkllm.toml"], None);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("/nonexistent/rkllm.toml"), "{stderr}");
+}
+
+#[test]
+fn environment_variables_configure_the_server_below_flags() {
+    let output = Command::new(server_binary())
+        .env("RKLLM_SERVER_LISTEN", "bogus")
+        .arg("--listen")
+        .arg("still-bogus")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("still-bogus"),
+        "the flag wins over the environment: {stderr}"
+    );
+    let output = Command::new(server_binary())
+        .env("RKLLM_SERVER_LISTEN", "from-env")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("from-env"),
+        "the environment is read: {stderr}"
+    );
+}

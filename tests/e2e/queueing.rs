@@ -1,0 +1,236 @@
+//! The per-model FIFO queue, its bound, and the ways a generation ends
+//! early: abort, a departed consumer, a runtime error, a slow consumer.
+
+use serde_json::{Value, json};
+
+use crate::harness::{Server, Ws, check_chunks, mock_config};
+
+#[tokio::test]
+async fn fifty_concurrent_streams_on_one_model_are_served_in_fifo_order_with_none_lost() {
+    let server = Server::start(&mock_config(0.0, 4, "[engine]\nqueue_len = 64\n"), &[]);
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        let started = server
+            .ok(
+                "run",
+                json!({"prompt": format!("request {i} @mock(length=6)"), "stream": true}),
+            )
+            .await;
+        ids.push(started["stream_id"].as_str().unwrap().to_owned());
+    }
+    // FIFO: once stream j has left the queue, every stream submitted
+    // before it has too. Scanning from the newest to the oldest, a stream
+    // seen started means all older ones (looked at later) must be started.
+    let mut all_done = false;
+    while !all_done {
+        let mut seen_started = false;
+        all_done = true;
+        for (i, id) in ids.iter().enumerate().rev() {
+            let status = server.ok("stream_status", json!({"stream_id": id})).await;
+            let state = status["state"].as_str().unwrap().to_owned();
+            if state == "queued" {
+                assert!(
+                    !seen_started,
+                    "stream {i} still queued after a later one started"
+                );
+                assert!(status["queue_position"].as_u64().unwrap() >= 1, "{status}");
+            } else {
+                seen_started = true;
+            }
+            all_done &= state == "finished";
+        }
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let text = check_chunks(&server.poll_to_end(id).await);
+        let whole = server
+            .ok(
+                "run",
+                json!({"prompt": format!("request {i} @mock(length=6)")}),
+            )
+            .await;
+        assert_eq!(
+            text,
+            whole["text"].as_str().unwrap(),
+            "stream {i} lost text"
+        );
+    }
+}
+
+#[tokio::test]
+async fn fifty_concurrent_non_streaming_requests_all_get_their_whole_text() {
+    let server = Server::start(&mock_config(0.0, 0, "[engine]\nqueue_len = 64\n"), &[]);
+    let requests = (0..50).map(|i| {
+        let server = &server;
+        async move {
+            (
+                i,
+                server
+                    .ok("run", json!({"prompt": format!("parallel {i}")}))
+                    .await,
+            )
+        }
+    });
+    let results = futures_util::future::join_all(requests).await;
+    for (i, result) in results {
+        let again = server
+            .ok("run", json!({"prompt": format!("parallel {i}")}))
+            .await;
+        assert_eq!(result["text"], again["text"]);
+        assert_eq!(result["finish_reason"], "stop");
+    }
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_busy_with_a_retry_hint() {
+    let server = Server::start(&mock_config(5.0, 0, "[engine]\nqueue_len = 2\n"), &[]);
+    let slow = json!({"prompt": "slow @mock(length=1000)", "stream": true});
+    let running = server.ok("run", slow.clone()).await;
+    let running_id = running["stream_id"].as_str().unwrap().to_owned();
+    server.wait_state(&running_id, "active").await;
+    let queued_a = server.ok("run", slow.clone()).await;
+    let queued_b = server.ok("run", slow.clone()).await;
+    let response = server.call("run", slow.clone()).await;
+    assert_eq!(response["error"]["code"], -32002, "{response}");
+    assert!(
+        response["error"]["data"]["retry_after_ms"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{response}"
+    );
+    let status = server
+        .ok("stream_status", json!({"stream_id": queued_b["stream_id"]}))
+        .await;
+    assert_eq!(
+        status,
+        json!({"state": "queued", "next_seq": 0, "queue_position": 2})
+    );
+
+    // An aborted queued request leaves the queue and frees its place.
+    server
+        .ok("abort", json!({"stream_id": queued_a["stream_id"]}))
+        .await;
+    let status = server
+        .ok("stream_status", json!({"stream_id": queued_b["stream_id"]}))
+        .await;
+    assert_eq!(status["queue_position"], 1);
+    server.ok("run", slow).await;
+}
+
+#[tokio::test]
+async fn abort_ends_the_stream_with_finish_reason_abort_and_frees_the_model() {
+    let server = Server::start(&mock_config(20.0, 0, ""), &[]);
+    let started = server
+        .ok(
+            "run",
+            json!({"prompt": "long @mock(length=100000)", "stream": true}),
+        )
+        .await;
+    let stream_id = started["stream_id"].as_str().unwrap();
+    server.wait_state(stream_id, "active").await;
+    assert_eq!(
+        server.ok("abort", json!({"stream_id": stream_id})).await,
+        json!({"aborted": true})
+    );
+    let chunks = server.poll_to_end(stream_id).await;
+    check_chunks(&chunks);
+    assert_eq!(chunks.last().unwrap()["finish_reason"], "abort");
+    let status = server
+        .ok("stream_status", json!({"stream_id": stream_id}))
+        .await;
+    assert_eq!(status["state"], "aborted");
+    assert_eq!(
+        server
+            .error_code("abort", json!({"stream_id": stream_id}))
+            .await,
+        -32006
+    );
+    // The model is free again: a short request completes.
+    let next = server
+        .ok("run", json!({"prompt": "next @mock(length=3)"}))
+        .await;
+    assert_eq!(next["finish_reason"], "stop");
+}
+
+#[tokio::test]
+async fn a_closed_websocket_aborts_its_generation() {
+    let server = Server::start(&mock_config(20.0, 0, ""), &[]);
+    let mut ws = Ws::connect(&server).await;
+    let id = ws
+        .request(
+            "run",
+            json!({"prompt": "endless @mock(length=100000)", "stream": true}),
+        )
+        .await;
+    let mut notes = Vec::new();
+    let response = ws.response(id, &mut notes).await;
+    let stream_id = response["result"]["stream_id"].as_str().unwrap().to_owned();
+    while notes.is_empty() {
+        notes.push(ws.recv().await);
+    }
+    ws.close().await;
+    server.wait_state(&stream_id, "aborted").await;
+    let next = server
+        .ok("run", json!({"prompt": "after @mock(length=3)"}))
+        .await;
+    assert_eq!(next["finish_reason"], "stop");
+}
+
+#[tokio::test]
+async fn a_runtime_error_ends_the_stream_with_an_error_chunk_and_the_next_request_works() {
+    let server = Server::start(&mock_config(0.0, 0, ""), &[]);
+    let started = server
+        .ok(
+            "run",
+            json!({"prompt": "fail @mock(length=50, error_after=7)", "stream": true}),
+        )
+        .await;
+    let chunks = server
+        .poll_to_end(started["stream_id"].as_str().unwrap())
+        .await;
+    check_chunks(&chunks);
+    let end = chunks.last().unwrap();
+    assert_eq!(end["finish_reason"], "error");
+    assert_eq!(end["error"]["code"], -32004);
+    assert!(
+        end["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("injected"),
+        "{end}"
+    );
+    assert_eq!(end["usage"]["completion_tokens"], 7);
+
+    let response = server
+        .call("run", json!({"prompt": "fail @mock(error_after=0)"}))
+        .await;
+    assert_eq!(response["error"]["code"], -32004, "{response}");
+    let next = server.ok("run", json!({"prompt": "fine"})).await;
+    assert_eq!(next["finish_reason"], "stop");
+}
+
+#[tokio::test]
+async fn a_stream_nobody_reads_hits_its_buffer_limit_and_other_streams_are_untouched() {
+    let config = mock_config(0.0, 0, "[streams]\nmax_stream_bytes = 4096\n");
+    let server = Server::start(&config, &[]);
+    let flood = server
+        .ok(
+            "run",
+            json!({"prompt": "flood @mock(length=100000)", "stream": true}),
+        )
+        .await;
+    let flood_id = flood["stream_id"].as_str().unwrap();
+    server.wait_state(flood_id, "error").await;
+    let chunks = server.poll_to_end(flood_id).await;
+    let end: &Value = chunks.last().unwrap();
+    assert_eq!(end["error"]["code"], -32004, "{end}");
+    assert!(
+        end["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too slow"),
+        "{end}"
+    );
+    let other = server.ok("run", json!({"prompt": "small"})).await;
+    assert_eq!(other["finish_reason"], "stop");
+}
