@@ -320,6 +320,20 @@ impl Ws {
         }
     }
 
+    /// Starts a stream with `run` (`stream: true` is added) and returns its
+    /// id with the notifications that arrived before the response.
+    pub async fn start_stream(&mut self, mut params: Value) -> (String, Vec<Value>) {
+        params["stream"] = json!(true);
+        let id = self.request("run", params).await;
+        let mut notes = Vec::new();
+        let response = self.response(id, &mut notes).await;
+        let stream_id = response["result"]["stream_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("run failed: {response}"))
+            .to_owned();
+        (stream_id, notes)
+    }
+
     /// Collects pushed chunks of `stream_id` until its end chunk.
     pub async fn chunks_to_end(&mut self, stream_id: &str, mut notes: Vec<Value>) -> Vec<Value> {
         let mut chunks = Vec::new();

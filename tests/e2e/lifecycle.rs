@@ -50,15 +50,9 @@ async fn batches_are_served_only_after_negotiating_2025_03_26() {
 async fn sigterm_ends_open_streams_with_abort_and_exits_zero() {
     let mut server = Server::start(&mock_config(20.0, 0, ""), &[]);
     let mut ws = Ws::connect(&server).await;
-    let id = ws
-        .request(
-            "run",
-            json!({"prompt": "endless @mock(length=100000)", "stream": true}),
-        )
+    let (stream_id, mut notes) = ws
+        .start_stream(json!({"prompt": "endless @mock(length=100000)"}))
         .await;
-    let mut notes = Vec::new();
-    let response = ws.response(id, &mut notes).await;
-    let stream_id = response["result"]["stream_id"].as_str().unwrap().to_owned();
     let polled = server
         .ok(
             "run",
@@ -143,26 +137,22 @@ fn an_invalid_config_value_stops_the_start_naming_the_key() {
 
 #[test]
 fn environment_variables_configure_the_server_below_flags() {
-    let output = Command::new(server_binary())
-        .env("RKLLM_SERVER_LISTEN", "bogus")
-        .arg("--listen")
-        .arg("still-bogus")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr_of = |env_value: &str, args: &[&str]| {
+        let output = Command::new(server_binary())
+            .env("RKLLM_SERVER_LISTEN", env_value)
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = stderr_of("bogus", &["--listen", "still-bogus"]);
     assert!(
         stderr.contains("still-bogus"),
         "the flag wins over the environment: {stderr}"
     );
-    let output = Command::new(server_binary())
-        .env("RKLLM_SERVER_LISTEN", "from-env")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = stderr_of("from-env", &[]);
     assert!(
         stderr.contains("from-env"),
         "the environment is read: {stderr}"

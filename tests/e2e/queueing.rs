@@ -156,15 +156,9 @@ async fn abort_ends_the_stream_with_finish_reason_abort_and_frees_the_model() {
 async fn a_closed_websocket_aborts_its_generation() {
     let server = Server::start(&mock_config(20.0, 0, ""), &[]);
     let mut ws = Ws::connect(&server).await;
-    let id = ws
-        .request(
-            "run",
-            json!({"prompt": "endless @mock(length=100000)", "stream": true}),
-        )
+    let (stream_id, mut notes) = ws
+        .start_stream(json!({"prompt": "endless @mock(length=100000)"}))
         .await;
-    let mut notes = Vec::new();
-    let response = ws.response(id, &mut notes).await;
-    let stream_id = response["result"]["stream_id"].as_str().unwrap().to_owned();
     while notes.is_empty() {
         notes.push(ws.recv().await);
     }

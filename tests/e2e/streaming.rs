@@ -40,10 +40,7 @@ async fn websocket_polling_and_non_streaming_give_the_same_text() {
     let polled = check_chunks(&server.poll_to_end(stream_id).await);
 
     let mut ws = Ws::connect(&server).await;
-    let id = ws.request("run", streaming).await;
-    let mut notes = Vec::new();
-    let response = ws.response(id, &mut notes).await;
-    let ws_stream = response["result"]["stream_id"].as_str().unwrap().to_owned();
+    let (ws_stream, notes) = ws.start_stream(streaming).await;
     let chunks = ws.chunks_to_end(&ws_stream, notes).await;
     let pushed = check_chunks(&chunks);
     assert_eq!(chunks.last().unwrap()["finish_reason"], "length");

@@ -70,6 +70,19 @@ struct Inner {
     usage: Usage,
 }
 
+impl Inner {
+    /// Copies (reference counts only) up to [`MAX_BATCH`] buffered chunks
+    /// with `seq >= from_seq`.
+    fn chunks_from(&self, from_seq: u64) -> Vec<Chunk> {
+        self.chunks
+            .iter()
+            .filter(|c| c.seq >= from_seq)
+            .take(MAX_BATCH)
+            .cloned()
+            .collect()
+    }
+}
+
 /// What one poll returns.
 #[derive(Debug)]
 pub struct PollBatch {
@@ -302,13 +315,7 @@ impl Stream {
         let cursor = inner.poll_cursor.map_or(from_seq, |c| c.max(from_seq));
         inner.poll_cursor = Some(cursor);
         self.release_locked(&mut inner);
-        let chunks: Vec<Chunk> = inner
-            .chunks
-            .iter()
-            .filter(|c| c.seq >= from_seq)
-            .take(MAX_BATCH)
-            .cloned()
-            .collect();
+        let chunks = inner.chunks_from(from_seq);
         let has_more = match inner.end_seq {
             Some(end) => from_seq <= end && chunks.last().is_none_or(|c| c.seq != end),
             None => true,
@@ -438,13 +445,7 @@ impl Consumer {
             })
             .await;
         let mut inner = self.stream.inner.lock();
-        let batch: Vec<Chunk> = inner
-            .chunks
-            .iter()
-            .filter(|c| c.seq >= cursor)
-            .take(MAX_BATCH)
-            .cloned()
-            .collect();
+        let batch = inner.chunks_from(cursor);
         if let Some(last) = batch.last() {
             self.cursor = last.seq + 1;
         } else {
