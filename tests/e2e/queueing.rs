@@ -228,3 +228,23 @@ async fn a_stream_nobody_reads_hits_its_buffer_limit_and_other_streams_are_untou
     let other = server.ok("run", json!({"prompt": "small"})).await;
     assert_eq!(other["finish_reason"], "stop");
 }
+
+#[tokio::test]
+async fn a_non_streaming_request_whose_client_leaves_aborts_its_generation() {
+    let server = Server::start(&mock_config(20.0, 0, ""), &[]);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "run",
+                      "params": {"prompt": "forever @mock(length=100000)"}});
+    let gone = server
+        .http
+        .post(server.mcp_url())
+        .timeout(std::time::Duration::from_millis(500))
+        .body(body.to_string())
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gave up first");
+    // Had the generation gone on, this request would wait 5000 s behind it.
+    let next = server
+        .ok("run", json!({"prompt": "after @mock(length=3)"}))
+        .await;
+    assert_eq!(next["finish_reason"], "stop");
+}
