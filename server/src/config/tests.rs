@@ -1,0 +1,142 @@
+use super::*;
+
+fn key_of(err: ConfigError) -> &'static str {
+    match err {
+        ConfigError::Invalid { key, .. } => key,
+        other => panic!("expected an invalid value, got {other}"),
+    }
+}
+
+#[test]
+fn the_defaults_are_valid_and_serve_the_mock_on_loopback() {
+    let config = Config::load(Cli::default()).unwrap();
+    assert_eq!(config.listen_addr().unwrap().to_string(), "127.0.0.1:8080");
+    assert_eq!(config.backend, BackendKind::Mock);
+    assert_eq!(config.model_specs()[0].name, "mock");
+}
+
+#[test]
+fn flags_override_the_file() {
+    let dir = std::env::temp_dir().join(format!("rkllm-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("c.toml");
+    std::fs::write(
+        &file,
+        "listen = \"127.0.0.1:9000\"\n[mock]\ntokens_per_second = 5.0\n[engine]\nqueue_len = 3\n",
+    )
+    .unwrap();
+    let cli = Cli {
+        config: Some(file),
+        listen: Some("127.0.0.1:9001".into()),
+        ..Cli::default()
+    };
+    let config = Config::load(cli).unwrap();
+    assert_eq!(config.listen, "127.0.0.1:9001");
+    assert_eq!(config.mock.tokens_per_second, 5.0);
+    assert_eq!(config.engine.queue_len, 3);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn invalid_values_name_their_key() {
+    let cases: Vec<(Config, &str)> = vec![
+        (
+            Config {
+                listen: "nope".into(),
+                ..Config::default()
+            },
+            "listen",
+        ),
+        (
+            Config {
+                mock: MockSection {
+                    tokens_per_second: -1.0,
+                    prefill_ms: 0,
+                },
+                ..Config::default()
+            },
+            "mock.tokens_per_second",
+        ),
+        (
+            Config {
+                engine: EngineSection { queue_len: 0 },
+                ..Config::default()
+            },
+            "engine.queue_len",
+        ),
+        (
+            Config {
+                streams: StreamsSection {
+                    idle_timeout_secs: 0,
+                    ..StreamsSection::default()
+                },
+                ..Config::default()
+            },
+            "streams.idle_timeout_secs",
+        ),
+        (
+            Config {
+                streams: StreamsSection {
+                    max_total_bytes: 10,
+                    ..StreamsSection::default()
+                },
+                ..Config::default()
+            },
+            "streams.max_total_bytes",
+        ),
+        (
+            Config {
+                limits: LimitsSection {
+                    default_max_tokens: 0,
+                    ..LimitsSection::default()
+                },
+                ..Config::default()
+            },
+            "limits.default_max_tokens",
+        ),
+        (
+            Config {
+                log_level: "[[[".into(),
+                ..Config::default()
+            },
+            "log_level",
+        ),
+        (
+            Config {
+                models: vec![
+                    ModelEntry {
+                        name: "a".into(),
+                        path: None,
+                    },
+                    ModelEntry {
+                        name: "a".into(),
+                        path: None,
+                    },
+                ],
+                ..Config::default()
+            },
+            "models.name",
+        ),
+    ];
+    for (config, key) in cases {
+        let err = config.validate().unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains(key), "{message}");
+        assert_eq!(key_of(err), key);
+    }
+}
+
+#[test]
+fn unknown_keys_in_the_file_are_refused_by_name() {
+    let err = toml::from_str::<Config>("[streams]\nidle_timeout = 5\n").unwrap_err();
+    assert!(err.to_string().contains("idle_timeout"), "{err}");
+}
+
+#[test]
+fn a_model_file_names_the_model() {
+    let config = Config {
+        model: Some("/models/qwen2.5-1.5b.rkllm".into()),
+        ..Config::default()
+    };
+    assert_eq!(config.model_specs()[0].name, "qwen2.5-1.5b");
+}
