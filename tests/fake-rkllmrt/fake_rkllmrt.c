@@ -1,0 +1,463 @@
+/*
+ * fake_rkllmrt.c: a TEST DOUBLE of Rockchip's librkllmrt.so.
+ *
+ * It exports every function of one RKLLM ABI (compile with -DFAKE_ABI_V1_3
+ * or -DFAKE_ABI_V1_2) with the signatures of rkllm-sys's headers, and
+ * behaves like the runtime as RKLLM_ABI.md describes it, so the server's
+ * real FFI path can be tested off the board. It runs no model: the text it
+ * "generates" is the content of the model file given to rkllm_init.
+ *
+ * Behaviour is chosen with environment variables read by rkllm_init (see
+ * README.md beside this file): token size, WAITING or split-character
+ * mode, pace, abort delay and what follows an abort, error injection,
+ * callbacks from a runtime thread, and an event log for the tests.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(FAKE_ABI_V1_3)
+#include "rkllm_v1_3_0.h"
+#ifndef FAKE_VERSION
+#define FAKE_VERSION "1.3.0"
+#endif
+#elif defined(FAKE_ABI_V1_2)
+#include "rkllm_v1_2.h"
+#ifndef FAKE_VERSION
+#define FAKE_VERSION "1.2.3"
+#endif
+#else
+#error "define FAKE_ABI_V1_3 or FAKE_ABI_V1_2"
+#endif
+
+/* The version marker a binding reads from the file, as the real runtime
+ * carries one. */
+__attribute__((used)) const char fake_rkllm_version_marker[] =
+    "RKLLM SDK (version: " FAKE_VERSION " fake runtime for tests)";
+
+#define FAKE_MAX_CONTEXT 8192
+
+enum after_abort { AFTER_ABORT_NONE, AFTER_ABORT_FINISH, AFTER_ABORT_ERROR };
+
+typedef struct {
+    char *text;
+    size_t text_len;
+    LLMResultCallback callback;
+    void *default_userdata;
+    int32_t max_new_tokens;
+    /* configuration from the environment */
+    int token_bytes;
+    int split_mode;
+    int token_ms;
+    int prefill_ms;
+    int abort_delay_ms;
+    enum after_abort after_abort;
+    long error_after;
+    int callback_thread;
+    char *log_path;
+    /* state */
+    atomic_int running;
+    atomic_int abort_requested;
+    struct timespec abort_time;
+    pthread_mutex_t abort_lock;
+    int kv_cache;
+} fake_handle;
+
+static int env_int(const char *name, int fallback) {
+    const char *v = getenv(name);
+    return (v && *v) ? atoi(v) : fallback;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+}
+
+static void sleep_ms(int ms) {
+    if (ms <= 0) return;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+}
+
+static void fake_log(const fake_handle *h, const char *fmt, ...) {
+    if (!h || !h->log_path) return;
+    FILE *f = fopen(h->log_path, "a");
+    if (!f) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fputc('\n', f);
+    fclose(f);
+}
+
+/* The runtime's own prints go to stdout, as the real one's do. */
+static void runtime_print(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+/* Length of the longest prefix of s[0..n) that is complete UTF-8 (the
+ * text is valid UTF-8, so only a truncated tail can be incomplete). */
+static size_t complete_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+        if (i + len > n) break;
+        i += len;
+    }
+    return i;
+}
+
+RKLLMParam rkllm_createDefaultParam(void) {
+    RKLLMParam p;
+    memset(&p, 0, sizeof p);
+    p.model_path = NULL;
+    p.max_context_len = 512;
+    p.max_new_tokens = -1;
+    p.top_k = 40;
+    p.n_keep = -1;
+    p.top_p = 0.9f;
+    p.temperature = 0.8f;
+    p.repeat_penalty = 1.1f;
+    p.frequency_penalty = 0.0f;
+    p.presence_penalty = 0.0f;
+    p.mirostat = 0;
+    p.mirostat_tau = 5.0f;
+    p.mirostat_eta = 0.1f;
+    p.skip_special_token = 1;
+    p.is_async = 0;
+#if defined(FAKE_ABI_V1_2)
+    p.img_start = "";
+    p.img_end = "";
+    p.img_content = "";
+#endif
+    p.extend_param.base_domain_id = 0;
+    p.extend_param.embed_flash = 1;
+    p.extend_param.enabled_cpus_num = 4;
+    p.extend_param.enabled_cpus_mask = CPU4 | CPU5 | CPU6 | CPU7;
+    p.extend_param.n_batch = 1;
+    return p;
+}
+
+#if defined(FAKE_ABI_V1_3)
+int rkllm_init(LLMHandle *handle, RKLLMParam *param, RKLLMCallback *callbacks) {
+    LLMResultCallback callback = callbacks ? callbacks->result_callback : NULL;
+    void *default_userdata = callbacks ? callbacks->result_userdata : NULL;
+#else
+int rkllm_init(LLMHandle *handle, RKLLMParam *param, LLMResultCallback callback) {
+    void *default_userdata = NULL;
+#endif
+    runtime_print("I rkllm: rkllm-runtime version: " FAKE_VERSION
+                  " (fake), rknpu driver version: 0.9.8, platform: RK3588");
+    if (!handle || !param || !callback) {
+        runtime_print("E rkllm: invalid arguments to rkllm_init");
+        return -1;
+    }
+    *handle = NULL;
+    if (getenv("FAKE_RKLLM_INIT_FAIL")) {
+        runtime_print("E rkllm: injected init failure");
+        return -1;
+    }
+    if (!param->model_path) {
+        runtime_print("E rkllm: model_path is not set");
+        return -1;
+    }
+    if (param->max_context_len > FAKE_MAX_CONTEXT) {
+        runtime_print("E rkllm: max_context[%d] must be less than the model's max_context_limit[%d]",
+                      param->max_context_len, FAKE_MAX_CONTEXT);
+        return -1;
+    }
+    if (param->extend_param.n_batch != 1 || param->extend_param.use_cross_attn != 0) {
+        runtime_print("E rkllm: unsupported n_batch/use_cross_attn");
+        return -1;
+    }
+    FILE *f = fopen(param->model_path, "rb");
+    if (!f) {
+        runtime_print("E rkllm: failed to open model file %s", param->model_path);
+        return -1;
+    }
+    fake_handle *h = calloc(1, sizeof *h);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    h->text = malloc((size_t)size + 1);
+    h->text_len = fread(h->text, 1, (size_t)size, f);
+    h->text[h->text_len] = '\0';
+    fclose(f);
+    h->callback = callback;
+    h->default_userdata = default_userdata;
+    h->max_new_tokens = param->max_new_tokens;
+    h->token_bytes = env_int("FAKE_RKLLM_TOKEN_BYTES", 3);
+    if (h->token_bytes < 1) h->token_bytes = 1;
+    if (h->token_bytes > 16) h->token_bytes = 16;
+    const char *mode = getenv("FAKE_RKLLM_MODE");
+    h->split_mode = mode && strcmp(mode, "split") == 0;
+    h->token_ms = env_int("FAKE_RKLLM_TOKEN_MS", 2);
+    h->prefill_ms = env_int("FAKE_RKLLM_PREFILL_MS", 0);
+    h->abort_delay_ms = env_int("FAKE_RKLLM_ABORT_DELAY_MS", 0);
+    const char *after = getenv("FAKE_RKLLM_AFTER_ABORT");
+    h->after_abort = !after                      ? AFTER_ABORT_NONE
+                     : strcmp(after, "finish") == 0 ? AFTER_ABORT_FINISH
+                     : strcmp(after, "error") == 0  ? AFTER_ABORT_ERROR
+                                                    : AFTER_ABORT_NONE;
+    h->error_after = env_int("FAKE_RKLLM_ERROR_AFTER", -1);
+    h->callback_thread = env_int("FAKE_RKLLM_CALLBACK_THREAD", 0);
+    const char *log_path = getenv("FAKE_RKLLM_LOG");
+    h->log_path = log_path ? strdup(log_path) : NULL;
+    pthread_mutex_init(&h->abort_lock, NULL);
+    fake_log(h, "init model=%s max_context_len=%d max_new_tokens=%d top_k=%d n_keep=%d cpus=%d mask=0x%x",
+             param->model_path, param->max_context_len, param->max_new_tokens, param->top_k, param->n_keep,
+             param->extend_param.enabled_cpus_num, param->extend_param.enabled_cpus_mask);
+    *handle = h;
+    return 0;
+}
+
+int rkllm_load_lora(LLMHandle handle, RKLLMLoraAdapter *lora_adapter) {
+    return (handle && lora_adapter) ? 0 : -1;
+}
+
+int rkllm_load_prompt_cache(LLMHandle handle, const char *prompt_cache_path) {
+    return (handle && prompt_cache_path) ? 0 : -1;
+}
+
+int rkllm_release_prompt_cache(LLMHandle handle) { return handle ? 0 : -1; }
+
+int rkllm_destroy(LLMHandle handle) {
+    fake_handle *h = handle;
+    if (!h) return -1;
+    fake_log(h, "destroy");
+    free(h->text);
+    free(h->log_path);
+    pthread_mutex_destroy(&h->abort_lock);
+    free(h);
+    return 0;
+}
+
+typedef struct {
+    fake_handle *h;
+    const char *prompt;
+    void *userdata;
+    int32_t cap;
+    int keep_history;
+    int rc;
+} run_args;
+
+static void emit(fake_handle *h, void *userdata, const char *text, int32_t token, LLMCallState state,
+                 const RKLLMPerfStat *perf) {
+    RKLLMResult result;
+    memset(&result, 0, sizeof result);
+    result.text = text;
+    result.token_id = token;
+    if (perf) result.perf = *perf;
+    h->callback(&result, userdata, state);
+}
+
+static int abort_due(fake_handle *h) {
+    if (!atomic_load(&h->abort_requested)) return 0;
+    pthread_mutex_lock(&h->abort_lock);
+    struct timespec at = h->abort_time;
+    pthread_mutex_unlock(&h->abort_lock);
+    double since = now_ms() - (at.tv_sec * 1000.0 + at.tv_nsec / 1e6);
+    return since >= h->abort_delay_ms;
+}
+
+static void *generate(void *arg) {
+    run_args *a = arg;
+    fake_handle *h = a->h;
+    double start = now_ms();
+    sleep_ms(h->prefill_ms);
+    double first = now_ms();
+    RKLLMPerfStat perf;
+    memset(&perf, 0, sizeof perf);
+    perf.prefill_tokens = (int)(strlen(a->prompt) / 4 + 1);
+    perf.memory_usage_mb = 700.0f;
+    unsigned char pending[64];
+    size_t pending_len = 0;
+    size_t at = 0;
+    int32_t tokens = 0;
+    int stopped_by_abort = 0;
+    a->rc = 0;
+    while (at < h->text_len) {
+        if (abort_due(h)) {
+            stopped_by_abort = 1;
+            break;
+        }
+        if (a->cap > 0 && tokens >= a->cap) break;
+        if (h->error_after >= 0 && tokens >= h->error_after) {
+            fake_log(h, "error-injected tokens=%d", tokens);
+            emit(h, a->userdata, NULL, -1, RKLLM_RUN_ERROR, NULL);
+            a->rc = -1;
+            return NULL;
+        }
+        sleep_ms(h->token_ms);
+        size_t take = (size_t)h->token_bytes;
+        if (at + take > h->text_len) take = h->text_len - at;
+        int32_t token_id = 1000 + tokens;
+        tokens++;
+        if (h->split_mode) {
+            /* Raw pieces: a character may be split across NORMAL callbacks. */
+            char piece[64];
+            memcpy(piece, h->text + at, take);
+            piece[take] = '\0';
+            emit(h, a->userdata, piece, token_id, RKLLM_RUN_NORMAL, NULL);
+        } else {
+            memcpy(pending + pending_len, h->text + at, take);
+            pending_len += take;
+            size_t whole = complete_prefix(pending, pending_len);
+            if (whole < pending_len) {
+                /* The decoded bytes end inside a character: WAITING, text
+                 * alternately NULL and empty, bytes kept for the next piece. */
+                emit(h, a->userdata, (tokens % 2) ? NULL : "", token_id, RKLLM_RUN_WAITING, NULL);
+            } else {
+                char piece[64];
+                memcpy(piece, pending, pending_len);
+                piece[pending_len] = '\0';
+                pending_len = 0;
+                emit(h, a->userdata, piece, token_id, RKLLM_RUN_NORMAL, NULL);
+            }
+        }
+        at += take;
+    }
+    perf.prefill_time_ms = (float)(first - start);
+    perf.generate_time_ms = (float)(now_ms() - first);
+    perf.generate_tokens = tokens;
+    h->kv_cache = a->keep_history ? h->kv_cache + perf.prefill_tokens + tokens : 0;
+    if (stopped_by_abort) {
+        fake_log(h, "aborted tokens=%d", tokens);
+        if (h->after_abort == AFTER_ABORT_FINISH) {
+            emit(h, a->userdata, NULL, -1, RKLLM_RUN_FINISH, &perf);
+        } else if (h->after_abort == AFTER_ABORT_ERROR) {
+            emit(h, a->userdata, NULL, -1, RKLLM_RUN_ERROR, NULL);
+        }
+        return NULL;
+    }
+    fake_log(h, "finish tokens=%d", tokens);
+    emit(h, a->userdata, NULL, -1, RKLLM_RUN_FINISH, &perf);
+    return NULL;
+}
+
+static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params, void *userdata, int async) {
+    if (!h) return -1;
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&h->running, &idle, 1)) {
+        fprintf(stderr, "E rkllm: a run is already in progress on this handle\n");
+        fake_log(h, "concurrent-run-refused");
+        return -1;
+    }
+    if (!input || input->input_type != RKLLM_INPUT_PROMPT || !input->prompt_input || !input->role) {
+        runtime_print("E rkllm: invalid input");
+        fake_log(h, "invalid-input");
+        atomic_store(&h->running, 0);
+        return -1;
+    }
+    atomic_store(&h->abort_requested, 0);
+    run_args *a = calloc(1, sizeof *a);
+    a->h = h;
+    a->prompt = input->prompt_input;
+#if defined(FAKE_ABI_V1_3)
+    a->userdata = userdata ? userdata : h->default_userdata;
+    a->cap = (params && params->max_new_tokens > 0) ? params->max_new_tokens : h->max_new_tokens;
+    const RKLLMSamplingParam *s = params ? params->sampling_params : NULL;
+    fake_log(h, "run role=%s thinking=%d max_new_tokens=%d temperature=%.2f top_p=%.2f top_k=%d prompt=%s",
+             input->role, input->enable_thinking, a->cap, s ? s->temperature : -1.0, s ? s->top_p : -1.0,
+             s ? s->top_k : -1, input->prompt_input);
+#else
+    a->userdata = userdata;
+    a->cap = h->max_new_tokens;
+    fake_log(h, "run role=%s thinking=%d max_new_tokens=%d prompt=%s", input->role, input->enable_thinking,
+             a->cap, input->prompt_input);
+#endif
+    a->keep_history = params ? params->keep_history : 0;
+    runtime_print("I rkllm: fake run started");
+    if (async) {
+        /* rkllm_run_async: the caller keeps the input alive until the end. */
+        pthread_t t;
+        pthread_create(&t, NULL, generate, a);
+        pthread_detach(t);
+        return 0;
+    }
+    if (h->callback_thread) {
+        pthread_t t;
+        pthread_create(&t, NULL, generate, a);
+        pthread_join(t, NULL);
+    } else {
+        generate(a);
+    }
+    int rc = a->rc;
+    free(a);
+    atomic_store(&h->running, 0);
+    return rc;
+}
+
+int rkllm_run(LLMHandle handle, RKLLMInput *rkllm_input, RKLLMInferParam *rkllm_infer_params, void *userdata) {
+    return start_run(handle, rkllm_input, rkllm_infer_params, userdata, 0);
+}
+
+int rkllm_run_async(LLMHandle handle, RKLLMInput *rkllm_input, RKLLMInferParam *rkllm_infer_params,
+                    void *userdata) {
+    return start_run(handle, rkllm_input, rkllm_infer_params, userdata, 1);
+}
+
+#ifndef FAKE_OMIT_ABORT
+int rkllm_abort(LLMHandle handle) {
+    fake_handle *h = handle;
+    if (!h) return -1;
+    pthread_mutex_lock(&h->abort_lock);
+    clock_gettime(CLOCK_MONOTONIC, &h->abort_time);
+    pthread_mutex_unlock(&h->abort_lock);
+    atomic_store(&h->abort_requested, 1);
+    fake_log(h, "abort running=%d", atomic_load(&h->running));
+    return 0;
+}
+#endif
+
+int rkllm_is_running(LLMHandle handle) {
+    fake_handle *h = handle;
+    return h ? atomic_load(&h->running) : -1;
+}
+
+int rkllm_clear_kv_cache(LLMHandle handle, int keep_system_prompt, int *start_pos, int *end_pos) {
+    fake_handle *h = handle;
+    (void)keep_system_prompt;
+    (void)start_pos;
+    (void)end_pos;
+    if (!h) return -1;
+    h->kv_cache = 0;
+    return 0;
+}
+
+int rkllm_get_kv_cache_size(LLMHandle handle, int *cache_sizes) {
+    fake_handle *h = handle;
+    if (!h || !cache_sizes) return -1;
+    cache_sizes[0] = h->kv_cache;
+    return 0;
+}
+
+int rkllm_set_chat_template(LLMHandle handle, const char *system_prompt, const char *prompt_prefix,
+                            const char *prompt_postfix) {
+    return (handle && system_prompt && prompt_prefix && prompt_postfix) ? 0 : -1;
+}
+
+int rkllm_set_function_tools(LLMHandle handle, const char *system_prompt, const char *tools,
+                             const char *tool_response_str) {
+    return (handle && system_prompt && tools && tool_response_str) ? 0 : -1;
+}
+
+int rkllm_set_cross_attn_params(LLMHandle handle, RKLLMCrossAttnParam *cross_attn_params) {
+    return (handle && cross_attn_params) ? 0 : -1;
+}
