@@ -43,6 +43,8 @@ pub const DEFAULT_MAX_STREAMS: usize = 256;
 pub const DEFAULT_QUEUE_LEN: usize = 16;
 /// Default name of the mock model.
 pub const DEFAULT_MOCK_MODEL: &str = "mock";
+/// Default runtime library, found by the dynamic loader.
+pub const DEFAULT_RUNTIME: &str = "librkllmrt.so";
 
 /// Which backend generates text.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ValueEnum)]
@@ -53,6 +55,24 @@ pub enum BackendKind {
     Mock,
     /// Rockchip's RKLLM runtime on the NPU.
     Rkllm,
+}
+
+/// Which RKLLM ABI to use with the runtime library.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+pub enum RuntimeAbi {
+    /// Read the version the library carries and pick its ABI.
+    #[default]
+    #[serde(rename = "auto")]
+    #[value(name = "auto")]
+    Auto,
+    /// Runtime 1.3.0.
+    #[serde(rename = "1.3")]
+    #[value(name = "1.3")]
+    V1_3,
+    /// Runtimes 1.2.1 to 1.2.3.
+    #[serde(rename = "1.2")]
+    #[value(name = "1.2")]
+    V1_2,
 }
 
 /// Command-line flags; each one also reads `RKLLM_SERVER_<FLAG>`.
@@ -75,6 +95,12 @@ pub struct Cli {
     /// Model file; its file name (without extension) becomes the model name.
     #[arg(long, env = "RKLLM_SERVER_MODEL", value_name = "PATH")]
     pub model: Option<PathBuf>,
+    /// RKLLM runtime library (default: librkllmrt.so, found by the loader).
+    #[arg(long, env = "RKLLM_SERVER_RUNTIME", value_name = "PATH")]
+    pub runtime: Option<PathBuf>,
+    /// ABI of the runtime: auto (read its version), 1.3 or 1.2.
+    #[arg(long, env = "RKLLM_SERVER_RUNTIME_ABI", value_enum)]
+    pub runtime_abi: Option<RuntimeAbi>,
     /// Mock backend pace in tokens per second (0 = as fast as possible).
     #[arg(long, env = "RKLLM_SERVER_MOCK_TOKENS_PER_SECOND", value_name = "N")]
     pub mock_tokens_per_second: Option<f64>,
@@ -109,6 +135,58 @@ impl Default for MockSection {
         Self {
             tokens_per_second: DEFAULT_MOCK_TOKENS_PER_SECOND,
             prefill_ms: DEFAULT_MOCK_PREFILL_MS,
+        }
+    }
+}
+
+/// `[rkllm]`: init parameters of the real runtime.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RkllmSection {
+    /// Context window (must not exceed the model's limit).
+    pub max_context_len: u32,
+    /// Tokens kept at the start when the context shifts (-1 = runtime default).
+    pub n_keep: i32,
+    /// Default top-k.
+    pub top_k: u32,
+    /// Default nucleus mass.
+    pub top_p: f64,
+    /// Default temperature.
+    pub temperature: f64,
+    /// Default repetition penalty.
+    pub repeat_penalty: f64,
+    /// Default frequency penalty.
+    pub frequency_penalty: f64,
+    /// Default presence penalty.
+    pub presence_penalty: f64,
+    /// CPU cores the runtime may use, as a bit mask (0xF0: big cores of RK3588/RK3576).
+    pub cpu_mask: u32,
+    /// CPU threads of the runtime.
+    pub cpu_threads: u32,
+    /// Keep the embedding table in the model file instead of RAM.
+    pub embed_flash: bool,
+    /// NPU memory domain to start in.
+    pub base_domain_id: i32,
+    /// Hide special tokens (EOS and the like) from the text.
+    pub skip_special_token: bool,
+}
+
+impl Default for RkllmSection {
+    fn default() -> Self {
+        Self {
+            max_context_len: 4096,
+            n_keep: -1,
+            top_k: 40,
+            top_p: 0.9,
+            temperature: 0.8,
+            repeat_penalty: 1.1,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            cpu_mask: 0xF0,
+            cpu_threads: 4,
+            embed_flash: true,
+            base_domain_id: 0,
+            skip_special_token: true,
         }
     }
 }
@@ -191,10 +269,16 @@ pub struct Config {
     pub model: Option<PathBuf>,
     /// Models; the first is the default.
     pub models: Vec<ModelEntry>,
+    /// RKLLM runtime library.
+    pub runtime: PathBuf,
+    /// ABI of the runtime library.
+    pub runtime_abi: RuntimeAbi,
     /// Log filter.
     pub log_level: String,
     /// Mock backend settings.
     pub mock: MockSection,
+    /// RKLLM runtime settings.
+    pub rkllm: RkllmSection,
     /// Request limits.
     pub limits: LimitsSection,
     /// Stream manager limits.
@@ -210,8 +294,11 @@ impl Default for Config {
             backend: BackendKind::default(),
             model: None,
             models: Vec::new(),
+            runtime: PathBuf::from(DEFAULT_RUNTIME),
+            runtime_abi: RuntimeAbi::default(),
             log_level: "info".to_owned(),
             mock: MockSection::default(),
+            rkllm: RkllmSection::default(),
             limits: LimitsSection::default(),
             streams: StreamsSection::default(),
             engine: EngineSection::default(),
@@ -296,6 +383,12 @@ impl Config {
         if let Some(model) = cli.model {
             self.model = Some(model);
         }
+        if let Some(runtime) = cli.runtime {
+            self.runtime = runtime;
+        }
+        if let Some(abi) = cli.runtime_abi {
+            self.runtime_abi = abi;
+        }
         if let Some(tps) = cli.mock_tokens_per_second {
             self.mock.tokens_per_second = tps;
         }
@@ -310,12 +403,6 @@ impl Config {
     /// The first invalid value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
-        if self.backend == BackendKind::Rkllm {
-            return Err(invalid(
-                "backend",
-                "the `rkllm` backend is not available in this build yet; use `mock`",
-            ));
-        }
         if self.model.is_some() && !self.models.is_empty() {
             return Err(invalid(
                 "model",
@@ -342,6 +429,21 @@ impl Config {
                     format!("model `{}` is declared twice", model.name),
                 ));
             }
+        }
+        if self.backend == BackendKind::Rkllm {
+            if self.model.is_none() && self.models.is_empty() {
+                return Err(invalid(
+                    "model",
+                    "the rkllm backend needs a model file: pass --model PATH or declare [[models]]",
+                ));
+            }
+            if let Some(m) = models.iter().find(|m| m.path.is_none()) {
+                return Err(invalid(
+                    "models.path",
+                    format!("model `{}` needs a `path` for the rkllm backend", m.name),
+                ));
+            }
+            self.validate_rkllm()?;
         }
         let tps = self.mock.tokens_per_second;
         if !(tps.is_finite() && (0.0..=1_000_000.0).contains(&tps)) {
@@ -433,6 +535,62 @@ impl Config {
                     self.log_level
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    fn validate_rkllm(&self) -> Result<(), ConfigError> {
+        let r = &self.rkllm;
+        if !(16..=131_072).contains(&r.max_context_len) {
+            return Err(invalid(
+                "rkllm.max_context_len",
+                format!("must be between 16 and 131072, got {}", r.max_context_len),
+            ));
+        }
+        if r.n_keep < -1 {
+            return Err(invalid(
+                "rkllm.n_keep",
+                format!("must be -1 or more, got {}", r.n_keep),
+            ));
+        }
+        if r.top_k > 1000 {
+            return Err(invalid(
+                "rkllm.top_k",
+                format!("must be between 0 and 1000, got {}", r.top_k),
+            ));
+        }
+        let ranges: [(&'static str, f64, f64, f64); 5] = [
+            ("rkllm.top_p", r.top_p, 0.0, 1.0),
+            ("rkllm.temperature", r.temperature, 0.0, 2.0),
+            ("rkllm.repeat_penalty", r.repeat_penalty, 0.0, 10.0),
+            ("rkllm.frequency_penalty", r.frequency_penalty, -2.0, 2.0),
+            ("rkllm.presence_penalty", r.presence_penalty, -2.0, 2.0),
+        ];
+        for (key, value, low, high) in ranges {
+            if !(value.is_finite() && (low..=high).contains(&value)) {
+                return Err(invalid(
+                    key,
+                    format!("must be between {low} and {high}, got {value}"),
+                ));
+            }
+        }
+        if !(1..=0xFF).contains(&r.cpu_mask) {
+            return Err(invalid(
+                "rkllm.cpu_mask",
+                format!(
+                    "must be a mask of CPUs 0 to 7 (1 to 0xFF), got {:#x}",
+                    r.cpu_mask
+                ),
+            ));
+        }
+        if !(1..=8).contains(&r.cpu_threads) {
+            return Err(invalid(
+                "rkllm.cpu_threads",
+                format!("must be between 1 and 8, got {}", r.cpu_threads),
+            ));
+        }
+        if self.limits.max_tokens > i32::MAX as u32 {
+            return Err(invalid("limits.max_tokens", "too large for the runtime"));
         }
         Ok(())
     }

@@ -28,6 +28,8 @@ pub use state::AppState;
 
 /// Time allowed, after shutdown begins, for connections to finish.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
+/// Time allowed after that for model workers to release their models.
+pub const WORKER_GRACE: Duration = Duration::from_millis(400);
 
 /// The HTTP and WebSocket routes over `state`.
 pub fn app(state: Arc<AppState>) -> Router {
@@ -40,8 +42,9 @@ pub fn app(state: Arc<AppState>) -> Router {
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves. Then it stops
-/// accepting, ends every open stream with an abort end chunk, and waits at
-/// most [`SHUTDOWN_GRACE`] for connections to finish.
+/// accepting, ends every open stream with an abort end chunk, waits at
+/// most [`SHUTDOWN_GRACE`] for connections to finish and at most
+/// [`WORKER_GRACE`] for model workers to release their models.
 ///
 /// # Errors
 /// An I/O error of the listener.
@@ -74,5 +77,12 @@ pub async fn run(
         }
     };
     reaper.abort();
+    let workers = Arc::clone(&state);
+    let stopped = tokio::task::spawn_blocking(move || workers.engine.wait_stopped(WORKER_GRACE))
+        .await
+        .unwrap_or(false);
+    if !stopped {
+        tracing::warn!("a model worker is still busy; exiting without waiting for it");
+    }
     result
 }

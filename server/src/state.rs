@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{Notify, watch};
 
-use crate::backend::MockBackend;
+use crate::backend::{MockBackend, RkllmBackend};
 use crate::config::{BackendKind, Config};
 use crate::engine::{Backend, BackendError, Engine, EngineError};
 use crate::stream::StreamManager;
@@ -53,13 +53,9 @@ impl AppState {
         let streams = Arc::new(StreamManager::new(config.stream_limits()));
         let backend: Arc<dyn Backend> = match config.backend {
             BackendKind::Mock => Arc::new(MockBackend::new(config.mock_config())),
-            BackendKind::Rkllm => {
-                return Err(BackendError::Load {
-                    model: String::new(),
-                    message: "the rkllm backend is not available in this build".into(),
-                }
-                .into());
-            }
+            BackendKind::Rkllm => Arc::new(
+                RkllmBackend::new(&config).map_err(|e| BackendError::Unavailable(e.to_string()))?,
+            ),
         };
         let engine = Engine::start(
             backend,

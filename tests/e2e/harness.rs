@@ -52,6 +52,124 @@ pub fn server_binary() -> &'static str {
     env!("CARGO_BIN_EXE_rkllm-server")
 }
 
+/// A command that runs the server binary. When the tests run for another
+/// architecture under an emulator, `RKLLM_E2E_RUNNER` names it (for
+/// example `qemu-aarch64 -L /usr/aarch64-linux-gnu`) and prefixes the
+/// server too. Inherited `RKLLM_SERVER_*` variables are removed.
+pub fn server_command() -> Command {
+    let runner = std::env::var("RKLLM_E2E_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(server_binary());
+            command
+        }
+        None => Command::new(server_binary()),
+    };
+    for (key, _) in std::env::vars() {
+        if key.starts_with("RKLLM_SERVER_") || key.starts_with("FAKE_RKLLM_") {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
+/// Which build of the fake runtime (tests/fake-rkllmrt) a test needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fake {
+    /// ABI 1.3.0, version 1.3.0.
+    V1_3,
+    /// ABI 1.2.1-1.2.3, version 1.2.3.
+    V1_2,
+    /// ABI 1.3.0 without `rkllm_abort`.
+    V1_3WithoutAbort,
+    /// ABI 1.3.0 carrying an unknown version, 9.9.9.
+    UnknownVersion,
+}
+
+/// Builds (once per test process) and returns the fake runtime library.
+/// The C compiler is `RKLLM_FAKE_CC` (default `cc`), so the fake can be
+/// built for the target the tests run on.
+pub fn fake_runtime(fake: Fake) -> PathBuf {
+    static BUILT: Mutex<Vec<(Fake, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap();
+    if let Some((_, path)) = built.iter().find(|(f, _)| *f == fake) {
+        return path.clone();
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let (name, defines): (&str, &[&str]) = match fake {
+        Fake::V1_3 => ("v1_3", &["-DFAKE_ABI_V1_3"]),
+        Fake::V1_2 => ("v1_2", &["-DFAKE_ABI_V1_2"]),
+        Fake::V1_3WithoutAbort => ("no_abort", &["-DFAKE_ABI_V1_3", "-DFAKE_OMIT_ABORT"]),
+        Fake::UnknownVersion => ("v9_9_9", &["-DFAKE_ABI_V1_3", "-DFAKE_VERSION=\"9.9.9\""]),
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-rkllmrt");
+    std::fs::create_dir_all(&dir).expect("fake runtime dir");
+    let out = dir.join(format!("librkllmrt-fake-{name}-{}.so", std::process::id()));
+    let cc = std::env::var("RKLLM_FAKE_CC").unwrap_or_else(|_| "cc".to_owned());
+    let status = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror"])
+        .args(defines)
+        .arg("-I")
+        .arg(root.join("rkllm-sys/include"))
+        .arg(root.join("tests/fake-rkllmrt/fake_rkllmrt.c"))
+        .arg("-o")
+        .arg(&out)
+        .arg("-lpthread")
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
+    assert!(status.success(), "building the fake runtime failed");
+    built.push((fake, out.clone()));
+    out
+}
+
+/// Runs the server expecting it to fail at start; returns the exit code
+/// and what it wrote on stderr.
+pub fn start_failure(args: &[&str], env: &[(&str, &str)], config: Option<&str>) -> (i32, String) {
+    let dir = ScratchDir::new();
+    let mut command = server_command();
+    if let Some(config) = config {
+        let path = dir.0.join("bad.toml");
+        std::fs::write(&path, config).unwrap();
+        command.arg("--config").arg(path);
+    }
+    if !args.iter().any(|a| a.starts_with("--listen")) {
+        // Should it start after all, it must not take a real port.
+        command.args(["--listen", "127.0.0.1:0"]);
+    }
+    let mut child = command
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run rkllm-server");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let deadline = std::time::Instant::now() + LIVENESS;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the server started although it should have failed: {args:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stderr = reader.join().unwrap_or_default();
+    let code = status
+        .code()
+        .unwrap_or_else(|| panic!("the server was killed by a signal: {status:?}, {stderr}"));
+    (code, stderr)
+}
+
 /// A running server.
 pub struct Server {
     child: Child,
@@ -64,23 +182,24 @@ pub struct Server {
 impl Server {
     /// Starts the server with a config file and extra flags.
     pub fn start(config: &str, args: &[&str]) -> Self {
+        Self::start_env(config, args, &[])
+    }
+
+    /// Starts the server with a config file, extra flags and environment.
+    pub fn start_env(config: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = ScratchDir::new();
         let path = dir.0.join("rkllm-server.toml");
         std::fs::write(&path, config).expect("write config");
-        let mut command = Command::new(server_binary());
+        let mut command = server_command();
         command
             .arg("--config")
             .arg(&path)
             .args(["--listen", "127.0.0.1:0", "--log-level", "info"])
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        for (key, _) in std::env::vars() {
-            if key.starts_with("RKLLM_SERVER_") {
-                command.env_remove(key);
-            }
-        }
         let mut child = command.spawn().expect("spawn rkllm-server");
         let stderr = child.stderr.take().expect("stderr");
         let log = Arc::new(Mutex::new(Vec::new()));

@@ -1,10 +1,10 @@
 //! Start-up configuration, the handshake methods and graceful shutdown.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde_json::json;
 
-use crate::harness::{ScratchDir, Server, Ws, mock_config, server_binary};
+use crate::harness::{Server, Ws, mock_config, server_command, start_failure};
 
 #[tokio::test]
 async fn initialize_negotiates_a_version_and_advertises_streaming() {
@@ -22,9 +22,23 @@ async fn initialize_negotiates_a_version_and_advertises_streaming() {
     assert_eq!(newer["protocolVersion"], "2025-11-25");
     assert_eq!(server.ok("ping", json!({})).await, json!({}));
     let models = server.ok("models", json!({})).await;
+    let model = &models["models"][0];
+    assert_eq!(models["models"].as_array().unwrap().len(), 1);
     assert_eq!(
-        models,
-        json!({"models": [{"name": "mock", "backend": "mock", "loaded": true, "default": true}]})
+        (
+            &model["name"],
+            &model["backend"],
+            &model["loaded"],
+            &model["default"]
+        ),
+        (&json!("mock"), &json!("mock"), &json!(true), &json!(true))
+    );
+    assert!(
+        model["overrides"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("temperature")),
+        "{models}"
     );
 }
 
@@ -87,50 +101,28 @@ async fn sigterm_ends_open_streams_with_abort_and_exits_zero() {
     drop(polled);
 }
 
-fn start_failure(args: &[&str], config: Option<&str>) -> (i32, String) {
-    let dir = ScratchDir::new();
-    let mut command = Command::new(server_binary());
-    if let Some(config) = config {
-        let path = dir.0.join("bad.toml");
-        std::fs::write(&path, config).unwrap();
-        command.arg("--config").arg(path);
-    }
-    let output = command
-        .args(args)
-        .env_remove("RKLLM_SERVER_LISTEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run rkllm-server");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn an_invalid_config_value_stops_the_start_naming_the_key() {
-    let (code, stderr) = start_failure(&[], Some("[engine]\nqueue_len = 0\n"));
+    let (code, stderr) = start_failure(&[], &[], Some("[engine]\nqueue_len = 0\n"));
     assert_ne!(code, 0);
     assert!(stderr.contains("engine.queue_len"), "{stderr}");
 
-    let (code, stderr) = start_failure(&[], Some("[streams]\nidle_timeout = 3\n"));
+    let (code, stderr) = start_failure(&[], &[], Some("[streams]\nidle_timeout = 3\n"));
     assert_ne!(code, 0);
     assert!(stderr.contains("idle_timeout"), "{stderr}");
 
-    let (code, stderr) = start_failure(&["--listen", "not-an-address"], None);
+    let (code, stderr) = start_failure(&["--listen", "not-an-address"], &[], None);
     assert_ne!(code, 0);
     assert!(stderr.contains("listen"), "{stderr}");
 
-    let (code, stderr) = start_failure(&["--mock-tokens-per-second=-3"], None);
+    let (code, stderr) = start_failure(&["--mock-tokens-per-second=-3"], &[], None);
     assert_ne!(code, 0);
     assert!(
         stderr.contains("tokens_per_second") || stderr.contains("tokens-per-second"),
         "{stderr}"
     );
 
-    let (code, stderr) = start_failure(&["--config", "/nonexistent/rkllm.toml"], None);
+    let (code, stderr) = start_failure(&["--config", "/nonexistent/rkllm.toml"], &[], None);
     assert_ne!(code, 0);
     assert!(stderr.contains("/nonexistent/rkllm.toml"), "{stderr}");
 }
@@ -138,7 +130,7 @@ fn an_invalid_config_value_stops_the_start_naming_the_key() {
 #[test]
 fn environment_variables_configure_the_server_below_flags() {
     let stderr_of = |env_value: &str, args: &[&str]| {
-        let output = Command::new(server_binary())
+        let output = server_command()
             .env("RKLLM_SERVER_LISTEN", env_value)
             .args(args)
             .stdin(Stdio::null())

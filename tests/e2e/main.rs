@@ -6,4 +6,5 @@ mod harness;
 mod errors;
 mod lifecycle;
 mod queueing;
+mod rkllm;
 mod streaming;

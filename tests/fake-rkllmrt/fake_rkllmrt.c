@@ -9,8 +9,9 @@
  *
  * Behaviour is chosen with environment variables read by rkllm_init (see
  * README.md beside this file): token size, WAITING or split-character
- * mode, pace, abort delay and what follows an abort, error injection,
- * callbacks from a runtime thread, and an event log for the tests.
+ * mode, pace, abort delay and what follows an abort, callbacks from a
+ * runtime thread, and an event log for the tests. A prompt containing
+ * "@fake-error=N" fails that run after N tokens.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -59,7 +60,6 @@ typedef struct {
     int prefill_ms;
     int abort_delay_ms;
     enum after_abort after_abort;
-    long error_after;
     int callback_thread;
     char *log_path;
     /* state */
@@ -215,7 +215,6 @@ int rkllm_init(LLMHandle *handle, RKLLMParam *param, LLMResultCallback callback)
                      : strcmp(after, "finish") == 0 ? AFTER_ABORT_FINISH
                      : strcmp(after, "error") == 0  ? AFTER_ABORT_ERROR
                                                     : AFTER_ABORT_NONE;
-    h->error_after = env_int("FAKE_RKLLM_ERROR_AFTER", -1);
     h->callback_thread = env_int("FAKE_RKLLM_CALLBACK_THREAD", 0);
     const char *log_path = getenv("FAKE_RKLLM_LOG");
     h->log_path = log_path ? strdup(log_path) : NULL;
@@ -253,6 +252,7 @@ typedef struct {
     const char *prompt;
     void *userdata;
     int32_t cap;
+    long error_after;
     int keep_history;
     int rc;
 } run_args;
@@ -298,7 +298,7 @@ static void *generate(void *arg) {
             break;
         }
         if (a->cap > 0 && tokens >= a->cap) break;
-        if (h->error_after >= 0 && tokens >= h->error_after) {
+        if (a->error_after >= 0 && tokens >= a->error_after) {
             fake_log(h, "error-injected tokens=%d", tokens);
             emit(h, a->userdata, NULL, -1, RKLLM_RUN_ERROR, NULL);
             a->rc = -1;
@@ -383,6 +383,10 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
              a->cap, input->prompt_input);
 #endif
     a->keep_history = params ? params->keep_history : 0;
+    /* Error injection for one request: "@fake-error=N" in the prompt fails
+     * the run with an ERROR callback after N tokens. */
+    const char *inject = strstr(input->prompt_input, "@fake-error=");
+    a->error_after = inject ? atol(inject + strlen("@fake-error=")) : -1;
     runtime_print("I rkllm: fake run started");
     if (async) {
         /* rkllm_run_async: the caller keeps the input alive until the end. */
@@ -417,10 +421,11 @@ int rkllm_run_async(LLMHandle handle, RKLLMInput *rkllm_input, RKLLMInferParam *
 int rkllm_abort(LLMHandle handle) {
     fake_handle *h = handle;
     if (!h) return -1;
+    /* A repeated abort keeps the time of the first one. */
     pthread_mutex_lock(&h->abort_lock);
-    clock_gettime(CLOCK_MONOTONIC, &h->abort_time);
-    pthread_mutex_unlock(&h->abort_lock);
+    if (!atomic_load(&h->abort_requested)) clock_gettime(CLOCK_MONOTONIC, &h->abort_time);
     atomic_store(&h->abort_requested, 1);
+    pthread_mutex_unlock(&h->abort_lock);
     fake_log(h, "abort running=%d", atomic_load(&h->running));
     return 0;
 }

@@ -48,6 +48,20 @@ impl Backend for MockBackend {
         "mock"
     }
 
+    fn overrides(&self) -> &'static [&'static str] {
+        &[
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "top_k",
+            "repeat_penalty",
+            "frequency_penalty",
+            "presence_penalty",
+            "role",
+            "enable_thinking",
+        ]
+    }
+
     fn load(&self, _model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
         Ok(Box::new(MockRunner {
             config: self.config,

@@ -1,8 +1,11 @@
-//! Backends: the mock (the default, for development and tests) and, in
-//! its own module, the real RKLLM runtime.
+//! Backends: the mock (the default, for development and tests) and the
+//! real RKLLM runtime (`rkllm`, the only module with `unsafe` code).
 
 pub mod mock;
+#[allow(unsafe_code)]
+pub mod rkllm;
 mod utf8;
 
 pub use mock::{MockBackend, MockConfig};
+pub use rkllm::RkllmBackend;
 pub use utf8::Utf8Assembler;

@@ -34,6 +34,9 @@ pub enum BackendError {
         /// What went wrong, for the operator.
         message: String,
     },
+    /// The backend itself cannot run (for example, no usable runtime library).
+    #[error("{0}")]
+    Unavailable(String),
     /// A generation failed in the runtime.
     #[error("generation failed in the runtime: {message}")]
     Runtime {
@@ -59,6 +62,9 @@ pub struct Generation {
 pub trait Backend: Send + Sync + fmt::Debug {
     /// The backend's name in `models` (`"mock"`, `"rkllm"`).
     fn kind(&self) -> &'static str;
+
+    /// The per-request parameters this backend applies, for `models`.
+    fn overrides(&self) -> &'static [&'static str];
 
     /// Loads a model. Called on the model's worker thread, which then owns
     /// the runner for its whole life.

@@ -68,6 +68,8 @@ pub struct ModelInfo {
     pub loaded: bool,
     /// Whether it is used when a request names no model.
     pub default: bool,
+    /// The per-request parameters the backend applies.
+    pub overrides: &'static [&'static str],
 }
 
 struct Job {
@@ -101,11 +103,21 @@ impl std::fmt::Debug for ModelSlot {
     }
 }
 
+/// Counts running model workers, so shutdown can wait for them to release
+/// their models.
+#[derive(Debug, Default)]
+struct Workers {
+    running: Mutex<usize>,
+    stopped: Condvar,
+}
+
 /// Owns the model workers and admits requests.
 #[derive(Debug)]
 pub struct Engine {
     models: Vec<Arc<ModelSlot>>,
+    workers: Arc<Workers>,
     backend_kind: &'static str,
+    overrides: &'static [&'static str],
     streams: Arc<StreamManager>,
     limits: EngineLimits,
 }
@@ -124,6 +136,7 @@ impl Engine {
     ) -> Result<Self, EngineError> {
         let mut slots = Vec::with_capacity(models.len());
         let mut pending = Vec::with_capacity(models.len());
+        let workers = Arc::new(Workers::default());
         for spec in models {
             let slot = Arc::new(ModelSlot {
                 name: spec.name.clone(),
@@ -136,18 +149,25 @@ impl Engine {
             let worker_slot = Arc::clone(&slot);
             let worker_backend = Arc::clone(&backend);
             let spec = spec.clone();
+            let worker_count = Arc::clone(&workers);
+            *workers.running.lock() += 1;
             std::thread::Builder::new()
                 .name(format!("model-{}", spec.name))
-                .spawn(move || match worker_backend.load(&spec) {
-                    Ok(runner) => {
-                        worker_slot.loaded.store(true, Ordering::Release);
-                        let _ = ready_tx.send(Ok(()));
-                        worker_loop(&worker_slot, runner);
-                        worker_slot.loaded.store(false, Ordering::Release);
+                .spawn(move || {
+                    match worker_backend.load(&spec) {
+                        Ok(runner) => {
+                            worker_slot.loaded.store(true, Ordering::Release);
+                            let _ = ready_tx.send(Ok(()));
+                            // The runner (and its model) is dropped when the loop ends.
+                            worker_loop(&worker_slot, runner);
+                            worker_slot.loaded.store(false, Ordering::Release);
+                        }
+                        Err(err) => {
+                            let _ = ready_tx.send(Err(err));
+                        }
                     }
-                    Err(err) => {
-                        let _ = ready_tx.send(Err(err));
-                    }
+                    *worker_count.running.lock() -= 1;
+                    worker_count.stopped.notify_all();
                 })
                 .map_err(|e| BackendError::Load {
                     model: slot.name.clone(),
@@ -171,7 +191,9 @@ impl Engine {
         }
         Ok(Self {
             models: slots,
+            workers,
             backend_kind: backend.kind(),
+            overrides: backend.overrides(),
             streams,
             limits,
         })
@@ -192,6 +214,7 @@ impl Engine {
                 backend: self.backend_kind,
                 loaded: slot.loaded.load(Ordering::Acquire),
                 default: i == 0,
+                overrides: self.overrides,
             })
             .collect()
     }
@@ -253,6 +276,25 @@ impl Engine {
             .filter(|job| !job.stream.is_ended())
             .position(|job| std::ptr::eq(Arc::as_ptr(&job.stream), stream))
             .map(|i| i + 1)
+    }
+
+    /// Waits up to `timeout` for every worker to stop and release its
+    /// model. Returns whether they all did. Blocks: call it off the async
+    /// runtime.
+    pub fn wait_stopped(&self, timeout: std::time::Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut running = self.workers.running.lock();
+        while *running > 0 {
+            if self
+                .workers
+                .stopped
+                .wait_until(&mut running, deadline)
+                .timed_out()
+            {
+                return *running == 0;
+            }
+        }
+        true
     }
 
     /// Stops the workers after their current job (which the stream

@@ -1,0 +1,242 @@
+//! The calls that differ between the two ABIs: `rkllm_init` (parameters
+//! and callback registration) and `rkllm_run` (input and infer
+//! parameters), plus one result callback per ABI.
+
+use std::ffi::{CStr, c_int};
+use std::os::raw::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr::NonNull;
+
+use rkllm_sys::{v1_2, v1_3_0};
+
+use super::handle::{CallbackSlot, Perf, RawHandle};
+
+/// Init parameters, from the config.
+#[derive(Debug, Clone)]
+pub(super) struct InitSettings {
+    pub max_context_len: i32,
+    pub max_new_tokens: i32,
+    pub n_keep: i32,
+    pub sampling: SamplingValues,
+    pub skip_special_token: bool,
+    pub cpu_mask: u32,
+    pub cpu_threads: i8,
+    pub embed_flash: bool,
+    pub base_domain_id: i32,
+}
+
+/// Every sampling value, resolved (request override or configured default).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct SamplingValues {
+    pub top_k: i32,
+    pub top_p: f32,
+    pub temperature: f32,
+    pub repeat_penalty: f32,
+    pub frequency_penalty: f32,
+    pub presence_penalty: f32,
+}
+
+/// One run's input.
+#[derive(Debug)]
+pub(super) struct RunSettings<'a> {
+    pub prompt: &'a CStr,
+    pub role: &'a CStr,
+    pub enable_thinking: bool,
+    pub sampling: SamplingValues,
+    pub max_new_tokens: i32,
+}
+
+static EMPTY: &CStr = c"";
+
+/// Fills the fields both ABIs' `RKLLMParam` share, over the runtime's
+/// defaults, and zeroes what a default-param call may leave unwritten.
+macro_rules! fill_params {
+    ($param:expr, $settings:expr, $model_path:expr) => {{
+        let (p, s) = (&mut $param, $settings);
+        p.model_path = $model_path.as_ptr();
+        p.max_context_len = s.max_context_len;
+        p.max_new_tokens = s.max_new_tokens;
+        p.n_keep = s.n_keep;
+        p.top_k = s.sampling.top_k;
+        p.top_p = s.sampling.top_p;
+        p.temperature = s.sampling.temperature;
+        p.repeat_penalty = s.sampling.repeat_penalty;
+        p.frequency_penalty = s.sampling.frequency_penalty;
+        p.presence_penalty = s.sampling.presence_penalty;
+        p.mirostat = 0;
+        p.mirostat_tau = 5.0;
+        p.mirostat_eta = 0.1;
+        p.skip_special_token = u8::from(s.skip_special_token);
+        p.is_async = 0;
+        let e = &mut p.extend_param;
+        e.base_domain_id = s.base_domain_id;
+        e.embed_flash = i8::from(s.embed_flash);
+        e.enabled_cpus_num = s.cpu_threads;
+        e.enabled_cpus_mask = s.cpu_mask;
+        e.n_batch = 1;
+        e.use_cross_attn = 0;
+        e.reserved = [0; 104];
+    }};
+}
+
+/// Builds a prompt `RKLLMInput` of either ABI.
+macro_rules! prompt_input {
+    ($module:ident, $run:expr) => {{
+        // SAFETY: every field of RKLLMInput is an integer or a raw pointer,
+        // valid when zeroed; the ones used are set below.
+        let mut input: $module::RKLLMInput = unsafe { std::mem::zeroed() };
+        input.role = $run.role.as_ptr();
+        input.enable_thinking = u8::from($run.enable_thinking);
+        input.input_type = $module::RKLLM_INPUT_PROMPT;
+        input.__bindgen_anon_1.prompt_input = $run.prompt.as_ptr();
+        input
+    }};
+}
+
+/// `rkllm_init` for ABI 1.3.0. Returns the handle or the runtime's code.
+pub(super) fn init_v1_3(
+    api: &v1_3_0::RkllmApi,
+    settings: &InitSettings,
+    model_path: &CStr,
+    userdata: *mut c_void,
+) -> Result<RawHandle, c_int> {
+    // SAFETY: declared (rkllm-sys) as returning the struct by value, which
+    // is the runtime's signature; every field is an integer, float, u8 or
+    // pointer, so any bit pattern it leaves is a valid value.
+    let mut param = unsafe { api.rkllm_createDefaultParam() };
+    fill_params!(param, settings, model_path);
+    param.ignore_eos_token = 0;
+    let mut callbacks = v1_3_0::RKLLMCallback {
+        result_callback: Some(callback_v1_3),
+        result_userdata: userdata,
+        tokenizer_callback: None,
+        tokenizer_userdata: std::ptr::null_mut(),
+        embed_callback: None,
+        embed_userdata: std::ptr::null_mut(),
+    };
+    let mut handle: v1_3_0::LLMHandle = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the call; `model_path` and the
+    // callback slot behind `userdata` outlive the handle (ModelHandle).
+    let rc = unsafe { api.rkllm_init(&raw mut handle, &raw mut param, &raw mut callbacks) };
+    checked_handle(rc, handle)
+}
+
+/// `rkllm_init` for ABI 1.2.1-1.2.3.
+pub(super) fn init_v1_2(
+    api: &v1_2::RkllmApi,
+    settings: &InitSettings,
+    model_path: &CStr,
+) -> Result<RawHandle, c_int> {
+    // SAFETY: as in `init_v1_3`.
+    let mut param = unsafe { api.rkllm_createDefaultParam() };
+    fill_params!(param, settings, model_path);
+    param.img_start = EMPTY.as_ptr();
+    param.img_end = EMPTY.as_ptr();
+    param.img_content = EMPTY.as_ptr();
+    let mut handle: v1_2::LLMHandle = std::ptr::null_mut();
+    // SAFETY: as in `init_v1_3`; this ABI passes `userdata` per run.
+    let rc = unsafe { api.rkllm_init(&raw mut handle, &raw mut param, Some(callback_v1_2)) };
+    checked_handle(rc, handle)
+}
+
+fn checked_handle(rc: c_int, handle: *mut c_void) -> Result<RawHandle, c_int> {
+    match (rc, NonNull::new(handle)) {
+        (0, Some(handle)) => Ok(RawHandle(handle)),
+        // Some runtimes returned 0 from a failed init: a null handle is a failure too.
+        (0, None) => Err(-1),
+        (rc, _) => Err(rc),
+    }
+}
+
+/// `rkllm_run` for ABI 1.3.0, with per-run sampling and token cap.
+pub(super) fn run_v1_3(
+    api: &v1_3_0::RkllmApi,
+    handle: RawHandle,
+    run: &RunSettings<'_>,
+    userdata: *mut c_void,
+) -> c_int {
+    let mut input = prompt_input!(v1_3_0, run);
+    let s = run.sampling;
+    let mut sampling = v1_3_0::RKLLMSamplingParam {
+        top_k: s.top_k,
+        top_p: s.top_p,
+        temperature: s.temperature,
+        repeat_penalty: s.repeat_penalty,
+        frequency_penalty: s.frequency_penalty,
+        presence_penalty: s.presence_penalty,
+        mirostat: 0,
+        mirostat_tau: 5.0,
+        mirostat_eta: 0.1,
+    };
+    let mut params = v1_3_0::RKLLMInferParam {
+        mode: v1_3_0::RKLLM_INFER_GENERATE,
+        lora_params: std::ptr::null_mut(),
+        prompt_cache_params: std::ptr::null_mut(),
+        sampling_params: &raw mut sampling,
+        keep_history: 0,
+        max_new_tokens: run.max_new_tokens,
+    };
+    // SAFETY: the handle is live and used by this thread only; the input,
+    // its strings and the params outlive this blocking call; `userdata` is
+    // the handle's callback slot.
+    unsafe { api.rkllm_run(handle.0.as_ptr(), &raw mut input, &raw mut params, userdata) }
+}
+
+/// `rkllm_run` for ABI 1.2.1-1.2.3 (no per-run sampling or cap).
+pub(super) fn run_v1_2(
+    api: &v1_2::RkllmApi,
+    handle: RawHandle,
+    run: &RunSettings<'_>,
+    userdata: *mut c_void,
+) -> c_int {
+    let mut input = prompt_input!(v1_2, run);
+    let mut params = v1_2::RKLLMInferParam {
+        mode: v1_2::RKLLM_INFER_GENERATE,
+        lora_params: std::ptr::null_mut(),
+        prompt_cache_params: std::ptr::null_mut(),
+        keep_history: 0,
+    };
+    // SAFETY: as in `run_v1_3`.
+    unsafe { api.rkllm_run(handle.0.as_ptr(), &raw mut input, &raw mut params, userdata) }
+}
+
+/// Defines the result callback of one ABI: reads the result, hands it to
+/// the handle's [`CallbackSlot`], and never lets a panic reach C.
+macro_rules! result_callback {
+    ($name:ident, $module:ident) => {
+        unsafe extern "C" fn $name(
+            result: *mut $module::RKLLMResult,
+            userdata: *mut c_void,
+            state: $module::LLMCallState,
+        ) -> c_int {
+            if userdata.is_null() {
+                return 0;
+            }
+            // SAFETY: `userdata` is the address of the handle's CallbackSlot,
+            // which lives until after `rkllm_destroy`.
+            let slot = unsafe { &*userdata.cast_const().cast::<CallbackSlot>() };
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                // SAFETY: the runtime passes a result valid for this call
+                // (or null); `text`, when set, is NUL-terminated.
+                let result = unsafe { result.as_ref() };
+                let text = result
+                    .filter(|r| !r.text.is_null())
+                    .map(|r| unsafe { CStr::from_ptr(r.text) }.to_bytes());
+                let perf = result.map(|r| Perf {
+                    prefill_time_ms: r.perf.prefill_time_ms,
+                    prefill_tokens: r.perf.prefill_tokens,
+                    generate_time_ms: r.perf.generate_time_ms,
+                    generate_tokens: r.perf.generate_tokens,
+                });
+                slot.on_result(state, text, perf)
+            }));
+            outcome.unwrap_or_else(|_| {
+                slot.mark_panicked();
+                0
+            })
+        }
+    };
+}
+
+result_callback!(callback_v1_3, v1_3_0);
+result_callback!(callback_v1_2, v1_2);

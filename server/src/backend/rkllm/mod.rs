@@ -1,0 +1,279 @@
+//! The `rkllm` backend: Rockchip's RKLLM runtime through `rkllm-sys`.
+//!
+//! This module tree and `rkllm-sys` are the only places with `unsafe`.
+//! Each model's handle is created, run and destroyed on that model's
+//! worker thread ([`ModelHandle`]); other threads reach it only to abort.
+//! Text arrives through the result callback, which may run on any thread,
+//! and goes through the engine's UTF-8 assembly, so a delta never holds
+//! half a character whatever pieces the runtime sends.
+
+mod abi;
+mod handle;
+mod runtime;
+
+use std::ffi::CString;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rkllm_sys::version::Abi;
+
+pub use runtime::{LoadError, Runtime};
+
+use self::abi::{InitSettings, RunSettings, SamplingValues};
+use self::handle::{CallbackSlot, ModelHandle};
+use self::runtime::Api;
+use crate::config::Config;
+use crate::engine::{
+    Backend, BackendError, FinishReason, Generation, ModelSpec, Runner, TokenSink, Usage,
+    ValidRunRequest,
+};
+
+/// Per-request overrides runtime 1.3.0 applies.
+const OVERRIDES_1_3: &[&str] = &[
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repeat_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "role",
+    "enable_thinking",
+];
+/// Per-request overrides runtimes 1.2.x apply (`max_tokens` by aborting
+/// at the count; sampling is fixed at init).
+const OVERRIDES_1_2: &[&str] = &["max_tokens", "role", "enable_thinking"];
+
+/// The backend factory: the loaded runtime and the init settings.
+#[derive(Debug)]
+pub struct RkllmBackend {
+    runtime: Arc<Runtime>,
+    init: InitSettings,
+    next_run: Arc<AtomicU64>,
+}
+
+impl RkllmBackend {
+    /// Loads the runtime library named by the config.
+    ///
+    /// # Errors
+    /// See [`Runtime::load`].
+    pub fn new(config: &Config) -> Result<Self, LoadError> {
+        let runtime = Runtime::load(&config.runtime, config.runtime_abi)?;
+        let r = &config.rkllm;
+        let init = InitSettings {
+            max_context_len: i32::try_from(r.max_context_len).unwrap_or(i32::MAX),
+            max_new_tokens: i32::try_from(config.limits.max_tokens).unwrap_or(i32::MAX),
+            n_keep: r.n_keep,
+            sampling: SamplingValues {
+                top_k: i32::try_from(r.top_k).unwrap_or(0),
+                top_p: r.top_p as f32,
+                temperature: r.temperature as f32,
+                repeat_penalty: r.repeat_penalty as f32,
+                frequency_penalty: r.frequency_penalty as f32,
+                presence_penalty: r.presence_penalty as f32,
+            },
+            skip_special_token: r.skip_special_token,
+            cpu_mask: r.cpu_mask,
+            cpu_threads: i8::try_from(r.cpu_threads).unwrap_or(4),
+            embed_flash: r.embed_flash,
+            base_domain_id: r.base_domain_id,
+        };
+        Ok(Self {
+            runtime: Arc::new(runtime),
+            init,
+            next_run: Arc::new(AtomicU64::new(1)),
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "runtime {} (version {})",
+            self.runtime.path().display(),
+            self.runtime
+                .version()
+                .map_or_else(|| "unknown".into(), |v| v.to_string())
+        )
+    }
+}
+
+impl Backend for RkllmBackend {
+    fn kind(&self) -> &'static str {
+        "rkllm"
+    }
+
+    fn overrides(&self) -> &'static [&'static str] {
+        match self.runtime.abi() {
+            Abi::V1_3 => OVERRIDES_1_3,
+            Abi::V1_2 => OVERRIDES_1_2,
+        }
+    }
+
+    fn load(&self, model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
+        let load_error = |message: String| BackendError::Load {
+            model: model.name.clone(),
+            message,
+        };
+        let path = model
+            .path
+            .as_ref()
+            .ok_or_else(|| load_error("no model file configured".into()))?;
+        if !path.is_file() {
+            return Err(load_error(format!(
+                "model file {} does not exist",
+                path.display()
+            )));
+        }
+        let c_path = CString::new(path.to_string_lossy().into_owned()).map_err(|_| {
+            load_error(format!("model path {} contains a NUL byte", path.display()))
+        })?;
+        let slot = Box::new(CallbackSlot::default());
+        let userdata = std::ptr::from_ref::<CallbackSlot>(&slot).cast_mut().cast();
+        let handle = match &self.runtime.api {
+            Api::V1_3(api) => abi::init_v1_3(api, &self.init, &c_path, userdata),
+            Api::V1_2(api) => abi::init_v1_2(api, &self.init, &c_path),
+        }
+        .map_err(|rc| {
+            load_error(format!(
+                "rkllm_init failed (code {rc}) with {}; the runtime's own messages above say why \
+                 (common causes: NPU driver older than 0.9.8, rkllm.max_context_len over the model's \
+                 limit, not enough NPU memory, a model converted for another chip)",
+                self.describe()
+            ))
+        })?;
+        tracing::info!(model = %model.name, "model loaded with {}", self.describe());
+        Ok(Box::new(RkllmRunner {
+            handle: ModelHandle::new(Arc::clone(&self.runtime), handle, slot, c_path),
+            init: self.init.clone(),
+            next_run: Arc::clone(&self.next_run),
+        }))
+    }
+}
+
+/// One loaded model, owned by its worker thread.
+struct RkllmRunner {
+    handle: ModelHandle,
+    init: InitSettings,
+    next_run: Arc<AtomicU64>,
+}
+
+impl RkllmRunner {
+    fn sampling(&self, request: &ValidRunRequest) -> SamplingValues {
+        let (d, s) = (self.init.sampling, &request.sampling);
+        SamplingValues {
+            top_k: s
+                .top_k
+                .map_or(d.top_k, |k| i32::try_from(k).unwrap_or(d.top_k)),
+            top_p: s.top_p.map_or(d.top_p, |v| v as f32),
+            temperature: s.temperature.map_or(d.temperature, |v| v as f32),
+            repeat_penalty: s.repeat_penalty.map_or(d.repeat_penalty, |v| v as f32),
+            frequency_penalty: s
+                .frequency_penalty
+                .map_or(d.frequency_penalty, |v| v as f32),
+            presence_penalty: s.presence_penalty.map_or(d.presence_penalty, |v| v as f32),
+        }
+    }
+}
+
+fn runtime_error(code: Option<i32>, message: impl Into<String>) -> BackendError {
+    BackendError::Runtime {
+        code,
+        message: message.into(),
+    }
+}
+
+impl Runner for RkllmRunner {
+    fn generate(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+    ) -> Result<Generation, BackendError> {
+        let prompt = CString::new(request.prompt.as_str()).map_err(|_| {
+            runtime_error(
+                None,
+                "the prompt contains a NUL character, which the runtime cannot take",
+            )
+        })?;
+        let role =
+            CString::new(request.role.as_str()).map_err(|_| runtime_error(None, "bad role"))?;
+        let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
+        let abi = self.handle.runtime.abi();
+        let cap = (abi == Abi::V1_2).then_some(request.max_tokens);
+        let settings = RunSettings {
+            prompt: &prompt,
+            role: &role,
+            enable_thinking: request.enable_thinking,
+            sampling: self.sampling(request),
+            max_new_tokens: i32::try_from(request.max_tokens).unwrap_or(i32::MAX),
+        };
+        let abort = Arc::clone(&self.handle.abort);
+        abort.set_running(run_id);
+        let hook_abort = Arc::clone(&abort);
+        sink.cancel_token()
+            .on_cancel(move || hook_abort.abort(run_id));
+        if !sink.is_open() {
+            abort.set_running(0);
+            return Ok(aborted());
+        }
+        self.handle
+            .slot
+            .install(sink, run_id, Arc::clone(&abort), cap);
+        let userdata = self.handle.userdata();
+        let rc = match &self.handle.runtime.api {
+            Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, &settings, userdata),
+            Api::V1_2(api) => abi::run_v1_2(api, self.handle.handle, &settings, userdata),
+        };
+        abort.set_running(0);
+        let run = self.handle.slot.remove();
+        let Some(run) = run else {
+            return Err(runtime_error(Some(rc), "the run's state was lost"));
+        };
+        if run.panicked {
+            return Err(runtime_error(
+                None,
+                "internal error while reading the runtime's output",
+            ));
+        }
+        if sink.cancel_token().is_cancelled() {
+            return Ok(aborted());
+        }
+        if run.capped {
+            return Ok(Generation {
+                finish_reason: FinishReason::Length,
+                usage: None,
+                runtime_timings: None,
+            });
+        }
+        if rc != 0 || run.failed {
+            return Err(runtime_error(
+                Some(rc),
+                format!("the runtime reported an error (rkllm_run returned {rc})"),
+            ));
+        }
+        let perf = run.finished;
+        let generated = perf.map_or(run.tokens, |p| {
+            u32::try_from(p.generate_tokens).unwrap_or(run.tokens)
+        });
+        let finish_reason = if generated >= request.max_tokens {
+            FinishReason::Length
+        } else {
+            FinishReason::Stop
+        };
+        Ok(Generation {
+            finish_reason,
+            usage: perf.map(|p| Usage {
+                prompt_tokens: u32::try_from(p.prefill_tokens).unwrap_or(0),
+                completion_tokens: generated,
+            }),
+            runtime_timings: perf
+                .map(|p| (f64::from(p.prefill_time_ms), f64::from(p.generate_time_ms))),
+        })
+    }
+}
+
+fn aborted() -> Generation {
+    Generation {
+        finish_reason: FinishReason::Abort,
+        usage: None,
+        runtime_timings: None,
+    }
+}
