@@ -349,21 +349,25 @@ fn abi_1_3_0_matches_the_lp64_tables() {
         "RKLLMInput.<union>"
     );
     assert_eq!(
+        // SAFETY: only the union member's size is taken; no value is read.
         field_size(|i: &v1_3_0::RKLLMInput| unsafe { &i.__bindgen_anon_1.prompt_input }),
         8,
         "RKLLMInput.prompt_input size"
     );
     assert_eq!(
+        // SAFETY: only the union member's size is taken; no value is read.
         field_size(|i: &v1_3_0::RKLLMInput| unsafe { &i.__bindgen_anon_1.embed_input }),
         16,
         "RKLLMInput.embed_input size"
     );
     assert_eq!(
+        // SAFETY: only the union member's size is taken; no value is read.
         field_size(|i: &v1_3_0::RKLLMInput| unsafe { &i.__bindgen_anon_1.token_input }),
         16,
         "RKLLMInput.token_input size"
     );
     assert_eq!(
+        // SAFETY: only the union member's size is taken; no value is read.
         field_size(|i: &v1_3_0::RKLLMInput| unsafe { &i.__bindgen_anon_1.multimodal_input }),
         144,
         "RKLLMInput.multimodal_input size"
@@ -866,6 +870,7 @@ fn abi_1_2_matches_the_lp64_tables() {
         "RKLLMInput.<union>"
     );
     assert_eq!(
+        // SAFETY: only the union member's size is taken; no value is read.
         field_size(|i: &v1_2::RKLLMInput| unsafe { &i.__bindgen_anon_1.prompt_input }),
         8,
         "RKLLMInput.prompt_input size"

@@ -1,5 +1,7 @@
 //! The `rkllm-server` binary: wiring only.
 
+#![deny(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -219,9 +219,11 @@ macro_rules! result_callback {
                 // SAFETY: the runtime passes a result valid for this call
                 // (or null); `text`, when set, is NUL-terminated.
                 let result = unsafe { result.as_ref() };
-                let text = result
-                    .filter(|r| !r.text.is_null())
-                    .map(|r| unsafe { CStr::from_ptr(r.text) }.to_bytes());
+                let text = result.filter(|r| !r.text.is_null()).map(|r| {
+                    // SAFETY: a non-null `text` is a NUL-terminated string
+                    // owned by the runtime for the duration of this call.
+                    unsafe { CStr::from_ptr(r.text) }.to_bytes()
+                });
                 let perf = result.map(|r| Perf {
                     prefill_time_ms: r.perf.prefill_time_ms,
                     prefill_tokens: r.perf.prefill_tokens,
