@@ -75,6 +75,17 @@ pub enum RuntimeAbi {
     V1_2,
 }
 
+/// How the stdio and TCP line transports frame messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Framing {
+    /// One message per line.
+    #[default]
+    Lines,
+    /// Lines, plus `{id}:{index}:{total}:{data}` frames for large messages.
+    Chunked,
+}
+
 /// Command-line flags; each one also reads `RKLLM_SERVER_<FLAG>`.
 #[derive(Debug, Default, Parser)]
 #[command(
@@ -101,6 +112,15 @@ pub struct Cli {
     /// ABI of the runtime: auto (read its version), 1.3 or 1.2.
     #[arg(long, env = "RKLLM_SERVER_RUNTIME_ABI", value_enum)]
     pub runtime_abi: Option<RuntimeAbi>,
+    /// Serve JSON-RPC/MCP on stdin/stdout instead of HTTP.
+    #[arg(long, env = "RKLLM_SERVER_STDIO")]
+    pub stdio: bool,
+    /// Framing of the stdio and TCP transports: lines or chunked.
+    #[arg(long, env = "RKLLM_SERVER_STDIO_FRAMING", value_enum)]
+    pub stdio_framing: Option<Framing>,
+    /// Also serve the stdio line protocol on this TCP address.
+    #[arg(long, env = "RKLLM_SERVER_TCP", value_name = "ADDR")]
+    pub tcp: Option<String>,
     /// Mock backend pace in tokens per second (0 = as fast as possible).
     #[arg(long, env = "RKLLM_SERVER_MOCK_TOKENS_PER_SECOND", value_name = "N")]
     pub mock_tokens_per_second: Option<f64>,
@@ -191,6 +211,47 @@ impl Default for RkllmSection {
     }
 }
 
+/// `[stdio]`: the stdio and TCP line transports.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StdioSection {
+    /// After end of input, seconds the accepted requests may still run.
+    pub eof_grace_secs: u64,
+}
+
+impl Default for StdioSection {
+    fn default() -> Self {
+        Self { eof_grace_secs: 10 }
+    }
+}
+
+/// `[mcp]`: MCP over Streamable HTTP.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpSection {
+    /// Seconds after which an unused MCP session is ended.
+    pub session_idle_secs: u64,
+    /// Host names (without port) accepted in the `Host` header; `"*"` accepts any.
+    pub allowed_hosts: Vec<String>,
+    /// Origins accepted in the `Origin` header (scheme://host, any port);
+    /// `"*"` accepts any. Requests without `Origin` are accepted.
+    pub allowed_origins: Vec<String>,
+}
+
+impl Default for McpSection {
+    fn default() -> Self {
+        let loopback = ["localhost", "127.0.0.1", "[::1]"];
+        Self {
+            session_idle_secs: 1800,
+            allowed_hosts: loopback.iter().map(|h| (*h).to_owned()).collect(),
+            allowed_origins: loopback
+                .iter()
+                .flat_map(|h| [format!("http://{h}"), format!("https://{h}")])
+                .collect(),
+        }
+    }
+}
+
 /// `[limits]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -273,12 +334,22 @@ pub struct Config {
     pub runtime: PathBuf,
     /// ABI of the runtime library.
     pub runtime_abi: RuntimeAbi,
+    /// Serve stdin/stdout instead of HTTP.
+    pub stdio: bool,
+    /// Framing of the line transports.
+    pub stdio_framing: Framing,
+    /// TCP address for the line protocol.
+    pub tcp: Option<String>,
     /// Log filter.
     pub log_level: String,
     /// Mock backend settings.
     pub mock: MockSection,
     /// RKLLM runtime settings.
     pub rkllm: RkllmSection,
+    /// Line transports.
+    pub stdio_transport: StdioSection,
+    /// MCP over HTTP.
+    pub mcp: McpSection,
     /// Request limits.
     pub limits: LimitsSection,
     /// Stream manager limits.
@@ -296,9 +367,14 @@ impl Default for Config {
             models: Vec::new(),
             runtime: PathBuf::from(DEFAULT_RUNTIME),
             runtime_abi: RuntimeAbi::default(),
+            stdio: false,
+            stdio_framing: Framing::default(),
+            tcp: None,
             log_level: "info".to_owned(),
             mock: MockSection::default(),
             rkllm: RkllmSection::default(),
+            stdio_transport: StdioSection::default(),
+            mcp: McpSection::default(),
             limits: LimitsSection::default(),
             streams: StreamsSection::default(),
             engine: EngineSection::default(),
@@ -389,6 +465,15 @@ impl Config {
         if let Some(abi) = cli.runtime_abi {
             self.runtime_abi = abi;
         }
+        if cli.stdio {
+            self.stdio = true;
+        }
+        if let Some(framing) = cli.stdio_framing {
+            self.stdio_framing = framing;
+        }
+        if let Some(tcp) = cli.tcp {
+            self.tcp = Some(tcp);
+        }
         if let Some(tps) = cli.mock_tokens_per_second {
             self.mock.tokens_per_second = tps;
         }
@@ -403,6 +488,25 @@ impl Config {
     /// The first invalid value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
+        self.tcp_addr()?;
+        if !(1..=3600).contains(&self.stdio_transport.eof_grace_secs) {
+            return Err(invalid(
+                "stdio_transport.eof_grace_secs",
+                format!(
+                    "must be between 1 and 3600, got {}",
+                    self.stdio_transport.eof_grace_secs
+                ),
+            ));
+        }
+        if !(10..=604_800).contains(&self.mcp.session_idle_secs) {
+            return Err(invalid(
+                "mcp.session_idle_secs",
+                format!(
+                    "must be between 10 and 604800, got {}",
+                    self.mcp.session_idle_secs
+                ),
+            ));
+        }
         if self.model.is_some() && !self.models.is_empty() {
             return Err(invalid(
                 "model",
@@ -609,6 +713,33 @@ impl Config {
                 ),
             )
         })
+    }
+
+    /// The TCP address of the line protocol, if any.
+    ///
+    /// # Errors
+    /// When `tcp` is not `IP:PORT`.
+    pub fn tcp_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        self.tcp
+            .as_deref()
+            .map(|tcp| {
+                tcp.parse().map_err(|_| {
+                    invalid(
+                        "tcp",
+                        format!("expected IP:PORT such as 127.0.0.1:7070, got {tcp:?}"),
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    /// The line transports' settings.
+    pub fn line_options(&self) -> crate::transport::line_session::LineOptions {
+        crate::transport::line_session::LineOptions {
+            framing: self.stdio_framing,
+            max_line: self.limits.max_request_bytes,
+            eof_grace: Duration::from_secs(self.stdio_transport.eof_grace_secs),
+        }
     }
 
     /// The models to load; the first is the default.

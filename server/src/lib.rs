@@ -34,11 +34,58 @@ pub const WORKER_GRACE: Duration = Duration::from_millis(400);
 /// The HTTP and WebSocket routes over `state`.
 pub fn app(state: Arc<AppState>) -> Router {
     let body_limit = state.config.limits.max_request_bytes;
+    let guard =
+        axum::middleware::from_fn_with_state(Arc::clone(&state), transport::mcp_http::guard);
     Router::new()
-        .route("/mcp", post(transport::http::post_mcp))
+        .route(
+            "/mcp",
+            post(transport::http::post_mcp).delete(transport::http::delete_mcp),
+        )
         .route("/ws", get(transport::ws::upgrade))
+        .route_layer(guard)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
+}
+
+/// Serves the stdio line protocol (see [`transport::stdio`]) until end of
+/// input or until `shutdown` resolves; then ends every stream and lets the
+/// model workers release their models. `output` comes from
+/// [`transport::stdio::claim_stdout`].
+pub async fn run_stdio(
+    state: Arc<AppState>,
+    output: std::fs::File,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let reaper = state.streams.spawn_reaper();
+    let options = state.config.line_options();
+    let served = transport::stdio::serve_stdio(Arc::clone(&state), output, options);
+    tokio::pin!(served);
+    tokio::select! {
+        () = &mut served => {}
+        () = shutdown => {
+            state.begin_shutdown();
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut served).await;
+        }
+    }
+    state.begin_shutdown();
+    reaper.abort();
+    stop_workers(&state).await;
+}
+
+/// Serves the line protocol on a TCP listener (`--tcp`) until shutdown.
+pub fn spawn_tcp(listener: TcpListener, state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
+    let options = state.config.line_options();
+    tokio::spawn(transport::tcp::serve_tcp(listener, state, options))
+}
+
+async fn stop_workers(state: &Arc<AppState>) {
+    let workers = Arc::clone(state);
+    let stopped = tokio::task::spawn_blocking(move || workers.engine.wait_stopped(WORKER_GRACE))
+        .await
+        .unwrap_or(false);
+    if !stopped {
+        tracing::warn!("a model worker is still busy; exiting without waiting for it");
+    }
 }
 
 /// Serves `state` on `listener` until `shutdown` resolves. Then it stops
@@ -54,6 +101,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let reaper = state.streams.spawn_reaper();
+    let sessions_reaper = transport::mcp_http::McpSessions::spawn_reaper(Arc::clone(&state));
     let server = axum::serve(listener, app(Arc::clone(&state)))
         .with_graceful_shutdown(state.shutdown_signal());
     let server = server.into_future();
@@ -77,12 +125,7 @@ pub async fn run(
         }
     };
     reaper.abort();
-    let workers = Arc::clone(&state);
-    let stopped = tokio::task::spawn_blocking(move || workers.engine.wait_stopped(WORKER_GRACE))
-        .await
-        .unwrap_or(false);
-    if !stopped {
-        tracing::warn!("a model worker is still busy; exiting without waiting for it");
-    }
+    sessions_reaper.abort();
+    stop_workers(&state).await;
     result
 }

@@ -17,14 +17,27 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // In stdio mode fd 1 becomes a private protocol output and fd 1 itself
+    // goes to stderr, before anything (the runtime at model load) prints.
+    let protocol_output = if config.stdio {
+        match rkllm_server::transport::stdio::claim_stdout() {
+            Ok(output) => Some(output),
+            Err(err) => {
+                eprintln!("rkllm-server: cannot set up stdio: {err}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new(&config.log_level))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let addr = match config.listen_addr() {
-        Ok(addr) => addr,
-        Err(err) => {
+    let (addr, tcp_addr) = match (config.listen_addr(), config.tcp_addr()) {
+        (Ok(addr), Ok(tcp)) => (addr, tcp),
+        (Err(err), _) | (_, Err(err)) => {
             eprintln!("rkllm-server: {err}");
             return ExitCode::from(2);
         }
@@ -36,6 +49,24 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(tcp_addr) = tcp_addr {
+        match tokio::net::TcpListener::bind(tcp_addr).await {
+            Ok(listener) => {
+                if let Ok(local) = listener.local_addr() {
+                    eprintln!("rkllm-server line protocol on tcp://{local}");
+                }
+                rkllm_server::spawn_tcp(listener, std::sync::Arc::clone(&state));
+            }
+            Err(err) => {
+                eprintln!("rkllm-server: cannot listen on {tcp_addr} (tcp): {err}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if let Some(output) = protocol_output {
+        rkllm_server::run_stdio(state, output, shutdown_signal()).await;
+        return ExitCode::SUCCESS;
+    }
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(listener) => listener,
         Err(err) => {

@@ -10,6 +10,7 @@ use crate::backend::{MockBackend, RkllmBackend};
 use crate::config::{BackendKind, Config};
 use crate::engine::{Backend, BackendError, Engine, EngineError};
 use crate::stream::StreamManager;
+use crate::transport::mcp_http::McpSessions;
 
 /// Everything a request handler needs.
 #[derive(Debug)]
@@ -20,6 +21,8 @@ pub struct AppState {
     pub streams: Arc<StreamManager>,
     /// Queues and model workers.
     pub engine: Engine,
+    /// MCP sessions over HTTP.
+    pub mcp_sessions: McpSessions,
     shutdown: watch::Sender<bool>,
     connections: Arc<ConnectionCount>,
 }
@@ -63,7 +66,10 @@ impl AppState {
             config.engine_limits(),
             Arc::clone(&streams),
         )?;
+        let mcp_sessions =
+            McpSessions::new(std::time::Duration::from_secs(config.mcp.session_idle_secs));
         Ok(Arc::new(Self {
+            mcp_sessions,
             config,
             streams,
             engine,
@@ -77,6 +83,9 @@ impl AppState {
     /// connection to close (after the end chunks exist, so they can be
     /// delivered).
     pub fn begin_shutdown(&self) {
+        if *self.shutdown.borrow() {
+            return;
+        }
         let ended = self.streams.shutdown();
         self.engine.shutdown();
         self.shutdown.send_replace(true);

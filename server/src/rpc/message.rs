@@ -145,6 +145,22 @@ pub fn error_response(id: &Value, error: &RpcError) -> String {
     })
 }
 
+/// Reads the `"id"` of a message that is not valid JSON, when it stands
+/// as `"id": <integer or simple string>` in the broken text.
+pub fn recover_id(text: &str) -> Option<Value> {
+    let at = text.find("\"id\"")?;
+    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
+    if let Some(quoted) = rest.strip_prefix('"') {
+        let end = quoted.find(['"', '\\'])?;
+        return (quoted.as_bytes()[end] == b'"').then(|| Value::String(quoted[..end].to_owned()));
+    }
+    let digits = rest
+        .char_indices()
+        .take_while(|&(i, c)| c.is_ascii_digit() || (i == 0 && c == '-'))
+        .count();
+    rest[..digits].parse::<i64>().ok().map(Value::from)
+}
+
 /// The params object, or an empty one when absent; arrays are refused.
 pub(super) fn params_object(params: Option<Value>) -> Result<Map<String, Value>, RpcError> {
     match params {
@@ -198,6 +214,22 @@ mod tests {
             Incoming::Invalid { answer, .. } => assert!(!answer),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn ids_are_recovered_from_broken_text_when_plain() {
+        assert_eq!(
+            recover_id(r#"{"jsonrpc":"2.0","id":42,"method":"#),
+            Some(json!(42))
+        );
+        assert_eq!(
+            recover_id(r#"{"id" : "abc", "method": [}"#),
+            Some(json!("abc"))
+        );
+        assert_eq!(recover_id(r#"{"id":-3,"#), Some(json!(-3)));
+        assert_eq!(recover_id(r#"{"id":"a\"b"}"#), None);
+        assert_eq!(recover_id(r#"{"method":"x""#), None);
+        assert_eq!(recover_id("garbage"), None);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::dispatch::Connection;
+use super::dispatch::{Connection, RequestCtx};
 use super::message::params_object;
 use super::params::Params;
 use super::wire::ChunkJson;
@@ -39,7 +39,7 @@ fn raw(value: &impl Serialize) -> Result<Box<RawValue>, RpcError> {
         })
 }
 
-fn done(value: &impl Serialize) -> Result<Handled, RpcError> {
+pub(super) fn done(value: &impl Serialize) -> Result<Handled, RpcError> {
     Ok(Handled {
         result: raw(value)?,
         subscribe: None,
@@ -50,13 +50,16 @@ fn done(value: &impl Serialize) -> Result<Handled, RpcError> {
 pub(super) async fn call(
     state: &Arc<AppState>,
     conn: &Connection,
+    ctx: &RequestCtx<'_>,
     method: &str,
     params: Option<Value>,
 ) -> Result<Handled, RpcError> {
     match method {
         "initialize" => initialize(conn, params),
         "ping" => done(&json!({})),
-        "run" => run(state, conn, Params(params_object(params)?)).await,
+        "run" => run(state, conn, ctx, Params(params_object(params)?)).await,
+        "tools/list" => done(&super::mcp::tools_list()),
+        "tools/call" => super::mcp::tools_call(state, ctx, Params(params_object(params)?)).await,
         "subscribe" => subscribe(state, conn, Params(params_object(params)?)),
         "abort" => abort(state, Params(params_object(params)?)),
         "stream_status" => stream_status(state, Params(params_object(params)?)),
@@ -67,17 +70,30 @@ pub(super) async fn call(
 
 /// Acts on a notification; nothing is ever answered. Unknown ones and
 /// broken ones are ignored.
-pub(super) fn notify(state: &Arc<AppState>, method: &str, params: Option<Value>) {
-    if method == "abort" {
-        let Ok(map) = params_object(params) else {
-            return;
-        };
-        if let Ok(stream) = Params(map)
-            .req_str("stream_id")
-            .and_then(|id| Ok(state.streams.get(&id)?))
-        {
-            stream.abort();
+pub(super) fn notify(
+    state: &Arc<AppState>,
+    conn: &Connection,
+    method: &str,
+    params: Option<Value>,
+) {
+    let Ok(map) = params_object(params) else {
+        return;
+    };
+    match method {
+        "abort" => {
+            if let Ok(stream) = Params(map)
+                .req_str("stream_id")
+                .and_then(|id| Ok(state.streams.get(&id)?))
+            {
+                stream.abort();
+            }
         }
+        "notifications/cancelled" => {
+            if let Some(id) = map.get("requestId") {
+                conn.cancel_request(id);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -99,7 +115,7 @@ fn initialize(conn: &Connection, params: Option<Value>) -> Result<Handled, RpcEr
     }))
 }
 
-fn run_request(p: &mut Params, max_tokens_limit: u32) -> Result<RunRequest, RpcError> {
+pub(super) fn run_request(p: &mut Params, max_tokens_limit: u32) -> Result<RunRequest, RpcError> {
     let role = match p.opt_str("role")?.as_deref() {
         None | Some("user") => Role::User,
         Some("tool") => Role::Tool,
@@ -127,7 +143,12 @@ fn run_request(p: &mut Params, max_tokens_limit: u32) -> Result<RunRequest, RpcE
     })
 }
 
-async fn run(state: &Arc<AppState>, conn: &Connection, mut p: Params) -> Result<Handled, RpcError> {
+async fn run(
+    state: &Arc<AppState>,
+    conn: &Connection,
+    ctx: &RequestCtx<'_>,
+    mut p: Params,
+) -> Result<Handled, RpcError> {
     if p.has("stream_id") {
         if p.has("prompt") {
             return Err(RpcError::invalid_params(
@@ -147,11 +168,7 @@ async fn run(state: &Arc<AppState>, conn: &Connection, mut p: Params) -> Result<
             subscribe,
         });
     }
-    let stream = state.engine.submit(request, false)?;
-    let _forget = Forget {
-        streams: &state.streams,
-        stream: &stream,
-    };
+    let (stream, _forget) = start_private(state, ctx, request)?;
     // Dropping this future (the client left) drops the consumer, which
     // aborts the generation.
     let mut consumer = stream.attach(0);
@@ -177,16 +194,36 @@ struct RunResult<'a> {
     timings: Timings,
 }
 
-/// Removes a non-streaming request's stream from the registry when the
-/// request ends (normally or by being dropped).
-struct Forget<'a> {
-    streams: &'a StreamManager,
-    stream: &'a Stream,
+/// Starts a generation whose stream only this request reads (a
+/// non-streaming `run`, an MCP `tools/call`): cancelling the request
+/// aborts it, and the returned guard forgets the stream when the request
+/// ends, normally or by being dropped.
+pub(super) fn start_private(
+    state: &Arc<AppState>,
+    ctx: &RequestCtx<'_>,
+    request: RunRequest,
+) -> Result<(Arc<Stream>, Forget), crate::engine::EngineError> {
+    let stream = state.engine.submit(request, false)?;
+    let aborted = Arc::clone(&stream);
+    ctx.cancel.on_cancel(move || {
+        aborted.abort();
+    });
+    let forget = Forget {
+        streams: Arc::clone(&state.streams),
+        id: stream.id().to_owned(),
+    };
+    Ok((stream, forget))
 }
 
-impl Drop for Forget<'_> {
+/// Forgets a private stream when dropped.
+pub(super) struct Forget {
+    streams: Arc<StreamManager>,
+    id: String,
+}
+
+impl Drop for Forget {
     fn drop(&mut self) {
-        self.streams.remove(self.stream.id());
+        self.streams.remove(&self.id);
     }
 }
 

@@ -3,14 +3,15 @@
 
 mod dispatch;
 mod error;
+mod mcp;
 mod message;
 mod methods;
 mod params;
 mod wire;
 
-pub use dispatch::{Connection, Dispatcher, Reply};
+pub use dispatch::{Connection, Dispatcher, Notifier, Reply};
 pub use error::{RpcError, codes};
-pub use message::{Incoming, classify, error_response, success_response};
+pub use message::{Incoming, classify, error_response, recover_id, success_response};
 pub use wire::{ChunkJson, chunk_notification};
 
 /// MCP protocol versions spoken, newest first.

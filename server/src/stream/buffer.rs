@@ -203,10 +203,12 @@ impl Stream {
                 inner.bytes += cost;
                 let seq = inner.next_seq;
                 inner.next_seq += 1;
+                let tokens = inner.usage.completion_tokens;
                 inner.chunks.push_back(Chunk {
                     seq,
                     delta: Arc::from(delta),
                     end: None,
+                    tokens,
                 });
             }
             if let Some(message) = &over_limit {
@@ -263,10 +265,12 @@ impl Stream {
         let seq = inner.next_seq;
         inner.next_seq += 1;
         inner.end_seq = Some(seq);
+        let tokens = info.usage.completion_tokens;
         inner.chunks.push_back(Chunk {
             seq,
             delta: Arc::from(""),
             end: Some(Arc::new(info)),
+            tokens,
         });
         self.shared.active.fetch_sub(1, Ordering::AcqRel);
     }

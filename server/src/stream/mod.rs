@@ -28,6 +28,8 @@ pub struct Chunk {
     pub delta: Arc<str>,
     /// Present on the end chunk only.
     pub end: Option<Arc<EndInfo>>,
+    /// Tokens generated up to and including this chunk.
+    pub tokens: u32,
 }
 
 /// Lifecycle of a stream, as reported by `stream_status`.

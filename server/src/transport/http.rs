@@ -1,34 +1,70 @@
-//! `POST /mcp`: one JSON-RPC message per request body (PROTOCOL §1).
+//! `POST /mcp` and `DELETE /mcp`: JSON-RPC over HTTP, one message per
+//! request body, which is also MCP's Streamable HTTP (see [`super::mcp_http`]
+//! for sessions and header checks).
 //!
 //! JSON-RPC errors travel in a 200 response; only transport failures get
-//! another status: 400 for a body that is not JSON, 413 for one over the
-//! size limit. A notification (nothing to answer) gets 202 and no body.
+//! another status: 400 for a body that is not JSON or an unsupported
+//! protocol version, 404 for an unknown session, 406/415 for bad headers,
+//! 413 for a body over the size limit. A message with nothing to answer
+//! gets 202. A `tools/call` with a progress token, from a client that
+//! accepts `text/event-stream`, is answered with SSE: progress
+//! notifications, then the response.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
+use tokio::sync::mpsc;
 
-use crate::rpc::{Connection, Dispatcher, RpcError, codes, error_response};
+use super::mcp_http::{SESSION_HEADER, accepts_sse, check_post_headers, failure};
+use super::session::OUTBOUND_QUEUE;
+use crate::rpc::{Connection, Dispatcher, RpcError, codes};
 use crate::state::AppState;
 
 fn json_response(status: StatusCode, body: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-fn failure(status: StatusCode, error: &RpcError) -> Response {
-    json_response(status, error_response(&Value::Null, error))
+fn session_id(headers: &HeaderMap) -> Option<&str> {
+    headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok())
+}
+
+fn unknown_session() -> Response {
+    failure(
+        StatusCode::NOT_FOUND,
+        &RpcError::invalid_request(
+            "unknown or expired MCP session; initialize again without Mcp-Session-Id",
+        ),
+    )
+}
+
+fn wants_progress_stream(value: &Value) -> bool {
+    value.get("method").and_then(Value::as_str) == Some("tools/call")
+        && value.get("id").is_some()
+        && value.pointer("/params/_meta/progressToken").is_some()
 }
 
 /// Handles `POST /mcp`.
 pub async fn post_mcp(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    if let Some(response) = check_post_headers(&headers) {
+        return response;
+    }
+    let session = match session_id(&headers) {
+        Some(id) => match state.mcp_sessions.get(id) {
+            Some(session) => Some(session),
+            None => return unknown_session(),
+        },
+        None => None,
+    };
     let body = match body {
         Ok(body) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
@@ -57,10 +93,62 @@ pub async fn post_mcp(
         Ok(value) => value,
         Err(err) => return failure(StatusCode::BAD_REQUEST, &RpcError::parse_error(err)),
     };
-    let conn = Connection::new(false);
-    let reply = Dispatcher::new(state).handle_value(&conn, value).await;
-    match reply.message {
-        Some(message) => json_response(StatusCode::OK, message),
-        None => StatusCode::ACCEPTED.into_response(),
+    let opens_session = session.is_none()
+        && value.get("method").and_then(Value::as_str) == Some("initialize")
+        && value.get("id").is_some();
+    let conn = session.map_or_else(|| Arc::new(Connection::new(false)), |s| Arc::clone(&s.conn));
+    let dispatcher = Dispatcher::new(Arc::clone(&state));
+
+    if wants_progress_stream(&value) && accepts_sse(&headers) {
+        return sse_reply(dispatcher, conn, value);
+    }
+    let reply = dispatcher.handle_value(&conn, value, None).await;
+    let Some(message) = reply.message else {
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let mut response = json_response(StatusCode::OK, message);
+    if opens_session && conn.protocol().is_some() {
+        let id = state.mcp_sessions.open(conn);
+        if let Ok(value) = HeaderValue::from_str(&id) {
+            response.headers_mut().insert(SESSION_HEADER, value);
+        }
+    }
+    response
+}
+
+/// Answers one request with an SSE stream: its notifications as they are
+/// sent, then its response. If the client disconnects, the request's next
+/// notification fails and its generation is aborted.
+fn sse_reply(dispatcher: Dispatcher, conn: Arc<Connection>, value: Value) -> Response {
+    let (tx, rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
+    tokio::spawn(async move {
+        let reply = dispatcher.handle_value(&conn, value, Some(&tx)).await;
+        if let Some(message) = reply.message {
+            let _ = tx.send(message).await;
+        }
+    });
+    let events = futures_util::stream::unfold(rx, |mut rx| async move {
+        let message = rx.recv().await?;
+        Some((
+            Ok::<_, std::convert::Infallible>(Event::default().event("message").data(message)),
+            rx,
+        ))
+    });
+    let mut response = Sse::new(events).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// Handles `DELETE /mcp`: ends the session named by `Mcp-Session-Id`.
+pub async fn delete_mcp(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    match session_id(&headers) {
+        None => failure(
+            StatusCode::BAD_REQUEST,
+            &RpcError::invalid_request("Mcp-Session-Id is required"),
+        ),
+        Some(id) if state.mcp_sessions.close(id) => StatusCode::NO_CONTENT.into_response(),
+        Some(_) => unknown_session(),
     }
 }

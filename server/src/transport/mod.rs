@@ -1,5 +1,12 @@
 //! Transports translate between a wire and the dispatcher; they hold no
 //! business logic.
 
+pub mod chunked;
 pub mod http;
+pub mod line_session;
+pub mod lines;
+pub mod mcp_http;
+pub mod session;
+pub mod stdio;
+pub mod tcp;
 pub mod ws;

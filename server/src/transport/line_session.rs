@@ -1,0 +1,171 @@
+//! A line-framed JSON-RPC session over any byte stream (stdio, TCP): the
+//! codec of [`super::lines`] (plus [`super::chunked`] frames when asked)
+//! in front of a [`Session`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::chunked::{self, FrameAssembler};
+use super::lines::{LineDecoder, LineEvent, preview};
+use super::session::{OUTBOUND_QUEUE, Session};
+use crate::config::Framing;
+use crate::rpc::{RpcError, codes, recover_id};
+use crate::state::AppState;
+
+/// Incomplete framed messages one session may hold.
+const MAX_PENDING_FRAMES: usize = 64;
+/// A framed message whose chunks stop coming fails after this.
+const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Settings of a line session.
+#[derive(Debug, Clone, Copy)]
+pub struct LineOptions {
+    /// Plain lines, or chunked frames too.
+    pub framing: Framing,
+    /// Longest line (and framed message) accepted.
+    pub max_line: usize,
+    /// After end of input, how long accepted requests may still run.
+    pub eof_grace: Duration,
+}
+
+/// Starts a writer task that writes each outgoing message as a line (or
+/// as frames, when chunked framing is on and the message is large), one
+/// flush per message. Returns the queue to send messages into.
+pub fn spawn_writer<W>(
+    mut output: W,
+    framing: Framing,
+) -> (mpsc::Sender<String>, tokio::task::JoinHandle<()>)
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
+    let task = tokio::spawn(async move {
+        let mut next_id: u64 = 1;
+        while let Some(message) = rx.recv().await {
+            let lines = match framing {
+                Framing::Chunked if message.len() > chunked::FRAME_THRESHOLD => {
+                    next_id += 1;
+                    chunked::encode(&message, next_id)
+                }
+                _ => vec![message],
+            };
+            for line in lines {
+                if output.write_all(line.as_bytes()).await.is_err()
+                    || output.write_all(b"\n").await.is_err()
+                {
+                    return;
+                }
+            }
+            if output.flush().await.is_err() {
+                return;
+            }
+        }
+    });
+    (tx, task)
+}
+
+/// Serves one line session until end of input (then lets accepted
+/// requests finish for `eof_grace`) or until the server shuts down.
+pub async fn serve_lines<R>(
+    mut input: R,
+    out: mpsc::Sender<String>,
+    state: Arc<AppState>,
+    options: LineOptions,
+) where
+    R: AsyncRead + Unpin,
+{
+    let mut session = Session::new(Arc::clone(&state), out);
+    let mut decoder = LineDecoder::new(options.max_line);
+    let mut frames = FrameAssembler::new(options.max_line, MAX_PENDING_FRAMES, FRAME_TIMEOUT);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut events = Vec::new();
+    let mut ticks = tokio::time::interval(Duration::from_secs(5));
+    let shutdown = state.shutdown_signal();
+    tokio::pin!(shutdown);
+    let mut grace = options.eof_grace;
+    loop {
+        tokio::select! {
+            read = input.read(&mut buf) => {
+                let n = read.unwrap_or(0);
+                if n == 0 {
+                    decoder.finish(&mut events);
+                    handle(&mut session, &mut frames, options, &mut events).await;
+                    for error in frames.finish() {
+                        report_frame_error(&session, &error).await;
+                    }
+                    break;
+                }
+                decoder.push(&buf[..n], &mut events);
+                handle(&mut session, &mut frames, options, &mut events).await;
+            }
+            () = session.reap() => {}
+            _ = ticks.tick() => {
+                for error in frames.expire(Instant::now()) {
+                    report_frame_error(&session, &error).await;
+                }
+            }
+            () = &mut shutdown => {
+                grace = Duration::from_millis(500);
+                break;
+            }
+        }
+    }
+    session.finish(grace).await;
+}
+
+async fn handle(
+    session: &mut Session,
+    frames: &mut FrameAssembler,
+    options: LineOptions,
+    events: &mut Vec<LineEvent>,
+) {
+    for event in events.drain(..) {
+        match event {
+            LineEvent::TooLong { preview } => {
+                tracing::warn!(%preview, limit = options.max_line, "line over the limit discarded");
+                let id = recover_id(&preview).unwrap_or(Value::Null);
+                let error = RpcError::new(
+                    codes::TOO_LARGE,
+                    format!("message over the limit of {} bytes", options.max_line),
+                );
+                session.send_error(&id, &error).await;
+            }
+            LineEvent::Line(bytes) => {
+                let Ok(text) = String::from_utf8(bytes) else {
+                    tracing::warn!("a line that is not UTF-8 was refused");
+                    session
+                        .send_error(
+                            &Value::Null,
+                            &RpcError::parse_error("the line is not valid UTF-8"),
+                        )
+                        .await;
+                    continue;
+                };
+                if options.framing == Framing::Chunked && chunked::is_frame(&text) {
+                    match frames.push(&text, Instant::now()) {
+                        Ok(Some(message)) => session.serve(message).await,
+                        Ok(None) => {}
+                        Err(error) => {
+                            tracing::warn!(preview = %preview(text.as_bytes()), reason = %error.reason, "bad frame");
+                            report_frame_error(session, &error).await;
+                        }
+                    }
+                } else {
+                    session.serve(text).await;
+                }
+            }
+        }
+    }
+}
+
+async fn report_frame_error(session: &Session, error: &chunked::FrameError) {
+    let mut rpc = RpcError::invalid_request(&error.reason);
+    if let Some(id) = &error.message_id {
+        rpc = rpc.with_data(serde_json::json!({ "messageId": id }));
+    }
+    session.send_error(&Value::Null, &rpc).await;
+}
