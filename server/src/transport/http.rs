@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 
 use super::mcp_http::{SESSION_HEADER, accepts_sse, check_post_headers, failure};
 use super::session::OUTBOUND_QUEUE;
-use crate::rpc::{Connection, Dispatcher, RpcError, codes};
+use crate::rpc::{Connection, Dispatcher, RpcError, codes, error_response, recover_id};
 use crate::state::AppState;
 
 fn json_response(status: StatusCode, body: String) -> Response {
@@ -91,7 +91,11 @@ pub async fn post_mcp(
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let value: Value = match serde_json::from_str(text) {
         Ok(value) => value,
-        Err(err) => return failure(StatusCode::BAD_REQUEST, &RpcError::parse_error(err)),
+        Err(err) => {
+            let id = recover_id(text).unwrap_or(Value::Null);
+            let body = error_response(&id, &RpcError::parse_error(err));
+            return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        }
     };
     let opens_session = session.is_none()
         && value.get("method").and_then(Value::as_str) == Some("initialize")
