@@ -94,7 +94,12 @@ pub async fn post_mcp(
         Err(err) => {
             let id = recover_id(text).unwrap_or(Value::Null);
             let body = error_response(&id, &RpcError::parse_error(err));
-            return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response();
         }
     };
     let opens_session = session.is_none()

@@ -1,0 +1,333 @@
+//! The three transports of [`crate::Client`].
+
+use std::process::{ExitStatus, Stdio};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::{CLOSE_WAIT, ClientError};
+
+/// How a child process ended when it was closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseStage {
+    /// It exited after its stdin was closed.
+    Exited,
+    /// It needed SIGTERM.
+    Terminated,
+    /// It needed SIGKILL.
+    Killed,
+}
+
+pub(crate) struct StdioChild {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    line: String,
+}
+
+pub(crate) struct WsConn {
+    socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+pub(crate) struct HttpConn {
+    client: reqwest::Client,
+    url: String,
+    session: Option<String>,
+    protocol: Option<String>,
+}
+
+pub(crate) enum Transport {
+    Stdio(Box<StdioChild>),
+    Ws(Box<WsConn>),
+    Http(HttpConn),
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Stdio(_) => "Transport::Stdio",
+            Self::Ws(_) => "Transport::Ws",
+            Self::Http(_) => "Transport::Http",
+        })
+    }
+}
+
+fn parse(text: &str) -> Result<Value, ClientError> {
+    serde_json::from_str(text)
+        .map_err(|e| ClientError::Protocol(format!("invalid JSON from the server: {e}")))
+}
+
+fn is_response(message: &Value) -> bool {
+    message.get("method").is_none() && message.get("id").is_some()
+}
+
+impl Transport {
+    pub(crate) fn spawn(
+        program: &str,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Result<Self, ClientError> {
+        let mut child = tokio::process::Command::new(program)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| ClientError::Transport(format!("cannot start {program}: {e}")))?;
+        let stdin = child.stdin.take();
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| ClientError::transport("no stdout"))?;
+        Ok(Self::Stdio(Box::new(StdioChild {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            line: String::new(),
+        })))
+    }
+
+    pub(crate) async fn connect_ws(url: &str) -> Result<Self, ClientError> {
+        let (socket, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .map_err(ClientError::transport)?;
+        Ok(Self::Ws(Box::new(WsConn { socket })))
+    }
+
+    pub(crate) fn http(url: &str) -> Self {
+        Self::Http(HttpConn {
+            client: reqwest::Client::new(),
+            url: url.to_owned(),
+            session: None,
+            protocol: None,
+        })
+    }
+
+    async fn send(&mut self, message: &Value) -> Result<(), ClientError> {
+        let text = message.to_string();
+        match self {
+            Self::Stdio(child) => {
+                let stdin = child
+                    .stdin
+                    .as_mut()
+                    .ok_or_else(|| ClientError::transport("stdin is closed"))?;
+                stdin
+                    .write_all(text.as_bytes())
+                    .await
+                    .map_err(ClientError::transport)?;
+                stdin
+                    .write_all(b"\n")
+                    .await
+                    .map_err(ClientError::transport)?;
+                stdin.flush().await.map_err(ClientError::transport)
+            }
+            Self::Ws(ws) => ws
+                .socket
+                .send(Message::Text(text.into()))
+                .await
+                .map_err(ClientError::transport),
+            Self::Http(_) => Err(ClientError::transport("HTTP sends with a request")),
+        }
+    }
+
+    pub(crate) async fn next_message(&mut self) -> Result<Option<Value>, ClientError> {
+        match self {
+            Self::Stdio(child) => loop {
+                child.line.clear();
+                let n = child
+                    .stdout
+                    .read_line(&mut child.line)
+                    .await
+                    .map_err(ClientError::transport)?;
+                if n == 0 {
+                    return Ok(None);
+                }
+                let line = child.line.trim();
+                if !line.is_empty() {
+                    return parse(line).map(Some);
+                }
+            },
+            Self::Ws(ws) => loop {
+                match ws.socket.next().await {
+                    Some(Ok(Message::Text(text))) => return parse(&text).map(Some),
+                    Some(Ok(Message::Close(_))) | None => return Ok(None),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Err(ClientError::transport(e)),
+                }
+            },
+            Self::Http(_) => Err(ClientError::transport(
+                "HTTP cannot receive pushed messages",
+            )),
+        }
+    }
+
+    pub(crate) async fn send_notification(&mut self, message: &Value) -> Result<(), ClientError> {
+        match self {
+            Self::Http(http) => http.post(message, &mut |_| {}).await.map(|_| ()),
+            _ => self.send(message).await,
+        }
+    }
+
+    pub(crate) async fn exchange(
+        &mut self,
+        message: &Value,
+        on_notification: &mut dyn FnMut(&Value),
+    ) -> Result<Value, ClientError> {
+        if let Self::Http(http) = self {
+            return http
+                .post(message, on_notification)
+                .await?
+                .ok_or_else(|| ClientError::Protocol("no response to a request".into()));
+        }
+        self.send(message).await?;
+        let id = message.get("id").cloned();
+        loop {
+            let reply = self
+                .next_message()
+                .await?
+                .ok_or_else(|| ClientError::transport("the server closed the connection"))?;
+            if is_response(&reply) && reply.get("id") == id.as_ref() {
+                return Ok(reply);
+            }
+            if reply.get("method").is_some() {
+                on_notification(&reply);
+            }
+        }
+    }
+
+    pub(crate) fn is_alive(&mut self) -> bool {
+        match self {
+            Self::Stdio(child) => matches!(child.child.try_wait(), Ok(None)),
+            Self::Ws(_) | Self::Http(_) => true,
+        }
+    }
+
+    pub(crate) async fn close(self) -> Result<Option<(CloseStage, ExitStatus)>, ClientError> {
+        match self {
+            Self::Stdio(mut child) => {
+                drop(child.stdin.take());
+                if let Ok(status) = tokio::time::timeout(CLOSE_WAIT, child.child.wait()).await {
+                    return Ok(Some((
+                        CloseStage::Exited,
+                        status.map_err(ClientError::transport)?,
+                    )));
+                }
+                if let Some(pid) = child
+                    .child
+                    .id()
+                    .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+                {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+                }
+                if let Ok(status) = tokio::time::timeout(CLOSE_WAIT, child.child.wait()).await {
+                    return Ok(Some((
+                        CloseStage::Terminated,
+                        status.map_err(ClientError::transport)?,
+                    )));
+                }
+                child.child.kill().await.map_err(ClientError::transport)?;
+                let status = child.child.wait().await.map_err(ClientError::transport)?;
+                Ok(Some((CloseStage::Killed, status)))
+            }
+            Self::Ws(mut ws) => {
+                let _ = ws.socket.close(None).await;
+                Ok(None)
+            }
+            Self::Http(http) => {
+                if let Some(session) = &http.session {
+                    let _ = http
+                        .client
+                        .delete(&http.url)
+                        .header("mcp-session-id", session)
+                        .send()
+                        .await;
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl HttpConn {
+    /// Posts one message. Returns the response (for a request), reading an
+    /// SSE answer's notifications into `on_notification` on the way.
+    async fn post(
+        &mut self,
+        message: &Value,
+        on_notification: &mut dyn FnMut(&Value),
+    ) -> Result<Option<Value>, ClientError> {
+        let mut request = self
+            .client
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(message.to_string());
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session);
+        }
+        if let Some(protocol) = &self.protocol {
+            request = request.header("mcp-protocol-version", protocol);
+        }
+        let mut response = request.send().await.map_err(ClientError::transport)?;
+        if let Some(session) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            self.session = Some(session.to_owned());
+        }
+        let status = response.status();
+        if status == reqwest::StatusCode::ACCEPTED {
+            return Ok(None);
+        }
+        let is_sse = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let reply = if is_sse {
+            let mut pending = String::new();
+            let mut reply = None;
+            while let Some(bytes) = response.chunk().await.map_err(ClientError::transport)? {
+                pending.push_str(&String::from_utf8_lossy(&bytes));
+                while let Some(end) = pending.find("\n\n") {
+                    let event: String = pending.drain(..end + 2).collect();
+                    let data: Vec<&str> = event
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data:"))
+                        .map(str::trim_start)
+                        .collect();
+                    if data.is_empty() {
+                        continue;
+                    }
+                    let message = parse(&data.join("\n"))?;
+                    if is_response(&message) {
+                        reply = Some(message);
+                    } else {
+                        on_notification(&message);
+                    }
+                }
+            }
+            reply.ok_or_else(|| {
+                ClientError::Protocol("the SSE answer ended without a response".into())
+            })?
+        } else {
+            let text = response.text().await.map_err(ClientError::transport)?;
+            parse(&text).map_err(|_| ClientError::Transport(format!("HTTP {status}: {text}")))?
+        };
+        if let Some(version) = reply
+            .pointer("/result/protocolVersion")
+            .and_then(Value::as_str)
+        {
+            self.protocol = Some(version.to_owned());
+        }
+        Ok(Some(reply))
+    }
+}
