@@ -174,6 +174,8 @@ pub fn start_failure(args: &[&str], env: &[(&str, &str)], config: Option<&str>) 
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// The `--tcp` line protocol address, when started with one.
+    pub tcp_addr: Option<SocketAddr>,
     pub http: reqwest::Client,
     log: Arc<Mutex<Vec<String>>>,
     _dir: ScratchDir,
@@ -206,15 +208,20 @@ impl Server {
         let (addr_tx, addr_rx) = mpsc::channel();
         let log_sink = Arc::clone(&log);
         std::thread::spawn(move || {
+            let mut tcp = None;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("rkllm-server line protocol on tcp://") {
+                    tcp = addr.parse::<SocketAddr>().ok();
+                }
                 if let Some(addr) = line.strip_prefix("rkllm-server listening on http://") {
-                    let _ = addr_tx.send(addr.parse::<SocketAddr>().expect("listen address"));
+                    let _ =
+                        addr_tx.send((addr.parse::<SocketAddr>().expect("listen address"), tcp));
                 }
                 log_sink.lock().unwrap().push(line);
             }
         });
-        let addr = match addr_rx.recv_timeout(LIVENESS) {
-            Ok(addr) => addr,
+        let (addr, tcp_addr) = match addr_rx.recv_timeout(LIVENESS) {
+            Ok(addrs) => addrs,
             Err(_) => {
                 let _ = child.kill();
                 panic!("server did not start: {:?}", log.lock().unwrap());
@@ -228,6 +235,7 @@ impl Server {
         Self {
             child,
             addr,
+            tcp_addr,
             http,
             log,
             _dir: dir,

@@ -5,6 +5,8 @@ mod harness;
 
 mod errors;
 mod lifecycle;
+mod mcp;
 mod queueing;
 mod rkllm;
+mod stdio;
 mod streaming;
