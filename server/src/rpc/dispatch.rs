@@ -143,6 +143,7 @@ impl Dispatcher {
         match serde_json::from_str::<Value>(text) {
             Ok(value) => self.handle_value(conn, value, None).await,
             Err(err) => {
+                tracing::debug!(preview = %super::message::preview(text.as_bytes()), error = %err, "invalid JSON");
                 let id = super::message::recover_id(text).unwrap_or(Value::Null);
                 Reply::message(error_response(&id, &RpcError::parse_error(err)))
             }

@@ -145,6 +145,22 @@ pub fn error_response(id: &Value, error: &RpcError) -> String {
     })
 }
 
+/// Bytes of a bad input kept for logs and messages.
+pub const PREVIEW_BYTES: usize = 64;
+
+/// A short, printable preview of bad input for logs.
+pub fn preview(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(PREVIEW_BYTES)];
+    let mut text: String = String::from_utf8_lossy(cut)
+        .chars()
+        .map(|c| if c.is_control() { '.' } else { c })
+        .collect();
+    if bytes.len() > PREVIEW_BYTES {
+        text.push('…');
+    }
+    text
+}
+
 /// Reads the `"id"` of a message that is not valid JSON, when it stands
 /// as `"id": <integer or simple string>` in the broken text.
 pub fn recover_id(text: &str) -> Option<Value> {

@@ -11,7 +11,9 @@ mod wire;
 
 pub use dispatch::{Connection, Dispatcher, Notifier, Reply};
 pub use error::{RpcError, codes};
-pub use message::{Incoming, classify, error_response, recover_id, success_response};
+pub use message::{
+    Incoming, PREVIEW_BYTES, classify, error_response, preview, recover_id, success_response,
+};
 pub use wire::{ChunkJson, chunk_notification};
 
 /// MCP protocol versions spoken, newest first.

@@ -6,8 +6,7 @@
 //! [`LineEvent::TooLong`], discarding the rest of it up to its newline.
 //! Memory stays bounded by the limit whatever the input.
 
-/// Bytes of a bad input kept for logs and messages.
-pub const PREVIEW_BYTES: usize = 64;
+pub use crate::rpc::{PREVIEW_BYTES, preview};
 
 /// One decoded line, or the report of one that was too long.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,19 +27,6 @@ pub struct LineDecoder {
     buf: Vec<u8>,
     /// Discarding an over-long line until its newline.
     discarding: bool,
-}
-
-/// A short, printable preview of bad input for logs.
-pub fn preview(bytes: &[u8]) -> String {
-    let cut = &bytes[..bytes.len().min(PREVIEW_BYTES)];
-    let mut text: String = String::from_utf8_lossy(cut)
-        .chars()
-        .map(|c| if c.is_control() { '.' } else { c })
-        .collect();
-    if bytes.len() > PREVIEW_BYTES {
-        text.push('…');
-    }
-    text
 }
 
 impl LineDecoder {
