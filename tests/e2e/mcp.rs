@@ -27,6 +27,12 @@ async fn post(server: &Server, headers: &[(&str, &str)], body: String) -> reqwes
     request.body(body).send().await.unwrap()
 }
 
+/// Posts a ping with extra headers; returns the status.
+async fn ping_status(server: &Server, headers: &[(&str, &str)]) -> u16 {
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}).to_string();
+    post(server, headers, ping).await.status().as_u16()
+}
+
 #[tokio::test]
 async fn initialize_opens_a_session_and_unknown_or_deleted_sessions_get_404() {
     let server = Server::start(&mock_config(0.0, 0, ""), &[]);
@@ -74,7 +80,7 @@ async fn initialize_opens_a_session_and_unknown_or_deleted_sessions_get_404() {
     assert_eq!(bare.status(), 400);
 
     // Without a session id, requests are served statelessly.
-    assert_eq!(post(&server, &[], ping).await.status(), 200);
+    assert_eq!(ping_status(&server, &[]).await, 200);
     assert_eq!(
         server
             .http
@@ -92,23 +98,11 @@ async fn headers_are_checked_protocol_version_content_type_accept() {
     let server = Server::start(&mock_config(0.0, 0, ""), &[]);
     let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}).to_string();
     assert_eq!(
-        post(
-            &server,
-            &[("mcp-protocol-version", "1999-01-01")],
-            ping.clone()
-        )
-        .await
-        .status(),
+        ping_status(&server, &[("mcp-protocol-version", "1999-01-01")]).await,
         400
     );
     assert_eq!(
-        post(
-            &server,
-            &[("mcp-protocol-version", "2024-11-05")],
-            ping.clone()
-        )
-        .await
-        .status(),
+        ping_status(&server, &[("mcp-protocol-version", "2024-11-05")]).await,
         200
     );
     let text = server
@@ -130,37 +124,20 @@ async fn headers_are_checked_protocol_version_content_type_accept() {
 #[tokio::test]
 async fn origin_and_host_must_be_in_the_allow_list() {
     let server = Server::start(&mock_config(0.0, 0, ""), &[]);
-    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}).to_string();
     assert_eq!(
-        post(
-            &server,
-            &[("origin", "http://evil.example.com")],
-            ping.clone()
-        )
-        .await
-        .status(),
+        ping_status(&server, &[("origin", "http://evil.example.com")]).await,
         403
     );
     assert_eq!(
-        post(
-            &server,
-            &[("origin", "http://localhost:3000")],
-            ping.clone()
-        )
-        .await
-        .status(),
+        ping_status(&server, &[("origin", "http://localhost:3000")]).await,
         200
     );
     assert_eq!(
-        post(&server, &[("host", "evil.example.com")], ping.clone())
-            .await
-            .status(),
+        ping_status(&server, &[("host", "evil.example.com")]).await,
         403
     );
     assert_eq!(
-        post(&server, &[("host", "localhost:1234")], ping)
-            .await
-            .status(),
+        ping_status(&server, &[("host", "localhost:1234")]).await,
         200
     );
     let mut request = server.ws_url().into_client_request().unwrap();
@@ -181,11 +158,8 @@ async fn origin_and_host_must_be_in_the_allow_list() {
         ),
         &[],
     );
-    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}).to_string();
     assert_eq!(
-        post(&open, &[("origin", "http://evil.example.com")], ping)
-            .await
-            .status(),
+        ping_status(&open, &[("origin", "http://evil.example.com")]).await,
         200
     );
 }

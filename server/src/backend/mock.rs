@@ -18,7 +18,8 @@
 use std::time::{Duration, Instant};
 
 use crate::engine::{
-    Backend, BackendError, FinishReason, Generation, ModelSpec, Runner, TokenSink, ValidRunRequest,
+    ALL_OVERRIDES, Backend, BackendError, FinishReason, Generation, ModelSpec, Runner, TokenSink,
+    ValidRunRequest,
 };
 
 /// Settings of the mock backend (config section `[mock]`).
@@ -49,17 +50,7 @@ impl Backend for MockBackend {
     }
 
     fn overrides(&self) -> &'static [&'static str] {
-        &[
-            "max_tokens",
-            "temperature",
-            "top_p",
-            "top_k",
-            "repeat_penalty",
-            "frequency_penalty",
-            "presence_penalty",
-            "role",
-            "enable_thinking",
-        ]
+        ALL_OVERRIDES
     }
 
     fn load(&self, _model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {

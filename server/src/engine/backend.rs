@@ -58,6 +58,19 @@ pub struct Generation {
     pub runtime_timings: Option<(f64, f64)>,
 }
 
+/// Every per-request parameter a backend can apply, for `models`.
+pub const ALL_OVERRIDES: &[&str] = &[
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repeat_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "role",
+    "enable_thinking",
+];
+
 /// A factory of runners, shared by all models of one backend kind.
 pub trait Backend: Send + Sync + fmt::Debug {
     /// The backend's name in `models` (`"mock"`, `"rkllm"`).

@@ -8,7 +8,7 @@ mod outcome;
 mod request;
 mod scheduler;
 
-pub use backend::{Backend, BackendError, Generation, ModelSpec, Runner, TokenSink};
+pub use backend::{ALL_OVERRIDES, Backend, BackendError, Generation, ModelSpec, Runner, TokenSink};
 pub use cancel::CancelToken;
 pub use outcome::{EndError, EndInfo, FinishReason, Timings, Usage};
 pub use request::{RequestLimits, Role, RunRequest, Sampling, ValidRunRequest, ValidationError};

@@ -24,22 +24,10 @@ use self::handle::{CallbackSlot, ModelHandle};
 use self::runtime::Api;
 use crate::config::Config;
 use crate::engine::{
-    Backend, BackendError, FinishReason, Generation, ModelSpec, Runner, TokenSink, Usage,
-    ValidRunRequest,
+    ALL_OVERRIDES, Backend, BackendError, FinishReason, Generation, ModelSpec, Runner, TokenSink,
+    Usage, ValidRunRequest,
 };
 
-/// Per-request overrides runtime 1.3.0 applies.
-const OVERRIDES_1_3: &[&str] = &[
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "repeat_penalty",
-    "frequency_penalty",
-    "presence_penalty",
-    "role",
-    "enable_thinking",
-];
 /// Per-request overrides runtimes 1.2.x apply (`max_tokens` by aborting
 /// at the count; sampling is fixed at init).
 const OVERRIDES_1_2: &[&str] = &["max_tokens", "role", "enable_thinking"];
@@ -103,7 +91,7 @@ impl Backend for RkllmBackend {
 
     fn overrides(&self) -> &'static [&'static str] {
         match self.runtime.abi() {
-            Abi::V1_3 => OVERRIDES_1_3,
+            Abi::V1_3 => ALL_OVERRIDES,
             Abi::V1_2 => OVERRIDES_1_2,
         }
     }
