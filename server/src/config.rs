@@ -121,6 +121,18 @@ pub struct Cli {
     /// Also serve the stdio line protocol on this TCP address.
     #[arg(long, env = "RKLLM_SERVER_TCP", value_name = "ADDR")]
     pub tcp: Option<String>,
+    /// API key clients must send as `Authorization: Bearer KEY`
+    /// (repeatable; the variable takes a comma-separated list).
+    #[arg(
+        long = "api-key",
+        env = "RKLLM_SERVER_API_KEY",
+        value_name = "KEY",
+        value_delimiter = ','
+    )]
+    pub api_keys: Vec<String>,
+    /// File with one API key per line (`#` comments and blank lines skipped).
+    #[arg(long, env = "RKLLM_SERVER_API_KEY_FILE", value_name = "PATH")]
+    pub api_key_file: Option<PathBuf>,
     /// Mock backend pace in tokens per second (0 = as fast as possible).
     #[arg(long, env = "RKLLM_SERVER_MOCK_TOKENS_PER_SECOND", value_name = "N")]
     pub mock_tokens_per_second: Option<f64>,
@@ -252,6 +264,45 @@ impl Default for McpSection {
     }
 }
 
+/// `[http]`: the HTTP server.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpSection {
+    /// Origins allowed by CORS (`scheme://host:port` as browsers send it);
+    /// empty: no CORS headers, browsers on other origins are refused.
+    pub cors_origins: Vec<String>,
+    /// Seconds a client may take to send a request's headers.
+    pub header_read_timeout_secs: u64,
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        Self {
+            cors_origins: Vec::new(),
+            header_read_timeout_secs: 10,
+        }
+    }
+}
+
+/// `[websocket]`: liveness of WebSocket connections.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebSocketSection {
+    /// Seconds between the server's pings.
+    pub ping_interval_secs: u64,
+    /// A connection that sends nothing (not even a pong) for this long is closed.
+    pub idle_timeout_secs: u64,
+}
+
+impl Default for WebSocketSection {
+    fn default() -> Self {
+        Self {
+            ping_interval_secs: 30,
+            idle_timeout_secs: 90,
+        }
+    }
+}
+
 /// `[limits]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -264,6 +315,9 @@ pub struct LimitsSection {
     pub default_max_tokens: u32,
     /// Largest `max_tokens` a request may ask for.
     pub max_tokens: u32,
+    /// Streams one connection (WebSocket, stdio, TCP, MCP session) may
+    /// have unfinished at once.
+    pub max_streams_per_connection: usize,
 }
 
 impl Default for LimitsSection {
@@ -273,6 +327,7 @@ impl Default for LimitsSection {
             max_prompt_bytes: DEFAULT_MAX_PROMPT_BYTES,
             default_max_tokens: DEFAULT_MAX_TOKENS,
             max_tokens: DEFAULT_MAX_TOKENS_LIMIT,
+            max_streams_per_connection: 32,
         }
     }
 }
@@ -340,6 +395,10 @@ pub struct Config {
     pub stdio_framing: Framing,
     /// TCP address for the line protocol.
     pub tcp: Option<String>,
+    /// API keys (clients send `Authorization: Bearer KEY`); none: no auth.
+    pub api_keys: Vec<String>,
+    /// File with more API keys, one per line.
+    pub api_key_file: Option<PathBuf>,
     /// Log filter.
     pub log_level: String,
     /// Mock backend settings.
@@ -350,6 +409,10 @@ pub struct Config {
     pub stdio_transport: StdioSection,
     /// MCP over HTTP.
     pub mcp: McpSection,
+    /// The HTTP server.
+    pub http: HttpSection,
+    /// WebSocket liveness.
+    pub websocket: WebSocketSection,
     /// Request limits.
     pub limits: LimitsSection,
     /// Stream manager limits.
@@ -370,11 +433,15 @@ impl Default for Config {
             stdio: false,
             stdio_framing: Framing::default(),
             tcp: None,
+            api_keys: Vec::new(),
+            api_key_file: None,
             log_level: "info".to_owned(),
             mock: MockSection::default(),
             rkllm: RkllmSection::default(),
             stdio_transport: StdioSection::default(),
             mcp: McpSection::default(),
+            http: HttpSection::default(),
+            websocket: WebSocketSection::default(),
             limits: LimitsSection::default(),
             streams: StreamsSection::default(),
             engine: EngineSection::default(),
@@ -429,6 +496,7 @@ impl Config {
             None => Self::default(),
         };
         config.apply(cli);
+        config.load_key_file()?;
         config.validate()?;
         Ok(config)
     }
@@ -446,6 +514,27 @@ impl Config {
             path: path.to_owned(),
             message: e.to_string().trim_end().to_owned(),
         })
+    }
+
+    /// Adds the keys of `api_key_file` to `api_keys`.
+    ///
+    /// # Errors
+    /// An unreadable key file.
+    pub fn load_key_file(&mut self) -> Result<(), ConfigError> {
+        let Some(path) = &self.api_key_file else {
+            return Ok(());
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        self.api_keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_owned),
+        );
+        Ok(())
     }
 
     /// Overrides values with the flags (and their environment variables).
@@ -474,6 +563,12 @@ impl Config {
         if let Some(tcp) = cli.tcp {
             self.tcp = Some(tcp);
         }
+        if !cli.api_keys.is_empty() {
+            self.api_keys = cli.api_keys;
+        }
+        if let Some(file) = cli.api_key_file {
+            self.api_key_file = Some(file);
+        }
         if let Some(tps) = cli.mock_tokens_per_second {
             self.mock.tokens_per_second = tps;
         }
@@ -496,6 +591,41 @@ impl Config {
                     "must be between 1 and 3600, got {}",
                     self.stdio_transport.eof_grace_secs
                 ),
+            ));
+        }
+        if self
+            .api_keys
+            .iter()
+            .any(|k| k.is_empty() || k.chars().any(char::is_whitespace))
+        {
+            return Err(invalid(
+                "api_keys",
+                "API keys must be non-empty and contain no spaces",
+            ));
+        }
+        if !(1..=3600).contains(&self.http.header_read_timeout_secs) {
+            return Err(invalid(
+                "http.header_read_timeout_secs",
+                format!(
+                    "must be between 1 and 3600, got {}",
+                    self.http.header_read_timeout_secs
+                ),
+            ));
+        }
+        let ws = &self.websocket;
+        if ws.ping_interval_secs == 0 || ws.idle_timeout_secs <= ws.ping_interval_secs {
+            return Err(invalid(
+                "websocket.idle_timeout_secs",
+                format!(
+                    "must be above websocket.ping_interval_secs ({}), which must be at least 1; got {}",
+                    ws.ping_interval_secs, ws.idle_timeout_secs
+                ),
+            ));
+        }
+        if self.limits.max_streams_per_connection == 0 {
+            return Err(invalid(
+                "limits.max_streams_per_connection",
+                "must be at least 1",
             ));
         }
         if !(10..=604_800).contains(&self.mcp.session_idle_secs) {
@@ -736,6 +866,7 @@ impl Config {
     /// The line transports' settings.
     pub fn line_options(&self) -> crate::transport::line_session::LineOptions {
         crate::transport::line_session::LineOptions {
+            transport: "stdio",
             framing: self.stdio_framing,
             max_line: self.limits.max_request_bytes,
             eof_grace: Duration::from_secs(self.stdio_transport.eof_grace_secs),

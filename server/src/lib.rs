@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod config;
 pub mod engine;
+pub mod metrics;
 pub mod rpc;
 pub mod state;
 pub mod stream;
@@ -31,20 +32,62 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
 /// Time allowed after that for model workers to release their models.
 pub const WORKER_GRACE: Duration = Duration::from_millis(400);
 
-/// The HTTP and WebSocket routes over `state`.
+/// The HTTP and WebSocket routes over `state`: `/mcp` and `/ws` behind the
+/// Origin/Host guard and the API keys, `/metrics` behind the API keys,
+/// `/health` and `/ready` open; CORS for the configured origins.
 pub fn app(state: Arc<AppState>) -> Router {
     let body_limit = state.config.limits.max_request_bytes;
     let guard =
         axum::middleware::from_fn_with_state(Arc::clone(&state), transport::mcp_http::guard);
-    Router::new()
+    let keys =
+        axum::middleware::from_fn_with_state(Arc::clone(&state), transport::auth::require_key);
+    let mcp = Router::new()
         .route(
             "/mcp",
             post(transport::http::post_mcp).delete(transport::http::delete_mcp),
         )
         .route("/ws", get(transport::ws::upgrade))
-        .route_layer(guard)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(state)
+        .route_layer(guard);
+    let protected = Router::new()
+        .merge(mcp)
+        .route("/metrics", get(metrics::serve))
+        .route_layer(keys);
+    let router = Router::new()
+        .merge(protected)
+        .route("/health", get(transport::health::health))
+        .route("/ready", get(transport::health::ready))
+        .layer(DefaultBodyLimit::max(body_limit));
+    let router = match cors(&state.config.http.cors_origins) {
+        Some(cors) => router.layer(cors),
+        None => router,
+    };
+    router.with_state(state)
+}
+
+/// The CORS layer for the configured origins (none: no CORS).
+fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{HeaderName, HeaderValue, Method, header};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allowed: Vec<HeaderValue> = origins
+        .iter()
+        .filter_map(|o| HeaderValue::from_str(o).ok())
+        .collect();
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(allowed))
+            .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                header::ACCEPT,
+                HeaderName::from_static("mcp-session-id"),
+                HeaderName::from_static("mcp-protocol-version"),
+            ])
+            .expose_headers([HeaderName::from_static("mcp-session-id")]),
+    )
 }
 
 /// Serves the stdio line protocol (see [`transport::stdio`]) until end of
@@ -74,7 +117,10 @@ pub async fn run_stdio(
 
 /// Serves the line protocol on a TCP listener (`--tcp`) until shutdown.
 pub fn spawn_tcp(listener: TcpListener, state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
-    let options = state.config.line_options();
+    let options = transport::line_session::LineOptions {
+        transport: "tcp",
+        ..state.config.line_options()
+    };
     tokio::spawn(transport::tcp::serve_tcp(listener, state, options))
 }
 
@@ -102,28 +148,22 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let reaper = state.streams.spawn_reaper();
     let sessions_reaper = transport::mcp_http::McpSessions::spawn_reaper(Arc::clone(&state));
-    let server = axum::serve(listener, app(Arc::clone(&state)))
-        .with_graceful_shutdown(state.shutdown_signal());
-    let server = server.into_future();
+    let server = transport::serve::serve(listener, app(Arc::clone(&state)), Arc::clone(&state));
     tokio::pin!(server);
-    let result = tokio::select! {
-        result = &mut server => result,
+    tokio::select! {
+        () = &mut server => {}
         () = shutdown => {
             state.begin_shutdown();
             let drained = async {
-                let result = (&mut server).await;
+                (&mut server).await;
                 state.connections_closed().await;
-                result
             };
-            match tokio::time::timeout(SHUTDOWN_GRACE, drained).await {
-                Ok(result) => result,
-                Err(_) => {
-                    tracing::warn!("connections still open after the shutdown grace period; closing them");
-                    Ok(())
-                }
+            if tokio::time::timeout(SHUTDOWN_GRACE, drained).await.is_err() {
+                tracing::warn!("connections still open after the shutdown grace period; closing them");
             }
         }
-    };
+    }
+    let result = Ok(());
     reaper.abort();
     sessions_reaper.abort();
     stop_workers(&state).await;

@@ -10,6 +10,7 @@ use crate::backend::{MockBackend, RkllmBackend};
 use crate::config::{BackendKind, Config};
 use crate::engine::{Backend, BackendError, Engine, EngineError};
 use crate::stream::StreamManager;
+use crate::transport::auth::ApiKeys;
 use crate::transport::mcp_http::McpSessions;
 
 /// Everything a request handler needs.
@@ -23,6 +24,8 @@ pub struct AppState {
     pub engine: Engine,
     /// MCP sessions over HTTP.
     pub mcp_sessions: McpSessions,
+    /// API keys for the HTTP and WebSocket routes.
+    pub api_keys: ApiKeys,
     shutdown: watch::Sender<bool>,
     connections: Arc<ConnectionCount>,
 }
@@ -69,6 +72,7 @@ impl AppState {
         let mcp_sessions =
             McpSessions::new(std::time::Duration::from_secs(config.mcp.session_idle_secs));
         Ok(Arc::new(Self {
+            api_keys: ApiKeys::new(&config.api_keys),
             mcp_sessions,
             config,
             streams,

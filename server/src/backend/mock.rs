@@ -306,6 +306,7 @@ impl Runner for MockRunner {
             finish_reason,
             usage: None,
             runtime_timings: None,
+            memory_mb: None,
         })
     }
 }
@@ -315,6 +316,7 @@ fn aborted() -> Generation {
         finish_reason: FinishReason::Abort,
         usage: None,
         runtime_timings: None,
+        memory_mb: None,
     }
 }
 

@@ -56,6 +56,8 @@ pub struct Generation {
     pub usage: Option<Usage>,
     /// Prefill and generation times from the runtime, when it reports them.
     pub runtime_timings: Option<(f64, f64)>,
+    /// Peak memory the runtime reported, in MB.
+    pub memory_mb: Option<f64>,
 }
 
 /// Every per-request parameter a backend can apply, for `models`.

@@ -266,6 +266,47 @@ impl Engine {
         Ok(stream)
     }
 
+    /// `Ok` when every model is loaded and has room in its queue; else why not.
+    ///
+    /// # Errors
+    /// The first model that is not ready, with the reason.
+    pub fn readiness(&self) -> Result<(), String> {
+        for slot in &self.models {
+            if !slot.loaded.load(Ordering::Acquire) {
+                return Err(format!("model `{}` is not loaded", slot.name));
+            }
+            let waiting = slot
+                .queue
+                .lock()
+                .jobs
+                .iter()
+                .filter(|job| !job.stream.is_ended())
+                .count();
+            if waiting >= self.limits.queue_len {
+                return Err(format!(
+                    "the queue of model `{}` is full ({waiting} waiting)",
+                    slot.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Requests waiting per model (for metrics).
+    pub fn queued(&self) -> usize {
+        self.models
+            .iter()
+            .map(|slot| {
+                slot.queue
+                    .lock()
+                    .jobs
+                    .iter()
+                    .filter(|job| !job.stream.is_ended())
+                    .count()
+            })
+            .sum()
+    }
+
     /// 1-based position of a queued stream in its model's queue (1 = next).
     pub fn queue_position(&self, stream: &Stream) -> Option<usize> {
         let slot = self.slot(Some(stream.model())).ok()?;
@@ -351,6 +392,7 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
             let (prefill_ms, generate_ms) = generation
                 .runtime_timings
                 .unwrap_or((measured_prefill, measured_generate));
+            let memory_mb = generation.memory_mb;
             stream.end_with(|counted| {
                 let usage = generation.usage.unwrap_or(counted);
                 let finish_reason = if cancelled {
@@ -365,6 +407,23 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
                     tokens_per_second: 0.0,
                 }
                 .with_rate(usage.completion_tokens);
+                crate::metrics::generation(
+                    queue_ms,
+                    prefill_ms,
+                    usage.completion_tokens,
+                    timings.tokens_per_second,
+                    memory_mb,
+                );
+                tracing::info!(
+                    model = stream.model(),
+                    finish_reason = finish_reason.as_str(),
+                    prompt_tokens = usage.prompt_tokens,
+                    completion_tokens = usage.completion_tokens,
+                    queue_ms,
+                    prefill_ms,
+                    generate_ms,
+                    "generation"
+                );
                 EndInfo {
                     timings: Some(timings),
                     ..EndInfo::new(finish_reason, usage)

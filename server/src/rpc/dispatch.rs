@@ -22,6 +22,7 @@ pub type Notifier = mpsc::Sender<String>;
 /// Per-connection protocol state.
 #[derive(Debug)]
 pub struct Connection {
+    transport: &'static str,
     push: bool,
     notifier: Option<Notifier>,
     // Synchronous lock: read or written once per initialize or batch.
@@ -30,6 +31,8 @@ pub struct Connection {
     // `notifications/cancelled`. Keys are the ids' JSON text, so 1 and "1"
     // differ.
     in_flight: Mutex<HashMap<String, CancelToken>>,
+    // Synchronous lock: pruned and counted once per new stream.
+    streams: Mutex<Vec<std::sync::Weak<crate::stream::Stream>>>,
 }
 
 impl Connection {
@@ -37,19 +40,40 @@ impl Connection {
     /// (WebSocket, stdio), false for HTTP request/response.
     pub fn new(push: bool) -> Self {
         Self {
+            transport: "http",
             push,
             notifier: None,
             protocol: Mutex::new(None),
             in_flight: Mutex::new(HashMap::new()),
+            streams: Mutex::new(Vec::new()),
         }
     }
 
-    /// A push connection whose notifications go to `notifier`.
-    pub fn with_notifier(notifier: Notifier) -> Self {
+    /// Counts a new stream of this connection against `limit` unfinished
+    /// ones; returns false (and does not count it) when the limit is reached.
+    pub fn admit_stream(&self, stream: &Arc<crate::stream::Stream>, limit: usize) -> bool {
+        let mut streams = self.streams.lock();
+        streams.retain(|s| s.upgrade().is_some_and(|s| !s.is_ended()));
+        if streams.len() >= limit {
+            return false;
+        }
+        streams.push(Arc::downgrade(stream));
+        true
+    }
+
+    /// A push connection of `transport` (for metrics and logs) whose
+    /// notifications go to `notifier`.
+    pub fn with_notifier(transport: &'static str, notifier: Notifier) -> Self {
         Self {
+            transport,
             notifier: Some(notifier),
             ..Self::new(true)
         }
+    }
+
+    /// The transport's name in metrics and logs.
+    pub fn transport(&self) -> &'static str {
+        self.transport
     }
 
     /// Cancels the in-flight request with this id (`notifications/cancelled`).
@@ -121,6 +145,86 @@ pub(super) struct RequestCtx<'a> {
     pub notifier: Option<&'a Notifier>,
     /// Cancelled by `notifications/cancelled`; the response is then dropped.
     pub cancel: CancelToken,
+    /// The connection the request came on.
+    pub conn: &'a Connection,
+    /// What a generating method reports for the request's log line.
+    pub summary: Mutex<Option<Summary>>,
+}
+
+/// A generation's facts for the request log line.
+#[derive(Debug, Clone)]
+pub(super) struct Summary {
+    pub model: String,
+    pub finish_reason: &'static str,
+    pub tokens: u32,
+}
+
+static NEXT_REQUEST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// The rejection reason of an error code, for metrics.
+fn rejection(code: i64) -> Option<&'static str> {
+    use super::codes;
+    match code {
+        codes::SERVER_BUSY => Some("busy"),
+        codes::INVALID_PARAMS => Some("invalid_params"),
+        codes::TOO_LARGE => Some("too_large"),
+        codes::MODEL_UNAVAILABLE => Some("model_unavailable"),
+        codes::METHOD_NOT_FOUND => Some("unknown_method"),
+        codes::INVALID_REQUEST | codes::PARSE_ERROR => Some("malformed"),
+        _ => None,
+    }
+}
+
+/// One line per request at info (ping at debug): never the prompt or a
+/// stream id.
+fn log_request(
+    request_id: u64,
+    transport: &'static str,
+    method: &str,
+    outcome: &Result<methods::Handled, RpcError>,
+    cancelled: bool,
+    ctx: &RequestCtx<'_>,
+    started: std::time::Instant,
+) {
+    let result: &'static str = match outcome {
+        _ if cancelled => "cancelled",
+        Ok(_) => "ok",
+        Err(_) => "error",
+    };
+    crate::metrics::request(transport, result);
+    if let Err(error) = outcome {
+        if let Some(reason) = rejection(error.code) {
+            crate::metrics::rejected(reason);
+        }
+    }
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    let code = outcome.as_ref().err().map(|e| e.code);
+    let summary = ctx.summary.lock().clone();
+    if method == "ping" {
+        tracing::debug!(
+            request_id,
+            transport,
+            method,
+            outcome = result,
+            ms,
+            "request"
+        );
+    } else if let Some(s) = summary {
+        tracing::info!(
+            request_id, transport, method, outcome = result, model = %s.model,
+            finish_reason = s.finish_reason, tokens = s.tokens, ms, "request"
+        );
+    } else {
+        tracing::info!(
+            request_id,
+            transport,
+            method,
+            outcome = result,
+            code,
+            ms,
+            "request"
+        );
+    }
 }
 
 /// Routes messages to methods. Cheap to clone.
@@ -143,6 +247,7 @@ impl Dispatcher {
         match serde_json::from_str::<Value>(text) {
             Ok(value) => self.handle_value(conn, value, None).await,
             Err(err) => {
+                crate::metrics::rejected("malformed");
                 tracing::debug!(preview = %super::message::preview(text.as_bytes()), error = %err, "invalid JSON");
                 let id = super::message::recover_id(text).unwrap_or(Value::Null);
                 Reply::message(error_response(&id, &RpcError::parse_error(err)))
@@ -195,14 +300,27 @@ impl Dispatcher {
     ) -> Reply {
         match classify(value) {
             Incoming::Request { id, method, params } => {
-                tracing::debug!(%method, "request");
+                let started = std::time::Instant::now();
+                let request_id = NEXT_REQUEST.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let ctx = RequestCtx {
                     notifier: notifier.or(conn.notifier.as_ref()),
                     cancel: conn.register(&id),
+                    conn,
+                    summary: Mutex::new(None),
                 };
                 let outcome = methods::call(&self.state, conn, &ctx, &method, params).await;
                 conn.unregister(&id);
-                if ctx.cancel.is_cancelled() {
+                let cancelled = ctx.cancel.is_cancelled();
+                log_request(
+                    request_id,
+                    conn.transport,
+                    &method,
+                    &outcome,
+                    cancelled,
+                    &ctx,
+                    started,
+                );
+                if cancelled {
                     // Cancelled by the client: no response follows.
                     return Reply::default();
                 }
@@ -220,6 +338,7 @@ impl Dispatcher {
             }
             Incoming::Response => Reply::default(),
             Incoming::Invalid { id, error, answer } => {
+                crate::metrics::rejected("malformed");
                 if answer {
                     Reply::message(error_response(&id, &error))
                 } else {

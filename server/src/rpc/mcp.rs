@@ -98,7 +98,7 @@ pub(super) async fn tools_call(
     let total = request.max_tokens;
     let (stream, _forget) = match start_private(state, ctx, request) {
         Ok(started) => started,
-        Err(err) => return tool_error(RpcError::from(err).message),
+        Err(err) => return tool_error(err.message),
     };
     let notifier = ctx.notifier.filter(|_| token.is_some());
     let mut consumer = stream.attach(0);
@@ -134,6 +134,7 @@ pub(super) async fn tools_call(
             }
         }
         if let Some(end) = end {
+            super::methods::summarize(ctx, &stream, &end);
             if let Some(error) = &end.error {
                 return tool_error(format!("generation failed: {}", error.message));
             }

@@ -85,7 +85,7 @@ pub(super) fn notify(
                 .req_str("stream_id")
                 .and_then(|id| Ok(state.streams.get(&id)?))
             {
-                stream.abort();
+                stream.abort("client");
             }
         }
         "notifications/cancelled" => {
@@ -161,7 +161,7 @@ async fn run(
     let streaming = p.opt_bool("stream")?.unwrap_or(false);
     let request = run_request(&mut p, state.config.limits.max_tokens)?;
     if streaming {
-        let stream = state.engine.submit(request, !conn.can_push())?;
+        let stream = submit(state, ctx, request, !conn.can_push())?;
         let subscribe = conn.can_push().then(|| stream.attach(0));
         return Ok(Handled {
             result: raw(&json!({ "stream_id": stream.id(), "status": "streaming_started" }))?,
@@ -173,6 +173,7 @@ async fn run(
     // aborts the generation.
     let mut consumer = stream.attach(0);
     let (text, end) = collect(&mut consumer).await?;
+    summarize(ctx, &stream, &end);
     if let Some(error) = &end.error {
         return Err(
             RpcError::new(error.code, error.message.clone()).with_data(json!({ "text": text }))
@@ -194,6 +195,42 @@ struct RunResult<'a> {
     timings: Timings,
 }
 
+/// Submits a request, counting its stream against the connection's limit.
+pub(super) fn submit(
+    state: &Arc<AppState>,
+    ctx: &RequestCtx<'_>,
+    request: RunRequest,
+    polled: bool,
+) -> Result<Arc<Stream>, RpcError> {
+    let stream = state.engine.submit(request, polled)?;
+    let limit = state.config.limits.max_streams_per_connection;
+    if !ctx.conn.admit_stream(&stream, limit) {
+        stream.end_with(|usage| {
+            EndInfo::error(
+                codes::SERVER_BUSY,
+                "too many streams on this connection",
+                usage,
+            )
+        });
+        state.streams.remove(stream.id());
+        return Err(RpcError::new(
+            codes::SERVER_BUSY,
+            format!("server busy: this connection already has {limit} unfinished streams (limits.max_streams_per_connection)"),
+        )
+        .with_data(json!({ "retry_after_ms": 1000 })));
+    }
+    Ok(stream)
+}
+
+/// Records a finished generation for the request's log line.
+pub(super) fn summarize(ctx: &RequestCtx<'_>, stream: &Stream, end: &EndInfo) {
+    *ctx.summary.lock() = Some(super::dispatch::Summary {
+        model: stream.model().to_owned(),
+        finish_reason: end.finish_reason.as_str(),
+        tokens: end.usage.completion_tokens,
+    });
+}
+
 /// Starts a generation whose stream only this request reads (a
 /// non-streaming `run`, an MCP `tools/call`): cancelling the request
 /// aborts it, and the returned guard forgets the stream when the request
@@ -202,11 +239,11 @@ pub(super) fn start_private(
     state: &Arc<AppState>,
     ctx: &RequestCtx<'_>,
     request: RunRequest,
-) -> Result<(Arc<Stream>, Forget), crate::engine::EngineError> {
-    let stream = state.engine.submit(request, false)?;
+) -> Result<(Arc<Stream>, Forget), RpcError> {
+    let stream = submit(state, ctx, request, false)?;
     let aborted = Arc::clone(&stream);
     ctx.cancel.on_cancel(move || {
-        aborted.abort();
+        aborted.abort("cancelled");
     });
     let forget = Forget {
         streams: Arc::clone(&state.streams),
@@ -294,7 +331,7 @@ fn subscribe(state: &Arc<AppState>, conn: &Connection, mut p: Params) -> Result<
 
 fn abort(state: &Arc<AppState>, mut p: Params) -> Result<Handled, RpcError> {
     let stream = state.streams.get(&p.req_str("stream_id")?)?;
-    if stream.abort() {
+    if stream.abort("client") {
         done(&json!({ "aborted": true }))
     } else {
         let (stream_state, _) = stream.status();

@@ -221,6 +221,7 @@ impl Stream {
         }
         self.notify.notify_waiters();
         if over_limit.is_some() {
+            crate::metrics::aborted("buffer_limit");
             self.cancel.cancel();
             return false;
         }
@@ -248,9 +249,14 @@ impl Stream {
         ended
     }
 
-    /// Ends the stream with `finish_reason: "abort"`.
-    pub fn abort(&self) -> bool {
-        self.end_with(|usage| EndInfo::new(FinishReason::Abort, usage))
+    /// Ends the stream with `finish_reason: "abort"`; `cause` is counted in
+    /// the metrics (client, disconnect, cancelled, expiry, shutdown).
+    pub fn abort(&self, cause: &'static str) -> bool {
+        let ended = self.end_with(|usage| EndInfo::new(FinishReason::Abort, usage));
+        if ended {
+            crate::metrics::aborted(cause);
+        }
+        ended
     }
 
     fn end_locked(&self, inner: &mut Inner, info: EndInfo) {
@@ -283,6 +289,7 @@ impl Stream {
             if inner.end_seq.is_none() {
                 let usage = inner.usage;
                 self.end_locked(&mut inner, EndInfo::new(FinishReason::Abort, usage));
+                crate::metrics::aborted("expiry");
             }
             inner.state = StreamState::Expired;
             inner.chunks.clear();
@@ -478,7 +485,7 @@ impl Drop for Consumer {
             inner.consumers.is_empty() && inner.poll_cursor.is_none() && inner.end_seq.is_none()
         };
         if abort {
-            self.stream.abort();
+            self.stream.abort("disconnect");
         }
     }
 }

@@ -178,7 +178,7 @@ impl StreamManager {
             registry.shutting_down = true;
             registry.live.values().cloned().collect()
         };
-        streams.iter().filter(|s| s.abort()).count()
+        streams.iter().filter(|s| s.abort("shutdown")).count()
     }
 
     /// How often the reaper checks for idle streams.

@@ -24,6 +24,8 @@ const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 /// Settings of a line session.
 #[derive(Debug, Clone, Copy)]
 pub struct LineOptions {
+    /// `"stdio"` or `"tcp"`, for metrics and logs.
+    pub transport: &'static str,
     /// Plain lines, or chunked frames too.
     pub framing: Framing,
     /// Longest line (and framed message) accepted.
@@ -78,7 +80,7 @@ pub async fn serve_lines<R>(
 ) where
     R: AsyncRead + Unpin,
 {
-    let mut session = Session::new(Arc::clone(&state), out);
+    let mut session = Session::new(Arc::clone(&state), options.transport, out);
     let mut decoder = LineDecoder::new(options.max_line);
     let mut frames = FrameAssembler::new(options.max_line, MAX_PENDING_FRAMES, FRAME_TIMEOUT);
     let mut buf = vec![0u8; 64 * 1024];

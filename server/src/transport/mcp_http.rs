@@ -187,7 +187,8 @@ pub async fn guard(State(state): State<Arc<AppState>>, request: Request, next: N
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("?");
-        if !origin_allowed(config, origin) {
+        let cors = &state.config.http.cors_origins;
+        if !origin_allowed(config, origin) && !cors.iter().any(|o| o.eq_ignore_ascii_case(origin)) {
             tracing::warn!(origin, "request refused: Origin not in mcp.allowed_origins");
             let error = RpcError::invalid_request(format!(
                 "Origin `{origin}` is not allowed (see mcp.allowed_origins)"
@@ -205,8 +206,18 @@ pub fn check_post_headers(headers: &HeaderMap) -> Option<Response> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
     {
-        let media = content_type.split(';').next().unwrap_or_default().trim();
-        if !media.eq_ignore_ascii_case("application/json") && !media.is_empty() {
+        let media = content_type
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        // curl's `-d` sends form-urlencoded by default: accepted, the body
+        // is parsed as JSON all the same.
+        if !matches!(
+            media.as_str(),
+            "application/json" | "application/x-www-form-urlencoded" | ""
+        ) {
             let error = RpcError::invalid_request(format!(
                 "Content-Type must be application/json, got `{media}`"
             ));

@@ -1,11 +1,14 @@
 //! Transports translate between a wire and the dispatcher; they hold no
 //! business logic.
 
+pub mod auth;
 pub mod chunked;
+pub mod health;
 pub mod http;
 pub mod line_session;
 pub mod lines;
 pub mod mcp_http;
+pub mod serve;
 pub mod session;
 pub mod stdio;
 pub mod tcp;

@@ -32,11 +32,11 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session writing to `out`.
-    pub fn new(state: Arc<AppState>, out: mpsc::Sender<String>) -> Self {
+    /// A session of `transport` (for metrics and logs) writing to `out`.
+    pub fn new(state: Arc<AppState>, transport: &'static str, out: mpsc::Sender<String>) -> Self {
         Self {
             dispatcher: Dispatcher::new(state),
-            conn: Arc::new(Connection::with_notifier(out.clone())),
+            conn: Arc::new(Connection::with_notifier(transport, out.clone())),
             out,
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             tasks: JoinSet::new(),

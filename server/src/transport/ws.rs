@@ -37,26 +37,44 @@ async fn serve(socket: WebSocket, state: Arc<AppState>) {
     let _tracked = state.track_connection();
     let (mut sink, mut incoming) = socket.split();
     let (out_tx, mut out_rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
+    let ping_every = Duration::from_secs(state.config.websocket.ping_interval_secs);
+    let idle_limit = Duration::from_secs(state.config.websocket.idle_timeout_secs);
     let writer = tokio::spawn(async move {
-        while let Some(text) = out_rx.recv().await {
-            if sink
-                .send(Message::Text(Utf8Bytes::from(text)))
-                .await
-                .is_err()
-            {
-                return;
+        let mut pings =
+            tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+        loop {
+            tokio::select! {
+                text = out_rx.recv() => match text {
+                    Some(text) => {
+                        if sink.send(Message::Text(Utf8Bytes::from(text))).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => break,
+                },
+                _ = pings.tick() => {
+                    if sink.send(Message::Ping(Default::default())).await.is_err() {
+                        return;
+                    }
+                }
             }
         }
         let _ = sink.send(Message::Close(None)).await;
     });
 
-    let mut session = Session::new(Arc::clone(&state), out_tx);
+    let mut session = Session::new(Arc::clone(&state), "ws", out_tx);
     let shutdown = state.shutdown_signal();
     tokio::pin!(shutdown);
     let mut shutting_down = false;
+    // Anything the client sends (a message, a pong to our pings) shows it
+    // is there; one silent for `idle_timeout_secs` is cut off.
+    let mut last_seen = tokio::time::Instant::now();
+    let mut idle_checks = tokio::time::interval(ping_every);
     loop {
         tokio::select! {
-            frame = incoming.next() => match frame {
+            frame = incoming.next() => {
+                last_seen = tokio::time::Instant::now();
+                match frame {
                 Some(Ok(Message::Text(text))) => session.serve(text.as_str().to_owned()).await,
                 Some(Ok(Message::Binary(_))) => {
                     let error = RpcError::invalid_request("binary frames are not accepted; send JSON-RPC as text frames");
@@ -66,8 +84,15 @@ async fn serve(socket: WebSocket, state: Arc<AppState>) {
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                 Some(Ok(Message::Close(_)) | Err(_)) | None => break,
-            },
+                }
+            }
             () = session.reap() => {}
+            _ = idle_checks.tick() => {
+                if last_seen.elapsed() >= idle_limit {
+                    tracing::info!(idle_secs = idle_limit.as_secs(), "WebSocket closed: the client stopped answering pings");
+                    break;
+                }
+            }
             () = &mut shutdown => {
                 shutting_down = true;
                 break;

@@ -229,6 +229,7 @@ macro_rules! result_callback {
                     prefill_tokens: r.perf.prefill_tokens,
                     generate_time_ms: r.perf.generate_time_ms,
                     generate_tokens: r.perf.generate_tokens,
+                    memory_usage_mb: r.perf.memory_usage_mb,
                 });
                 slot.on_result(state, text, perf)
             }));

@@ -90,6 +90,7 @@ pub(super) struct Perf {
     pub prefill_tokens: i32,
     pub generate_time_ms: f32,
     pub generate_tokens: i32,
+    pub memory_usage_mb: f32,
 }
 
 /// The request a callback reports to, while its run is in progress.

@@ -229,6 +229,7 @@ impl Runner for RkllmRunner {
                 finish_reason: FinishReason::Length,
                 usage: None,
                 runtime_timings: None,
+                memory_mb: None,
             });
         }
         if rc != 0 || run.failed {
@@ -254,6 +255,7 @@ impl Runner for RkllmRunner {
             }),
             runtime_timings: perf
                 .map(|p| (f64::from(p.prefill_time_ms), f64::from(p.generate_time_ms))),
+            memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
         })
     }
 }
@@ -263,5 +265,6 @@ fn aborted() -> Generation {
         finish_reason: FinishReason::Abort,
         usage: None,
         runtime_timings: None,
+        memory_mb: None,
     }
 }

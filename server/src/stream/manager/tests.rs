@@ -29,7 +29,7 @@ fn seqs_are_contiguous_and_the_end_chunk_is_last_and_unique() {
     assert!(stream.push("b", 1));
     finish(&stream);
     assert!(!stream.push("late", 1), "pushes after the end are refused");
-    assert!(!stream.abort(), "a second end is refused");
+    assert!(!stream.abort("client"), "a second end is refused");
     let batch = stream.poll(0).unwrap();
     let seqs: Vec<u64> = batch.chunks.iter().map(|c| c.seq).collect();
     assert_eq!(seqs, vec![0, 1, 2]);

@@ -1,0 +1,224 @@
+//! Prometheus metrics (`GET /metrics`, text format), one process-wide set.
+//!
+//! Counters and histograms are updated where things happen (requests,
+//! rejections, aborts, finished generations); gauges of current state
+//! (streams, queue, buffered bytes) are read from the server at scrape time.
+
+use std::sync::{Arc, LazyLock};
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::state::AppState;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    transport: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabels {
+    cause: &'static str,
+}
+
+struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    rejected: Family<ReasonLabels, Counter>,
+    aborts: Family<CauseLabels, Counter>,
+    generations: Counter,
+    generated_tokens: Counter,
+    time_to_first_token: Histogram,
+    queue_wait: Histogram,
+    decode_tokens_per_second: Gauge<f64, std::sync::atomic::AtomicU64>,
+    runtime_memory_bytes: Gauge<f64, std::sync::atomic::AtomicU64>,
+    active_streams: Gauge,
+    queued_requests: Gauge,
+    buffered_bytes: Gauge,
+    mcp_sessions: Gauge,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let mut registry = Registry::with_prefix("rkllm");
+    let requests = Family::<RequestLabels, Counter>::default();
+    registry.register(
+        "requests",
+        "JSON-RPC requests by transport and outcome",
+        requests.clone(),
+    );
+    let rejected = Family::<ReasonLabels, Counter>::default();
+    registry.register(
+        "rejected_requests",
+        "Requests refused before any work, by reason",
+        rejected.clone(),
+    );
+    let aborts = Family::<CauseLabels, Counter>::default();
+    registry.register(
+        "aborts",
+        "Generations stopped early, by cause",
+        aborts.clone(),
+    );
+    let generations = Counter::default();
+    registry.register("generations", "Generations that ran", generations.clone());
+    let generated_tokens = Counter::default();
+    registry.register(
+        "generated_tokens",
+        "Tokens generated",
+        generated_tokens.clone(),
+    );
+    let time_to_first_token = Histogram::new(exponential_buckets(0.01, 2.0, 14));
+    registry.register(
+        "time_to_first_token_seconds",
+        "Prefill time of each generation",
+        time_to_first_token.clone(),
+    );
+    let queue_wait = Histogram::new(exponential_buckets(0.001, 2.0, 18));
+    registry.register(
+        "queue_wait_seconds",
+        "Time requests waited in their model's queue",
+        queue_wait.clone(),
+    );
+    let decode_tokens_per_second = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    registry.register(
+        "decode_tokens_per_second",
+        "Decode rate of the last generation",
+        decode_tokens_per_second.clone(),
+    );
+    let runtime_memory_bytes = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    registry.register(
+        "runtime_memory_bytes",
+        "Peak memory the runtime reported for the last generation",
+        runtime_memory_bytes.clone(),
+    );
+    let active_streams = Gauge::default();
+    registry.register(
+        "active_streams",
+        "Streams queued or generating",
+        active_streams.clone(),
+    );
+    let queued_requests = Gauge::default();
+    registry.register(
+        "queued_requests",
+        "Requests waiting in model queues",
+        queued_requests.clone(),
+    );
+    let buffered_bytes = Gauge::default();
+    registry.register(
+        "stream_buffered_bytes",
+        "Bytes buffered by all streams",
+        buffered_bytes.clone(),
+    );
+    let mcp_sessions = Gauge::default();
+    registry.register(
+        "mcp_sessions",
+        "Open MCP sessions over HTTP",
+        mcp_sessions.clone(),
+    );
+    Metrics {
+        registry,
+        requests,
+        rejected,
+        aborts,
+        generations,
+        generated_tokens,
+        time_to_first_token,
+        queue_wait,
+        decode_tokens_per_second,
+        runtime_memory_bytes,
+        active_streams,
+        queued_requests,
+        buffered_bytes,
+        mcp_sessions,
+    }
+});
+
+/// Counts a request.
+pub fn request(transport: &'static str, outcome: &'static str) {
+    METRICS
+        .requests
+        .get_or_create(&RequestLabels { transport, outcome })
+        .inc();
+}
+
+/// Counts a refused request.
+pub fn rejected(reason: &'static str) {
+    METRICS
+        .rejected
+        .get_or_create(&ReasonLabels { reason })
+        .inc();
+}
+
+/// Counts a generation stopped early.
+pub fn aborted(cause: &'static str) {
+    METRICS.aborts.get_or_create(&CauseLabels { cause }).inc();
+}
+
+/// Records a generation that ran.
+pub fn generation(
+    queue_ms: f64,
+    prefill_ms: f64,
+    tokens: u32,
+    tokens_per_second: f64,
+    memory_mb: Option<f64>,
+) {
+    let m = &*METRICS;
+    m.generations.inc();
+    m.generated_tokens.inc_by(u64::from(tokens));
+    m.queue_wait.observe(queue_ms / 1000.0);
+    m.time_to_first_token.observe(prefill_ms / 1000.0);
+    if tokens_per_second > 0.0 {
+        m.decode_tokens_per_second.set(tokens_per_second);
+    }
+    if let Some(mb) = memory_mb {
+        m.runtime_memory_bytes.set(mb * 1024.0 * 1024.0);
+    }
+}
+
+/// The text exposition, with the current state's gauges.
+pub fn render(state: &AppState) -> Result<String, std::fmt::Error> {
+    let m = &*METRICS;
+    m.active_streams
+        .set(i64::try_from(state.streams.active_streams()).unwrap_or(i64::MAX));
+    m.queued_requests
+        .set(i64::try_from(state.engine.queued()).unwrap_or(i64::MAX));
+    m.buffered_bytes
+        .set(i64::try_from(state.streams.total_bytes()).unwrap_or(i64::MAX));
+    m.mcp_sessions
+        .set(i64::try_from(state.mcp_sessions.len()).unwrap_or(i64::MAX));
+    // Encoding reads the registry only; the lock keeps two scrapes from
+    // interleaving their gauge updates and output.
+    static ENCODE: Mutex<()> = Mutex::new(());
+    let _one = ENCODE.lock();
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &m.registry)?;
+    Ok(text)
+}
+
+/// `GET /metrics`.
+pub async fn serve(State(state): State<Arc<AppState>>) -> Response {
+    match render(&state) {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}

@@ -1,0 +1,126 @@
+//! API keys: when keys are configured, every protected route (`/mcp`,
+//! `/ws`, `/metrics`, the OpenAI/Ollama APIs) needs
+//! `Authorization: Bearer <key>`; a missing or wrong key gets 401 with a
+//! JSON-RPC error -32008 before any work is done. Keys are compared in
+//! constant time and never logged.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use super::mcp_http::failure;
+use crate::rpc::{RpcError, codes};
+use crate::state::AppState;
+
+/// The configured API keys.
+pub struct ApiKeys(Vec<Vec<u8>>);
+
+impl std::fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the keys themselves.
+        write!(f, "ApiKeys({} keys)", self.0.len())
+    }
+}
+
+impl ApiKeys {
+    /// The keys; none disables authentication.
+    pub fn new(keys: &[String]) -> Self {
+        Self(keys.iter().map(|k| k.as_bytes().to_vec()).collect())
+    }
+
+    /// Whether authentication is on.
+    pub fn enabled(&self) -> bool {
+        !self.0.is_empty()
+    }
+
+    /// Whether `candidate` is one of the keys. Every key is compared, each
+    /// in time that depends only on the lengths.
+    pub fn accepts(&self, candidate: &[u8]) -> bool {
+        self.0
+            .iter()
+            .fold(false, |found, key| found | constant_time_eq(key, candidate))
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= usize::from(x ^ y);
+    }
+    diff == 0
+}
+
+/// The bearer token of a request, if any.
+pub fn bearer(request: &Request) -> Option<&[u8]> {
+    let value = request.headers().get(header::AUTHORIZATION)?.as_bytes();
+    let (scheme, token) = value.split_at(value.iter().position(|&b| b == b' ')?);
+    scheme
+        .eq_ignore_ascii_case(b"bearer")
+        .then(|| token.trim_ascii())
+}
+
+/// Middleware: 401 unless the request carries a configured key.
+pub async fn require_key(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if !state.api_keys.enabled() || bearer(&request).is_some_and(|key| state.api_keys.accepts(key))
+    {
+        return next.run(request).await;
+    }
+    crate::metrics::rejected("unauthorized");
+    tracing::info!(path = %request.uri().path(), "request refused: missing or wrong API key");
+    let error = RpcError::new(
+        codes::UNAUTHORIZED,
+        "unauthorized: send a valid API key as `Authorization: Bearer <key>`",
+    );
+    let mut response = failure(StatusCode::UNAUTHORIZED, &error);
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_match_exactly_and_only_exactly() {
+        let keys = ApiKeys::new(&["s3cret-key".into(), "other".into()]);
+        assert!(keys.enabled());
+        assert!(keys.accepts(b"s3cret-key"));
+        assert!(keys.accepts(b"other"));
+        for wrong in [
+            &b""[..],
+            b"s3cret-ke",
+            b"s3cret-key!",
+            b"S3CRET-KEY",
+            b"othe",
+        ] {
+            assert!(!keys.accepts(wrong), "{wrong:?}");
+        }
+        assert!(!ApiKeys::new(&[]).enabled());
+        assert_eq!(format!("{keys:?}"), "ApiKeys(2 keys)");
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        let request = |value: &str| {
+            Request::builder()
+                .header(header::AUTHORIZATION, value)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        assert_eq!(bearer(&request("Bearer abc")), Some(&b"abc"[..]));
+        assert_eq!(bearer(&request("bearer  abc ")), Some(&b"abc"[..]));
+        assert_eq!(bearer(&request("Basic abc")), None);
+        assert_eq!(bearer(&request("Bearer")), None);
+    }
+}
