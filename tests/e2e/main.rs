@@ -6,6 +6,7 @@ mod harness;
 mod errors;
 mod lifecycle;
 mod mcp;
+mod production;
 mod queueing;
 mod rkllm;
 mod stdio;
