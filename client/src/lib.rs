@@ -113,7 +113,7 @@ impl Client {
         &mut self,
         method: &str,
         params: Value,
-        mut on_notification: impl FnMut(&Value),
+        mut on_notification: impl FnMut(&Value) + Send,
     ) -> Result<Value, ClientError> {
         let id = self.next_id;
         self.next_id += 1;

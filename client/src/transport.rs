@@ -178,7 +178,7 @@ impl Transport {
     pub(crate) async fn exchange(
         &mut self,
         message: &Value,
-        on_notification: &mut dyn FnMut(&Value),
+        on_notification: &mut (dyn FnMut(&Value) + Send),
     ) -> Result<Value, ClientError> {
         if let Self::Http(http) = self {
             return http
@@ -261,7 +261,7 @@ impl HttpConn {
     async fn post(
         &mut self,
         message: &Value,
-        on_notification: &mut dyn FnMut(&Value),
+        on_notification: &mut (dyn FnMut(&Value) + Send),
     ) -> Result<Option<Value>, ClientError> {
         let mut request = self
             .client

@@ -9,5 +9,6 @@ mod mcp;
 mod production;
 mod queueing;
 mod rkllm;
+mod soak;
 mod stdio;
 mod streaming;
