@@ -298,3 +298,20 @@ async fn over_websocket_progress_streams_and_a_cancelled_call_stops_without_a_re
         }
     }
 }
+
+#[tokio::test]
+async fn a_dropped_sse_connection_aborts_its_generation() {
+    let server = Server::start(&mock_config(20.0, 0, ""), &[]);
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "generate", "arguments": {"prompt": "forever @mock(length=100000)"},
+        "_meta": {"progressToken": "p"}}});
+    let mut response = post(&server, &[], call.to_string()).await;
+    let first = response.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("notifications/progress"));
+    drop(response);
+    // The model is free again: had the call gone on, this would wait 5000 s.
+    let next = server
+        .ok("run", json!({"prompt": "after @mock(length=3)"}))
+        .await;
+    assert_eq!(next["finish_reason"], "stop");
+}

@@ -1,0 +1,232 @@
+//! The sections of the config file (`[mock]`, `[rkllm]`, `[limits]`, …),
+//! each with its documented defaults.
+
+use serde::Deserialize;
+
+use super::{
+    DEFAULT_IDLE_TIMEOUT_SECS, DEFAULT_MAX_PROMPT_BYTES, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_STREAM_BYTES, DEFAULT_MAX_STREAMS, DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_LIMIT,
+    DEFAULT_MAX_TOTAL_BYTES, DEFAULT_MOCK_PREFILL_MS, DEFAULT_MOCK_TOKENS_PER_SECOND,
+    DEFAULT_QUEUE_LEN,
+};
+
+/// `[mock]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MockSection {
+    /// Tokens per second; 0 = unthrottled.
+    pub tokens_per_second: f64,
+    /// Delay before the first token.
+    pub prefill_ms: u64,
+}
+
+impl Default for MockSection {
+    fn default() -> Self {
+        Self {
+            tokens_per_second: DEFAULT_MOCK_TOKENS_PER_SECOND,
+            prefill_ms: DEFAULT_MOCK_PREFILL_MS,
+        }
+    }
+}
+
+/// `[rkllm]`: init parameters of the real runtime.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RkllmSection {
+    /// Context window (must not exceed the model's limit).
+    pub max_context_len: u32,
+    /// Tokens kept at the start when the context shifts (-1 = runtime default).
+    pub n_keep: i32,
+    /// Default top-k.
+    pub top_k: u32,
+    /// Default nucleus mass.
+    pub top_p: f64,
+    /// Default temperature.
+    pub temperature: f64,
+    /// Default repetition penalty.
+    pub repeat_penalty: f64,
+    /// Default frequency penalty.
+    pub frequency_penalty: f64,
+    /// Default presence penalty.
+    pub presence_penalty: f64,
+    /// CPU cores the runtime may use, as a bit mask (0xF0: big cores of RK3588/RK3576).
+    pub cpu_mask: u32,
+    /// CPU threads of the runtime.
+    pub cpu_threads: u32,
+    /// Keep the embedding table in the model file instead of RAM.
+    pub embed_flash: bool,
+    /// NPU memory domain to start in.
+    pub base_domain_id: i32,
+    /// Hide special tokens (EOS and the like) from the text.
+    pub skip_special_token: bool,
+}
+
+impl Default for RkllmSection {
+    fn default() -> Self {
+        Self {
+            max_context_len: 4096,
+            n_keep: -1,
+            top_k: 40,
+            top_p: 0.9,
+            temperature: 0.8,
+            repeat_penalty: 1.1,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            cpu_mask: 0xF0,
+            cpu_threads: 4,
+            embed_flash: true,
+            base_domain_id: 0,
+            skip_special_token: true,
+        }
+    }
+}
+
+/// `[stdio]`: the stdio and TCP line transports.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StdioSection {
+    /// After end of input, seconds the accepted requests may still run.
+    pub eof_grace_secs: u64,
+}
+
+impl Default for StdioSection {
+    fn default() -> Self {
+        Self { eof_grace_secs: 10 }
+    }
+}
+
+/// `[mcp]`: MCP over Streamable HTTP.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpSection {
+    /// Seconds after which an unused MCP session is ended.
+    pub session_idle_secs: u64,
+    /// Host names (without port) accepted in the `Host` header; `"*"` accepts any.
+    pub allowed_hosts: Vec<String>,
+    /// Origins accepted in the `Origin` header (scheme://host, any port);
+    /// `"*"` accepts any. Requests without `Origin` are accepted.
+    pub allowed_origins: Vec<String>,
+}
+
+impl Default for McpSection {
+    fn default() -> Self {
+        let loopback = ["localhost", "127.0.0.1", "[::1]"];
+        Self {
+            session_idle_secs: 1800,
+            allowed_hosts: loopback.iter().map(|h| (*h).to_owned()).collect(),
+            allowed_origins: loopback
+                .iter()
+                .flat_map(|h| [format!("http://{h}"), format!("https://{h}")])
+                .collect(),
+        }
+    }
+}
+
+/// `[http]`: the HTTP server.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpSection {
+    /// Origins allowed by CORS (`scheme://host:port` as browsers send it);
+    /// empty: no CORS headers, browsers on other origins are refused.
+    pub cors_origins: Vec<String>,
+    /// Seconds a client may take to send a request's headers.
+    pub header_read_timeout_secs: u64,
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        Self {
+            cors_origins: Vec::new(),
+            header_read_timeout_secs: 10,
+        }
+    }
+}
+
+/// `[websocket]`: liveness of WebSocket connections.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebSocketSection {
+    /// Seconds between the server's pings.
+    pub ping_interval_secs: u64,
+    /// A connection that sends nothing (not even a pong) for this long is closed.
+    pub idle_timeout_secs: u64,
+}
+
+impl Default for WebSocketSection {
+    fn default() -> Self {
+        Self {
+            ping_interval_secs: 30,
+            idle_timeout_secs: 90,
+        }
+    }
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Largest HTTP body / WebSocket message.
+    pub max_request_bytes: usize,
+    /// Longest prompt.
+    pub max_prompt_bytes: usize,
+    /// Token cap when a request names none.
+    pub default_max_tokens: u32,
+    /// Largest `max_tokens` a request may ask for.
+    pub max_tokens: u32,
+    /// Streams one connection (WebSocket, stdio, TCP, MCP session) may
+    /// have unfinished at once.
+    pub max_streams_per_connection: usize,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        Self {
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_prompt_bytes: DEFAULT_MAX_PROMPT_BYTES,
+            default_max_tokens: DEFAULT_MAX_TOKENS,
+            max_tokens: DEFAULT_MAX_TOKENS_LIMIT,
+            max_streams_per_connection: 32,
+        }
+    }
+}
+
+/// `[streams]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamsSection {
+    /// Seconds without a consumer before a stream expires.
+    pub idle_timeout_secs: u64,
+    /// Buffer limit of one stream, in bytes.
+    pub max_stream_bytes: usize,
+    /// Buffer limit of all streams, in bytes.
+    pub max_total_bytes: usize,
+    /// Streams queued or generating at once.
+    pub max_streams: usize,
+}
+
+impl Default for StreamsSection {
+    fn default() -> Self {
+        Self {
+            idle_timeout_secs: DEFAULT_IDLE_TIMEOUT_SECS,
+            max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
+            max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
+            max_streams: DEFAULT_MAX_STREAMS,
+        }
+    }
+}
+
+/// `[engine]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineSection {
+    /// Requests that may wait per model.
+    pub queue_len: usize,
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        Self {
+            queue_len: DEFAULT_QUEUE_LEN,
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Validation of the whole configuration, once at start: every check
+//! names the key it refuses.
+
+use super::{BackendKind, Config, ConfigError, invalid};
+
+impl Config {
+    /// Checks every value once; the error names the offending key.
+    ///
+    /// # Errors
+    /// The first invalid value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.listen_addr()?;
+        self.tcp_addr()?;
+        if !(1..=3600).contains(&self.stdio_transport.eof_grace_secs) {
+            return Err(invalid(
+                "stdio_transport.eof_grace_secs",
+                format!(
+                    "must be between 1 and 3600, got {}",
+                    self.stdio_transport.eof_grace_secs
+                ),
+            ));
+        }
+        if self
+            .api_keys
+            .iter()
+            .any(|k| k.is_empty() || k.chars().any(char::is_whitespace))
+        {
+            return Err(invalid(
+                "api_keys",
+                "API keys must be non-empty and contain no spaces",
+            ));
+        }
+        if !(1..=3600).contains(&self.http.header_read_timeout_secs) {
+            return Err(invalid(
+                "http.header_read_timeout_secs",
+                format!(
+                    "must be between 1 and 3600, got {}",
+                    self.http.header_read_timeout_secs
+                ),
+            ));
+        }
+        let ws = &self.websocket;
+        if ws.ping_interval_secs == 0 || ws.idle_timeout_secs <= ws.ping_interval_secs {
+            return Err(invalid(
+                "websocket.idle_timeout_secs",
+                format!(
+                    "must be above websocket.ping_interval_secs ({}), which must be at least 1; got {}",
+                    ws.ping_interval_secs, ws.idle_timeout_secs
+                ),
+            ));
+        }
+        if self.limits.max_streams_per_connection == 0 {
+            return Err(invalid(
+                "limits.max_streams_per_connection",
+                "must be at least 1",
+            ));
+        }
+        if !(10..=604_800).contains(&self.mcp.session_idle_secs) {
+            return Err(invalid(
+                "mcp.session_idle_secs",
+                format!(
+                    "must be between 10 and 604800, got {}",
+                    self.mcp.session_idle_secs
+                ),
+            ));
+        }
+        if self.model.is_some() && !self.models.is_empty() {
+            return Err(invalid(
+                "model",
+                "give either `model` or `[[models]]`, not both",
+            ));
+        }
+        let models = self.model_specs();
+        for (i, model) in models.iter().enumerate() {
+            if model.name.is_empty()
+                || model.name.len() > 128
+                || model.name.chars().any(char::is_whitespace)
+            {
+                return Err(invalid(
+                    "models.name",
+                    format!(
+                        "model names must be 1 to 128 characters without spaces, got {:?}",
+                        model.name
+                    ),
+                ));
+            }
+            if models[..i].iter().any(|m| m.name == model.name) {
+                return Err(invalid(
+                    "models.name",
+                    format!("model `{}` is declared twice", model.name),
+                ));
+            }
+        }
+        if self.backend == BackendKind::Rkllm {
+            if self.model.is_none() && self.models.is_empty() {
+                return Err(invalid(
+                    "model",
+                    "the rkllm backend needs a model file: pass --model PATH or declare [[models]]",
+                ));
+            }
+            if let Some(m) = models.iter().find(|m| m.path.is_none()) {
+                return Err(invalid(
+                    "models.path",
+                    format!("model `{}` needs a `path` for the rkllm backend", m.name),
+                ));
+            }
+            self.validate_rkllm()?;
+        }
+        let tps = self.mock.tokens_per_second;
+        if !(tps.is_finite() && (0.0..=1_000_000.0).contains(&tps)) {
+            return Err(invalid(
+                "mock.tokens_per_second",
+                format!("must be between 0 and 1000000, got {tps}"),
+            ));
+        }
+        if self.mock.prefill_ms > 600_000 {
+            return Err(invalid("mock.prefill_ms", "must be at most 600000"));
+        }
+        let l = &self.limits;
+        if !(1024..=(64 << 20)).contains(&l.max_request_bytes) {
+            return Err(invalid(
+                "limits.max_request_bytes",
+                format!(
+                    "must be between 1024 and {}, got {}",
+                    64 << 20,
+                    l.max_request_bytes
+                ),
+            ));
+        }
+        if l.max_prompt_bytes == 0 || l.max_prompt_bytes > l.max_request_bytes {
+            return Err(invalid(
+                "limits.max_prompt_bytes",
+                format!(
+                    "must be between 1 and limits.max_request_bytes ({}), got {}",
+                    l.max_request_bytes, l.max_prompt_bytes
+                ),
+            ));
+        }
+        if !(1..=1_000_000).contains(&l.max_tokens) {
+            return Err(invalid(
+                "limits.max_tokens",
+                format!("must be between 1 and 1000000, got {}", l.max_tokens),
+            ));
+        }
+        if l.default_max_tokens == 0 || l.default_max_tokens > l.max_tokens {
+            return Err(invalid(
+                "limits.default_max_tokens",
+                format!(
+                    "must be between 1 and limits.max_tokens ({}), got {}",
+                    l.max_tokens, l.default_max_tokens
+                ),
+            ));
+        }
+        let s = &self.streams;
+        if !(1..=86_400).contains(&s.idle_timeout_secs) {
+            return Err(invalid(
+                "streams.idle_timeout_secs",
+                format!("must be between 1 and 86400, got {}", s.idle_timeout_secs),
+            ));
+        }
+        if s.max_stream_bytes < 1024 {
+            return Err(invalid(
+                "streams.max_stream_bytes",
+                format!("must be at least 1024, got {}", s.max_stream_bytes),
+            ));
+        }
+        if s.max_total_bytes < s.max_stream_bytes {
+            return Err(invalid(
+                "streams.max_total_bytes",
+                format!(
+                    "must be at least streams.max_stream_bytes ({}), got {}",
+                    s.max_stream_bytes, s.max_total_bytes
+                ),
+            ));
+        }
+        if !(1..=1_000_000).contains(&s.max_streams) {
+            return Err(invalid(
+                "streams.max_streams",
+                format!("must be between 1 and 1000000, got {}", s.max_streams),
+            ));
+        }
+        if !(1..=100_000).contains(&self.engine.queue_len) {
+            return Err(invalid(
+                "engine.queue_len",
+                format!(
+                    "must be between 1 and 100000, got {}",
+                    self.engine.queue_len
+                ),
+            ));
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log_level).is_err() {
+            return Err(invalid(
+                "log_level",
+                format!(
+                    "must be error, warn, info, debug, trace or a tracing filter, got {:?}",
+                    self.log_level
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_rkllm(&self) -> Result<(), ConfigError> {
+        let r = &self.rkllm;
+        if !(16..=131_072).contains(&r.max_context_len) {
+            return Err(invalid(
+                "rkllm.max_context_len",
+                format!("must be between 16 and 131072, got {}", r.max_context_len),
+            ));
+        }
+        if r.n_keep < -1 {
+            return Err(invalid(
+                "rkllm.n_keep",
+                format!("must be -1 or more, got {}", r.n_keep),
+            ));
+        }
+        if r.top_k > 1000 {
+            return Err(invalid(
+                "rkllm.top_k",
+                format!("must be between 0 and 1000, got {}", r.top_k),
+            ));
+        }
+        let ranges: [(&'static str, f64, f64, f64); 5] = [
+            ("rkllm.top_p", r.top_p, 0.0, 1.0),
+            ("rkllm.temperature", r.temperature, 0.0, 2.0),
+            ("rkllm.repeat_penalty", r.repeat_penalty, 0.0, 10.0),
+            ("rkllm.frequency_penalty", r.frequency_penalty, -2.0, 2.0),
+            ("rkllm.presence_penalty", r.presence_penalty, -2.0, 2.0),
+        ];
+        for (key, value, low, high) in ranges {
+            if !(value.is_finite() && (low..=high).contains(&value)) {
+                return Err(invalid(
+                    key,
+                    format!("must be between {low} and {high}, got {value}"),
+                ));
+            }
+        }
+        if !(1..=0xFF).contains(&r.cpu_mask) {
+            return Err(invalid(
+                "rkllm.cpu_mask",
+                format!(
+                    "must be a mask of CPUs 0 to 7 (1 to 0xFF), got {:#x}",
+                    r.cpu_mask
+                ),
+            ));
+        }
+        if !(1..=8).contains(&r.cpu_threads) {
+            return Err(invalid(
+                "rkllm.cpu_threads",
+                format!("must be between 1 and 8, got {}", r.cpu_threads),
+            ));
+        }
+        if self.limits.max_tokens > i32::MAX as u32 {
+            return Err(invalid("limits.max_tokens", "too large for the runtime"));
+        }
+        Ok(())
+    }
+}
