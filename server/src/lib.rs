@@ -138,14 +138,11 @@ async fn stop_workers(state: &Arc<AppState>) {
 /// accepting, ends every open stream with an abort end chunk, waits at
 /// most [`SHUTDOWN_GRACE`] for connections to finish and at most
 /// [`WORKER_GRACE`] for model workers to release their models.
-///
-/// # Errors
-/// An I/O error of the listener.
 pub async fn run(
     listener: TcpListener,
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) {
     let reaper = state.streams.spawn_reaper();
     let sessions_reaper = transport::mcp_http::McpSessions::spawn_reaper(Arc::clone(&state));
     let server = transport::serve::serve(listener, app(Arc::clone(&state)), Arc::clone(&state));
@@ -163,9 +160,7 @@ pub async fn run(
             }
         }
     }
-    let result = Ok(());
     reaper.abort();
     sessions_reaper.abort();
     stop_workers(&state).await;
-    result
 }

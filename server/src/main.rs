@@ -78,13 +78,8 @@ async fn main() -> ExitCode {
         Ok(local) => eprintln!("rkllm-server listening on http://{local}"),
         Err(err) => eprintln!("rkllm-server: cannot read the bound address: {err}"),
     }
-    match rkllm_server::run(listener, state, shutdown_signal()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("rkllm-server: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    rkllm_server::run(listener, state, shutdown_signal()).await;
+    ExitCode::SUCCESS
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -49,16 +49,16 @@ impl Connection {
         }
     }
 
-    /// Counts a new stream of this connection against `limit` unfinished
-    /// ones; returns false (and does not count it) when the limit is reached.
-    pub fn admit_stream(&self, stream: &Arc<crate::stream::Stream>, limit: usize) -> bool {
+    /// Whether this connection has fewer than `limit` unfinished streams.
+    pub fn has_room_for_stream(&self, limit: usize) -> bool {
         let mut streams = self.streams.lock();
         streams.retain(|s| s.upgrade().is_some_and(|s| !s.is_ended()));
-        if streams.len() >= limit {
-            return false;
-        }
-        streams.push(Arc::downgrade(stream));
-        true
+        streams.len() < limit
+    }
+
+    /// Counts a stream as this connection's until it ends.
+    pub fn track_stream(&self, stream: &Arc<crate::stream::Stream>) {
+        self.streams.lock().push(Arc::downgrade(stream));
     }
 
     /// A push connection of `transport` (for metrics and logs) whose

@@ -202,23 +202,16 @@ pub(super) fn submit(
     request: RunRequest,
     polled: bool,
 ) -> Result<Arc<Stream>, RpcError> {
-    let stream = state.engine.submit(request, polled)?;
     let limit = state.config.limits.max_streams_per_connection;
-    if !ctx.conn.admit_stream(&stream, limit) {
-        stream.end_with(|usage| {
-            EndInfo::error(
-                codes::SERVER_BUSY,
-                "too many streams on this connection",
-                usage,
-            )
-        });
-        state.streams.remove(stream.id());
+    if !ctx.conn.has_room_for_stream(limit) {
         return Err(RpcError::new(
             codes::SERVER_BUSY,
             format!("server busy: this connection already has {limit} unfinished streams (limits.max_streams_per_connection)"),
         )
         .with_data(json!({ "retry_after_ms": 1000 })));
     }
+    let stream = state.engine.submit(request, polled)?;
+    ctx.conn.track_stream(&stream);
     Ok(stream)
 }
 
