@@ -319,6 +319,19 @@ impl Server {
         }
     }
 
+    /// The text of `GET /metrics`.
+    pub async fn metrics_text(&self) -> String {
+        let url = format!("http://{}/metrics", self.addr);
+        self.http
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// Waits (bounded) until `stream_status` reports `state`.
     pub async fn wait_state(&self, stream_id: &str, state: &str) {
         let deadline = tokio::time::Instant::now() + LIVENESS;

@@ -151,15 +151,7 @@ async fn ready_reports_a_full_queue_and_metrics_count_what_happened() {
         )
         .await;
 
-    let metrics = server
-        .http
-        .get(format!("http://{}/metrics", server.addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics_text().await;
     for needle in [
         "rkllm_requests_total{transport=\"http\",outcome=\"ok\"}",
         "rkllm_rejected_requests_total{reason=\"busy\"} 1",

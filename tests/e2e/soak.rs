@@ -58,15 +58,7 @@ async fn wait_until_empty(server: &Server) {
 }
 
 async fn metric(server: &Server, name: &str) -> f64 {
-    let text = server
-        .http
-        .get(format!("http://{}/metrics", server.addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics_text().await;
     text.lines()
         .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
         .unwrap_or(f64::NAN)
