@@ -51,6 +51,18 @@ pub fn app(state: Arc<AppState>) -> Router {
     let protected = Router::new()
         .merge(mcp)
         .route("/metrics", get(metrics::serve))
+        .route("/v1/models", get(transport::openai::models))
+        .route(
+            "/v1/chat/completions",
+            post(transport::openai::chat_completions),
+        )
+        .route("/v1/completions", post(transport::openai::completions))
+        .route("/api/version", get(transport::ollama::version))
+        .route("/api/tags", get(transport::ollama::tags))
+        .route("/api/ps", get(transport::ollama::ps))
+        .route("/api/show", post(transport::ollama::show))
+        .route("/api/generate", post(transport::ollama::generate))
+        .route("/api/chat", post(transport::ollama::chat))
         .route_layer(keys);
     let router = Router::new()
         .merge(protected)

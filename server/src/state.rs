@@ -26,6 +26,10 @@ pub struct AppState {
     pub mcp_sessions: McpSessions,
     /// API keys for the HTTP and WebSocket routes.
     pub api_keys: ApiKeys,
+    /// When the server started.
+    pub started: std::time::SystemTime,
+    /// The same, in seconds since the Unix epoch.
+    pub started_unix: u64,
     shutdown: watch::Sender<bool>,
     connections: Arc<ConnectionCount>,
 }
@@ -73,6 +77,8 @@ impl AppState {
             McpSessions::new(std::time::Duration::from_secs(config.mcp.session_idle_secs));
         Ok(Arc::new(Self {
             api_keys: ApiKeys::new(&config.api_keys),
+            started: std::time::SystemTime::now(),
+            started_unix: crate::transport::compat::unix_now(),
             mcp_sessions,
             config,
             streams,

@@ -22,24 +22,42 @@ def anyio_backend():
     return "asyncio"
 
 
-@pytest.fixture
-def http_server():
-    """Starts the server on 127.0.0.1:0 and yields its /mcp URL."""
+def start_server(*args: str):
+    """Starts the server on 127.0.0.1:0; returns the process and its base URL."""
     proc = subprocess.Popen(
-        [server_binary(), "--listen", "127.0.0.1:0", "--mock-tokens-per-second", "20"],
+        [server_binary(), "--listen", "127.0.0.1:0", *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
-    url = None
+    base = None
     for line in proc.stderr:
         if line.startswith("rkllm-server listening on http://"):
-            url = line.strip().removeprefix("rkllm-server listening on ") + "/mcp"
+            base = line.strip().removeprefix("rkllm-server listening on ")
             break
-    if url is None:
+    if base is None:
         proc.kill()
         pytest.fail("the server did not start")
-    yield url
+    return proc, base
+
+
+def stop_server(proc) -> None:
     proc.terminate()
     assert proc.wait(timeout=10) == 0
+
+
+@pytest.fixture
+def http_server():
+    """A server with the mock at 20 tokens/s; yields its /mcp URL."""
+    proc, base = start_server("--mock-tokens-per-second", "20")
+    yield base + "/mcp"
+    stop_server(proc)
+
+
+@pytest.fixture
+def api_server():
+    """A server for the OpenAI and Ollama APIs; yields its base URL."""
+    proc, base = start_server("--mock-tokens-per-second", "400", "--api-key", "test-key")
+    yield base
+    stop_server(proc)

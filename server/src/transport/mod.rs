@@ -3,11 +3,14 @@
 
 pub mod auth;
 pub mod chunked;
+pub mod compat;
 pub mod health;
 pub mod http;
 pub mod line_session;
 pub mod lines;
 pub mod mcp_http;
+pub mod ollama;
+pub mod openai;
 pub mod serve;
 pub mod session;
 pub mod stdio;

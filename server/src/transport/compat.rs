@@ -1,0 +1,199 @@
+//! What the OpenAI and Ollama APIs share: turning a list of chat messages
+//! into model input, starting a generation only the request reads, and
+//! timestamps.
+//!
+//! Conversations: the runtime's built-in chat template is applied to what
+//! the server sends. A single user (or tool) message is sent as it is,
+//! with a system message, if any, before it. A longer conversation is sent
+//! as one transcript (`role: text` lines) ending with the new message.
+//! Keeping the runtime's history between requests (prefix reuse) and
+//! server-side templates are not implemented yet.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::engine::{EngineError, Role};
+use crate::state::AppState;
+use crate::stream::{Consumer, Stream};
+
+/// One chat message; `content` may be a string or a list of text parts.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text.
+    #[serde(default)]
+    pub content: Value,
+}
+
+impl ChatMessage {
+    /// The message's text (text parts joined).
+    pub fn text(&self) -> String {
+        match &self.content {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(""),
+            _ => String::new(),
+        }
+    }
+}
+
+/// The prompt and role to send for a conversation.
+///
+/// # Errors
+/// When there is no message, or the last one is not from the user or a tool.
+pub fn prompt_from_messages(messages: &[ChatMessage]) -> Result<(String, Role), String> {
+    let last = messages.last().ok_or("`messages` must not be empty")?;
+    let role = match last.role.as_str() {
+        "user" => Role::User,
+        "tool" => Role::Tool,
+        other => {
+            return Err(format!(
+                "the last message must be from `user` or `tool`, got `{other}`"
+            ));
+        }
+    };
+    let earlier = &messages[..messages.len() - 1];
+    let prompt = match earlier {
+        [] => last.text(),
+        [system] if system.role == "system" => format!("{}\n\n{}", system.text(), last.text()),
+        _ => messages
+            .iter()
+            .map(|m| format!("{}: {}", m.role, m.text()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    };
+    Ok((prompt, role))
+}
+
+/// A generation only this request reads. Dropping it (the client left)
+/// drops the consumer, which aborts the generation, and forgets the stream.
+pub struct Private {
+    /// The stream's consumer.
+    pub consumer: Consumer,
+    state: Arc<AppState>,
+    stream: Arc<Stream>,
+}
+
+impl std::fmt::Debug for Private {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Private").finish_non_exhaustive()
+    }
+}
+
+impl Private {
+    /// Submits `request`.
+    ///
+    /// # Errors
+    /// What the engine refuses.
+    pub fn start(
+        state: &Arc<AppState>,
+        request: crate::engine::RunRequest,
+    ) -> Result<Self, EngineError> {
+        let stream = state.engine.submit(request, false)?;
+        Ok(Self {
+            consumer: stream.attach(0),
+            state: Arc::clone(state),
+            stream,
+        })
+    }
+
+    /// The model generating.
+    pub fn model(&self) -> &str {
+        self.stream.model()
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        self.state.streams.remove(self.stream.id());
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// An RFC 3339 UTC timestamp with microseconds, e.g. `2026-06-26T19:34:57.123456Z`.
+pub fn rfc3339(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_micros()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn msg(role: &str, content: Value) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content,
+        }
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+        let t = UNIX_EPOCH + Duration::from_micros(1_782_502_497_123_456);
+        assert_eq!(rfc3339(t), "2026-06-26T19:34:57.123456Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn messages_become_one_prompt() {
+        let one = [msg("user", json!("hi"))];
+        assert_eq!(
+            prompt_from_messages(&one).unwrap(),
+            ("hi".into(), Role::User)
+        );
+        let parts = [
+            msg("system", json!("be brief")),
+            msg(
+                "user",
+                json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]),
+            ),
+        ];
+        assert_eq!(prompt_from_messages(&parts).unwrap().0, "be brief\n\nab");
+        let turns = [
+            msg("user", json!("q1")),
+            msg("assistant", json!("a1")),
+            msg("tool", json!("{}")),
+        ];
+        assert_eq!(
+            prompt_from_messages(&turns).unwrap(),
+            ("user: q1\nassistant: a1\ntool: {}".into(), Role::Tool)
+        );
+        assert!(prompt_from_messages(&[]).is_err());
+        assert!(prompt_from_messages(&[msg("assistant", json!("x"))]).is_err());
+    }
+}

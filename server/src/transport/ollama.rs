@@ -1,0 +1,408 @@
+//! The Ollama API: `GET /api/version`, `/api/tags`, `/api/ps`,
+//! `POST /api/show`, `/api/generate` and `/api/chat`, streaming as NDJSON
+//! (one object per line) and not. Every chat line carries a `message`
+//! with a role; durations are integer nanoseconds; `done_reason` is `stop`
+//! or `length`; errors are `{"error": "..."}` with the matching status.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::compat::{ChatMessage, Private, prompt_from_messages, rfc3339};
+use crate::engine::{
+    EndInfo, EngineError, FinishReason, ModelInfo, Role, RunRequest, Sampling, ValidationError,
+};
+use crate::state::AppState;
+
+/// The Ollama API version reported to clients that probe it.
+pub const OLLAMA_VERSION: &str = "0.9.0";
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({"error": message.into()}))).into_response()
+}
+
+fn engine_error(err: EngineError) -> Response {
+    match err {
+        EngineError::Invalid(ValidationError::UnknownModel(name)) => {
+            crate::metrics::rejected("model_unavailable");
+            error(StatusCode::NOT_FOUND, format!("model '{name}' not found"))
+        }
+        EngineError::Invalid(
+            ValidationError::Invalid { message, .. } | ValidationError::TooLarge { message, .. },
+        ) => {
+            crate::metrics::rejected("invalid_params");
+            error(StatusCode::BAD_REQUEST, message)
+        }
+        other => {
+            crate::metrics::rejected("busy");
+            error(StatusCode::SERVICE_UNAVAILABLE, other.to_string())
+        }
+    }
+}
+
+/// `GET /api/version`.
+pub async fn version() -> Response {
+    Json(json!({"version": OLLAMA_VERSION})).into_response()
+}
+
+fn details() -> Value {
+    json!({"parent_model": "", "format": "rkllm", "family": "", "families": [], "parameter_size": "", "quantization_level": ""})
+}
+
+fn model_entry(state: &AppState, model: &ModelInfo) -> Value {
+    let path = state
+        .config
+        .model_specs()
+        .into_iter()
+        .find(|m| m.name == model.name)
+        .and_then(|m| m.path);
+    let meta = path.as_ref().and_then(|p| std::fs::metadata(p).ok());
+    let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
+    let modified = meta
+        .and_then(|m| m.modified().ok())
+        .unwrap_or(state.started);
+    let digest: String = {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in model.name.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        format!("{h:016x}").repeat(4)
+    };
+    json!({"name": model.name, "model": model.name, "modified_at": rfc3339(modified), "size": size,
+           "digest": digest, "details": details()})
+}
+
+/// `GET /api/tags`.
+pub async fn tags(State(state): State<Arc<AppState>>) -> Response {
+    let models: Vec<Value> = state
+        .engine
+        .models()
+        .iter()
+        .map(|m| model_entry(&state, m))
+        .collect();
+    Json(json!({"models": models})).into_response()
+}
+
+/// `GET /api/ps`: the loaded models (all of them stay loaded).
+pub async fn ps(State(state): State<Arc<AppState>>) -> Response {
+    let expires = rfc3339(SystemTime::now() + Duration::from_secs(365 * 86_400));
+    let models: Vec<Value> = state
+        .engine
+        .models()
+        .iter()
+        .filter(|m| m.loaded)
+        .map(|m| {
+            let mut entry = model_entry(&state, m);
+            entry["expires_at"] = json!(expires);
+            entry["size_vram"] = json!(0);
+            entry
+        })
+        .collect();
+    Json(json!({"models": models})).into_response()
+}
+
+/// Resolves an Ollama model name (`name` or `name:latest`) to one of ours.
+fn resolve(state: &AppState, name: Option<&str>) -> Result<Option<String>, Box<Response>> {
+    let Some(name) = name.filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    let models = state.engine.models();
+    let bare = name.strip_suffix(":latest").unwrap_or(name);
+    models
+        .iter()
+        .find(|m| m.name == name || m.name == bare)
+        .map(|m| Some(m.name.clone()))
+        .ok_or_else(|| {
+            Box::new(error(
+                StatusCode::NOT_FOUND,
+                format!("model '{name}' not found"),
+            ))
+        })
+}
+
+#[derive(Debug, Deserialize)]
+struct ShowRequest {
+    model: Option<String>,
+    name: Option<String>,
+}
+
+/// `POST /api/show`.
+pub async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    let request: ShowRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid request body: {e}"),
+            );
+        }
+    };
+    let name = match resolve(&state, request.model.as_deref().or(request.name.as_deref())) {
+        Ok(Some(name)) => name,
+        Ok(None) => return error(StatusCode::BAD_REQUEST, "`model` is required"),
+        Err(response) => return *response,
+    };
+    let info = state.engine.models().into_iter().find(|m| m.name == name);
+    let entry = info.map(|m| model_entry(&state, &m)).unwrap_or_default();
+    Json(json!({
+        "modelfile": "", "parameters": "", "template": "", "details": details(),
+        "model_info": {"general.architecture": "rkllm", "general.basename": name},
+        "capabilities": ["completion"], "modified_at": entry["modified_at"]
+    }))
+    .into_response()
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Options {
+    num_predict: Option<i64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<u32>,
+    repeat_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    presence_penalty: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct GenerateRequest {
+    model: Option<String>,
+    #[serde(default)]
+    prompt: String,
+    system: Option<String>,
+    stream: Option<bool>,
+    #[serde(default)]
+    options: Options,
+    think: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    model: Option<String>,
+    #[serde(default)]
+    messages: Vec<ChatMessage>,
+    stream: Option<bool>,
+    #[serde(default)]
+    options: Options,
+    think: Option<bool>,
+    tools: Option<Vec<Value>>,
+}
+
+fn run_request(
+    model: Option<String>,
+    prompt: String,
+    role: Role,
+    options: &Options,
+    think: Option<bool>,
+) -> RunRequest {
+    RunRequest {
+        prompt,
+        model,
+        max_tokens: options
+            .num_predict
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|n| *n > 0),
+        sampling: Sampling {
+            temperature: options.temperature,
+            top_p: options.top_p,
+            top_k: options.top_k,
+            repeat_penalty: options.repeat_penalty,
+            frequency_penalty: options.frequency_penalty,
+            presence_penalty: options.presence_penalty,
+        },
+        role,
+        enable_thinking: think,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Generate,
+    Chat,
+}
+
+/// `POST /api/generate`.
+pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    let request: GenerateRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid request body: {e}"),
+            );
+        }
+    };
+    let model = match resolve(&state, request.model.as_deref()) {
+        Ok(m) => m,
+        Err(response) => return *response,
+    };
+    let name = model.clone().unwrap_or_else(|| default_model(&state));
+    if request.prompt.is_empty() {
+        // An empty prompt loads the model; ours are loaded at start.
+        return Json(
+            json!({"model": name, "created_at": rfc3339(SystemTime::now()), "response": "",
+                           "done": true, "done_reason": "load"}),
+        )
+        .into_response();
+    }
+    let prompt = match &request.system {
+        Some(system) if !system.is_empty() => format!("{system}\n\n{}", request.prompt),
+        _ => request.prompt.clone(),
+    };
+    let run = run_request(model, prompt, Role::User, &request.options, request.think);
+    respond(
+        &state,
+        run,
+        name,
+        request.stream.unwrap_or(true),
+        Api::Generate,
+    )
+    .await
+}
+
+/// `POST /api/chat`.
+pub async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    let request: ChatRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid request body: {e}"),
+            );
+        }
+    };
+    if request.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "tool calls are not supported by this server yet",
+        );
+    }
+    let model = match resolve(&state, request.model.as_deref()) {
+        Ok(m) => m,
+        Err(response) => return *response,
+    };
+    let name = model.clone().unwrap_or_else(|| default_model(&state));
+    if request.messages.is_empty() {
+        return Json(json!({"model": name, "created_at": rfc3339(SystemTime::now()),
+                           "message": {"role": "assistant", "content": ""}, "done": true, "done_reason": "load"}))
+        .into_response();
+    }
+    let (prompt, role) = match prompt_from_messages(&request.messages) {
+        Ok(p) => p,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let run = run_request(model, prompt, role, &request.options, request.think);
+    respond(&state, run, name, request.stream.unwrap_or(true), Api::Chat).await
+}
+
+fn default_model(state: &AppState) -> String {
+    state
+        .engine
+        .models()
+        .first()
+        .map(|m| m.name.clone())
+        .unwrap_or_default()
+}
+
+fn line(api: Api, model: &str, text: &str) -> Value {
+    let now = rfc3339(SystemTime::now());
+    match api {
+        Api::Generate => {
+            json!({"model": model, "created_at": now, "response": text, "done": false})
+        }
+        Api::Chat => {
+            json!({"model": model, "created_at": now, "message": {"role": "assistant", "content": text}, "done": false})
+        }
+    }
+}
+
+/// The final line: done, the reason, counts and integer-nanosecond durations.
+fn last_line(api: Api, model: &str, text: &str, end: &EndInfo, started: Instant) -> Value {
+    let mut value = line(api, model, text);
+    let ns = |ms: f64| (ms * 1_000_000.0).round() as u64;
+    let timings = end.timings.unwrap_or_default();
+    value["done"] = json!(true);
+    value["done_reason"] = json!(if end.finish_reason == FinishReason::Length {
+        "length"
+    } else {
+        "stop"
+    });
+    value["total_duration"] =
+        json!(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    value["load_duration"] = json!(0);
+    value["prompt_eval_count"] = json!(end.usage.prompt_tokens);
+    value["prompt_eval_duration"] = json!(ns(timings.prefill_ms));
+    value["eval_count"] = json!(end.usage.completion_tokens);
+    value["eval_duration"] = json!(ns(timings.generate_ms));
+    value
+}
+
+async fn respond(
+    state: &Arc<AppState>,
+    run: RunRequest,
+    model: String,
+    stream: bool,
+    api: Api,
+) -> Response {
+    let started = Instant::now();
+    let mut private = match Private::start(state, run) {
+        Ok(p) => p,
+        Err(err) => return engine_error(err),
+    };
+    if !stream {
+        let mut text = String::new();
+        loop {
+            let batch = private.consumer.next_batch().await;
+            if batch.is_empty() {
+                return error(StatusCode::INTERNAL_SERVER_ERROR, "the generation expired");
+            }
+            for chunk in batch {
+                text.push_str(&chunk.delta);
+                if let Some(end) = chunk.end {
+                    if let Some(err) = &end.error {
+                        return error(StatusCode::INTERNAL_SERVER_ERROR, err.message.clone());
+                    }
+                    return Json(last_line(api, &model, &text, &end, started)).into_response();
+                }
+            }
+        }
+    }
+    // NDJSON: a task writes lines; a client that leaves makes its next
+    // send fail, and dropping the generation aborts it.
+    let (tx, mut rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    tokio::spawn(async move {
+        let send = |value: Value| {
+            let mut bytes = value.to_string().into_bytes();
+            bytes.push(b'\n');
+            tx.send(Ok(Bytes::from(bytes)))
+        };
+        loop {
+            let batch = private.consumer.next_batch().await;
+            if batch.is_empty() {
+                return;
+            }
+            for chunk in batch {
+                if let Some(end) = chunk.end {
+                    let last = match &end.error {
+                        Some(err) => json!({"error": err.message}),
+                        None => last_line(api, &model, &chunk.delta, &end, started),
+                    };
+                    let _ = send(last).await;
+                    return;
+                }
+                if send(line(api, &model, &chunk.delta)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+}

@@ -1,0 +1,427 @@
+//! The OpenAI API: `GET /v1/models`, `POST /v1/chat/completions` and
+//! `POST /v1/completions`, streaming (SSE) and not, as the official client
+//! reads them: one id and `created` per response, a role chunk first,
+//! `finish_reason` `stop`/`length`, a usage chunk with empty `choices` only
+//! when `stream_options.include_usage` is set, then `[DONE]`; keep-alive
+//! comments during a long prefill; errors as `{"error": {...}}` with the
+//! matching status, and 503 with `Retry-After` when the model is busy.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::compat::{ChatMessage, Private, prompt_from_messages, unix_now};
+use crate::engine::{
+    EndInfo, EngineError, FinishReason, Role, RunRequest, Sampling, ValidationError,
+};
+use crate::state::AppState;
+use crate::stream::{StreamError, new_stream_id};
+
+/// An error in OpenAI's shape.
+fn error(
+    status: StatusCode,
+    kind: &str,
+    message: impl Into<String>,
+    param: Option<&str>,
+    code: Option<&str>,
+) -> Response {
+    let body =
+        json!({"error": {"message": message.into(), "type": kind, "param": param, "code": code}});
+    (status, Json(body)).into_response()
+}
+
+fn bad_request(message: impl Into<String>, param: Option<&str>) -> Response {
+    error(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        message,
+        param,
+        None,
+    )
+}
+
+/// Maps an engine refusal to OpenAI's status and shape.
+pub(super) fn engine_error(err: EngineError) -> Response {
+    crate::metrics::rejected(match &err {
+        EngineError::QueueFull { .. } | EngineError::Stream(_) => "busy",
+        EngineError::Invalid(ValidationError::UnknownModel(_)) | EngineError::NotLoaded(_) => {
+            "model_unavailable"
+        }
+        _ => "invalid_params",
+    });
+    match err {
+        EngineError::Invalid(ValidationError::UnknownModel(name)) => error(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("The model `{name}` does not exist"),
+            Some("model"),
+            Some("model_not_found"),
+        ),
+        EngineError::Invalid(
+            ValidationError::Invalid { field, message }
+            | ValidationError::TooLarge { field, message },
+        ) => bad_request(message, Some(field)),
+        EngineError::QueueFull { retry_after_ms, .. } => {
+            busy(retry_after_ms, &err_text(retry_after_ms))
+        }
+        EngineError::Stream(StreamError::TooMany { .. } | StreamError::ShuttingDown) => {
+            busy(1000, "the server is busy")
+        }
+        other => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            other.to_string(),
+            None,
+            None,
+        ),
+    }
+}
+
+fn err_text(retry_after_ms: u64) -> String {
+    format!("the model is busy: its queue is full; retry in {retry_after_ms} ms")
+}
+
+fn busy(retry_after_ms: u64, message: &str) -> Response {
+    let mut response = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "server_error",
+        message,
+        None,
+        Some("server_busy"),
+    );
+    let secs = retry_after_ms.div_ceil(1000).max(1);
+    if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
+/// `GET /v1/models`.
+pub async fn models(State(state): State<Arc<AppState>>) -> Response {
+    let created = state.started_unix;
+    let data: Vec<Value> = state
+        .engine
+        .models()
+        .into_iter()
+        .map(|m| json!({"id": m.name, "object": "model", "created": created, "owned_by": "rkllm"}))
+        .collect();
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct Common {
+    model: Option<String>,
+    #[serde(default)]
+    stream: bool,
+    stream_options: Option<StreamOptions>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<u32>,
+    frequency_penalty: Option<f64>,
+    presence_penalty: Option<f64>,
+    repeat_penalty: Option<f64>,
+    n: Option<u32>,
+    tools: Option<Vec<Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    messages: Vec<ChatMessage>,
+    #[serde(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionRequest {
+    prompt: Value,
+    #[serde(flatten)]
+    common: Common,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Box<Response>> {
+    serde_json::from_slice(body)
+        .map_err(|e| Box::new(bad_request(format!("invalid request body: {e}"), None)))
+}
+
+impl Common {
+    fn request(&self, prompt: String, role: Role) -> Result<RunRequest, Box<Response>> {
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(Box::new(bad_request("only `n: 1` is supported", Some("n"))));
+        }
+        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            return Err(Box::new(bad_request(
+                "tool calls are not supported by this server yet",
+                Some("tools"),
+            )));
+        }
+        Ok(RunRequest {
+            prompt,
+            model: self.model.clone(),
+            max_tokens: self.max_completion_tokens.or(self.max_tokens),
+            sampling: Sampling {
+                temperature: self.temperature,
+                top_p: self.top_p,
+                top_k: self.top_k,
+                repeat_penalty: self.repeat_penalty,
+                frequency_penalty: self.frequency_penalty,
+                presence_penalty: self.presence_penalty,
+            },
+            role,
+            enable_thinking: None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Chat,
+    Completion,
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    let request: ChatRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(response) => return *response,
+    };
+    let (prompt, role) = match prompt_from_messages(&request.messages) {
+        Ok(p) => p,
+        Err(message) => return bad_request(message, Some("messages")),
+    };
+    respond(state, &request.common, prompt, role, Kind::Chat).await
+}
+
+/// `POST /v1/completions`.
+pub async fn completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    let request: CompletionRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(response) => return *response,
+    };
+    let prompt = match &request.prompt {
+        Value::String(s) => s.clone(),
+        Value::Array(items) if items.len() == 1 && items[0].is_string() => {
+            items[0].as_str().unwrap_or_default().to_owned()
+        }
+        _ => return bad_request("`prompt` must be a string", Some("prompt")),
+    };
+    respond(state, &request.common, prompt, Role::User, Kind::Completion).await
+}
+
+async fn respond(
+    state: Arc<AppState>,
+    common: &Common,
+    prompt: String,
+    role: Role,
+    kind: Kind,
+) -> Response {
+    let run = match common.request(prompt, role) {
+        Ok(run) => run,
+        Err(response) => return *response,
+    };
+    let private = match Private::start(&state, run) {
+        Ok(p) => p,
+        Err(err) => return engine_error(err),
+    };
+    let id = match kind {
+        Kind::Chat => format!("chatcmpl-{}", new_stream_id()),
+        Kind::Completion => format!("cmpl-{}", new_stream_id()),
+    };
+    let ids = Ids {
+        id,
+        created: unix_now(),
+        model: private.model().to_owned(),
+        kind,
+    };
+    if common.stream {
+        let include_usage = common
+            .stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage);
+        return stream_response(private, ids, include_usage);
+    }
+    whole_response(private, ids).await
+}
+
+struct Ids {
+    id: String,
+    created: u64,
+    model: String,
+    kind: Kind,
+}
+
+impl Ids {
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.kind, chunk) {
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Completion, _) => "text_completion",
+        }
+    }
+
+    fn envelope(&self, chunk: bool, choices: Value) -> Value {
+        json!({"id": self.id, "object": self.object(chunk), "created": self.created, "model": self.model,
+               "system_fingerprint": null, "choices": choices})
+    }
+
+    fn choice(&self, text: &str, finish: Option<&str>, first: bool) -> Value {
+        match self.kind {
+            Kind::Chat => {
+                let delta = if first {
+                    json!({"role": "assistant", "content": text})
+                } else if finish.is_some() {
+                    json!({})
+                } else {
+                    json!({"content": text})
+                };
+                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            }
+            Kind::Completion => {
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+            }
+        }
+    }
+}
+
+fn finish_reason(end: &EndInfo) -> &'static str {
+    match end.finish_reason {
+        FinishReason::Length => "length",
+        _ => "stop",
+    }
+}
+
+fn usage(end: &EndInfo) -> Value {
+    let (p, c) = (end.usage.prompt_tokens, end.usage.completion_tokens);
+    json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c})
+}
+
+async fn whole_response(mut private: Private, ids: Ids) -> Response {
+    let mut text = String::new();
+    let end = loop {
+        let batch = private.consumer.next_batch().await;
+        if batch.is_empty() {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the generation expired",
+                None,
+                None,
+            );
+        }
+        let mut end = None;
+        for chunk in batch {
+            text.push_str(&chunk.delta);
+            end = end.or(chunk.end);
+        }
+        if let Some(end) = end {
+            break end;
+        }
+    };
+    if let Some(err) = &end.error {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            err.message.clone(),
+            None,
+            None,
+        );
+    }
+    let choice = match ids.kind {
+        Kind::Chat => {
+            json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null,
+                             "finish_reason": finish_reason(&end)})
+        }
+        Kind::Completion => {
+            json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason(&end)})
+        }
+    };
+    let mut body = ids.envelope(false, json!([choice]));
+    body["usage"] = usage(&end);
+    Json(body).into_response()
+}
+
+/// Streams the generation as SSE. A task reads the stream and sends events;
+/// when the client disconnects, its next send fails and dropping the
+/// generation aborts it.
+fn stream_response(mut private: Private, ids: Ids, include_usage: bool) -> Response {
+    let (tx, mut rx) = mpsc::channel::<String>(64);
+    tokio::spawn(async move {
+        let send = |value: Value| tx.send(value.to_string());
+        if ids.kind == Kind::Chat
+            && send(ids.envelope(true, json!([ids.choice("", None, true)])))
+                .await
+                .is_err()
+        {
+            return;
+        }
+        loop {
+            let batch = private.consumer.next_batch().await;
+            if batch.is_empty() {
+                return;
+            }
+            for chunk in batch {
+                if !chunk.delta.is_empty()
+                    && send(ids.envelope(true, json!([ids.choice(&chunk.delta, None, false)])))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+                let Some(end) = chunk.end else { continue };
+                if let Some(err) = &end.error {
+                    let _ = send(json!({"error": {"message": err.message, "type": "server_error", "param": null, "code": null}})).await;
+                } else {
+                    let last = ids.envelope(
+                        true,
+                        json!([ids.choice("", Some(finish_reason(&end)), false)]),
+                    );
+                    if send(last).await.is_err() {
+                        return;
+                    }
+                    if include_usage {
+                        let mut usage_chunk = ids.envelope(true, json!([]));
+                        usage_chunk["usage"] = usage(&end);
+                        let _ = send(usage_chunk).await;
+                    }
+                }
+                let _ = tx.send("[DONE]".to_owned()).await;
+                return;
+            }
+        }
+    });
+    let events = futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx)
+            .map(|m| m.map(|data| Ok::<_, Infallible>(Event::default().data(data))))
+    });
+    let mut response = Sse::new(events)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(Duration::from_secs(15))
+                .text("keep-alive"),
+        )
+        .into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+        .headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}

@@ -1,0 +1,119 @@
+"""The OpenAI and Ollama APIs, driven by their official Python clients."""
+
+import httpx
+import ollama
+import openai
+import pytest
+
+from conftest import start_server, stop_server
+
+PROMPT = "Tell me about the Rock 5B @mock(length=40)"
+
+
+def openai_client(base: str, **kwargs) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base + "/v1", api_key="test-key", **kwargs)
+
+
+def test_openai_models_chat_and_completions(api_server):
+    client = openai_client(api_server)
+    assert [m.id for m in client.models.list()] == ["mock"]
+
+    whole = client.chat.completions.create(model="mock", messages=[{"role": "user", "content": PROMPT}])
+    text = whole.choices[0].message.content
+    assert text and whole.choices[0].finish_reason == "stop"
+    assert whole.usage.completion_tokens > 0
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+
+    chunks = list(client.chat.completions.create(model="mock", messages=[{"role": "user", "content": PROMPT}], stream=True))
+    assert len({c.id for c in chunks}) == 1 and len({c.created for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == text
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert all(c.usage is None for c in chunks)
+
+    with_usage = list(
+        client.chat.completions.create(
+            model="mock", messages=[{"role": "user", "content": PROMPT}], stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert with_usage[-1].choices == [] and with_usage[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+    capped = client.chat.completions.create(model="mock", messages=[{"role": "user", "content": PROMPT}], max_tokens=5)
+    assert capped.choices[0].finish_reason == "length"
+
+    completion = client.completions.create(model="mock", prompt=PROMPT)
+    assert completion.object == "text_completion" and completion.choices[0].text == text
+    streamed = list(client.completions.create(model="mock", prompt=PROMPT, stream=True))
+    assert "".join(c.choices[0].text for c in streamed) == text
+
+
+def test_openai_errors_have_the_right_status():
+    proc, base = start_server("--mock-tokens-per-second", "2", "--config", "/dev/null")
+    try:
+        client = openai_client(base, max_retries=0)
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model="mock", messages=[])
+        # Fill the queue (1 running + 16 waiting), then one more is refused with 503 + Retry-After.
+        slow = [
+            client.chat.completions.create(model="mock", messages=[{"role": "user", "content": f"slow {i} @mock(length=1000)"}], stream=True)
+            for i in range(17)
+        ]
+        with pytest.raises(openai.InternalServerError) as busy:
+            client.chat.completions.create(model="mock", messages=[{"role": "user", "content": "one too many"}])
+        assert busy.value.status_code == 503
+        assert int(busy.value.response.headers["retry-after"]) >= 1
+        for stream in slow:
+            stream.close()
+    finally:
+        stop_server(proc)
+
+
+def test_openai_needs_the_api_key(api_server):
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=api_server + "/v1", api_key="wrong", max_retries=0).models.list()
+
+
+def test_a_client_that_disconnects_mid_stream_frees_the_model():
+    proc, base = start_server("--mock-tokens-per-second", "20")
+    try:
+        client = openai_client(base, max_retries=0, timeout=30)
+        stream = client.chat.completions.create(
+            model="mock", messages=[{"role": "user", "content": "forever @mock(length=100000)"}], stream=True
+        )
+        next(iter(stream))
+        stream.close()
+        # Had the generation gone on (5000 s), this would time out.
+        after = client.chat.completions.create(model="mock", messages=[{"role": "user", "content": "after @mock(length=3)"}])
+        assert after.choices[0].finish_reason == "stop"
+    finally:
+        stop_server(proc)
+
+
+def test_ollama_chat_generate_and_model_listing(api_server):
+    client = ollama.Client(host=api_server, headers={"Authorization": "Bearer test-key"})
+    assert httpx.get(api_server + "/api/version").status_code == 401
+    assert httpx.get(api_server + "/api/version", headers={"Authorization": "Bearer test-key"}).json()["version"]
+    assert [m.model for m in client.list().models] == ["mock"]
+    assert [m.model for m in client.ps().models] == ["mock"]
+    shown = client.show("mock")
+    assert shown.modelinfo is not None and "completion" in shown.capabilities
+
+    whole = client.chat(model="mock", messages=[{"role": "user", "content": PROMPT}])
+    text = whole.message.content
+    assert text and whole.done and whole.done_reason == "stop"
+    assert isinstance(whole.eval_duration, int) and whole.eval_count > 0
+    parts = list(client.chat(model="mock", messages=[{"role": "user", "content": PROMPT}], stream=True))
+    assert all(p.message.role == "assistant" for p in parts)
+    assert "".join(p.message.content for p in parts) == text
+    assert parts[-1].done and parts[-1].done_reason == "stop"
+
+    generated = client.generate(model="mock", prompt=PROMPT)
+    assert generated.response == text and generated.prompt_eval_count > 0
+    streamed = list(client.generate(model="mock:latest", prompt=PROMPT, stream=True, options={"num_predict": 5}))
+    assert streamed[-1].done_reason == "length"
+
+    with pytest.raises(ollama.ResponseError) as missing:
+        client.chat(model="nope", messages=[{"role": "user", "content": "x"}])
+    assert missing.value.status_code == 404
