@@ -434,3 +434,73 @@ async fn a_real_runtime_on_a_board_streams_text() {
         .await;
     check_chunks(&chunks);
 }
+
+#[tokio::test]
+async fn a_chat_that_continues_prefills_only_its_new_message_and_others_clear_the_history() {
+    let board = Board::start(Fake::V1_3, TEXT, &mock_config(0.0, 0, ""), &[]);
+    let server = &board.server;
+    let chat = |messages: Value| async move {
+        let url = format!("http://{}/v1/chat/completions", server.addr);
+        let response = server
+            .http
+            .post(url)
+            .json(&json!({"model": "fake-model", "messages": messages}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json::<Value>().await.unwrap()
+    };
+    let first = chat(json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": "first question"}])).await;
+    let reply = first["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(reply, TEXT);
+    let second = chat(json!([
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": reply}, {"role": "user", "content": "and then?"}
+    ]))
+    .await;
+    // The fake counts prompt bytes / 4 + 1 prefill tokens: only "and then?" was sent.
+    assert_eq!(second["usage"]["prompt_tokens"], 3, "{second}");
+    let log = board.log();
+    let runs: Vec<&str> = log.lines().filter(|l| l.starts_with("run ")).collect();
+    // The first turn sends the whole chat (the fake logs the prompt up to its first newline).
+    assert!(
+        runs[0].contains("keep_history=1") && runs[0].ends_with("prompt=be brief"),
+        "{log}"
+    );
+    assert!(
+        runs[1].contains("keep_history=1") && runs[1].ends_with("prompt=and then?"),
+        "{log}"
+    );
+    let kv: Vec<u32> = log
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("finish ")
+                .and_then(|r| r.rsplit("kv=").next())
+                .and_then(|v| v.parse().ok())
+        })
+        .collect();
+    assert!(
+        kv[1] > kv[0],
+        "the runtime's cache grew with the kept history: {kv:?}"
+    );
+    assert!(!log.contains("clear-kv"), "{log}");
+
+    // A chat that does not continue the held one clears the history first.
+    chat(json!([{"role": "user", "content": "something else"}])).await;
+    assert_eq!(board.count("clear-kv"), 1, "{}", board.log());
+    // So does a plain prompt, which runs without history.
+    server.ok("run", json!({"prompt": "plain"})).await;
+    assert_eq!(board.count("clear-kv"), 2, "{}", board.log());
+    assert!(
+        board
+            .log()
+            .lines()
+            .rfind(|l| l.starts_with("run "))
+            .unwrap()
+            .contains("keep_history=0")
+    );
+}

@@ -346,7 +346,7 @@ static void *generate(void *arg) {
         }
         return NULL;
     }
-    fake_log(h, "finish tokens=%d", tokens);
+    fake_log(h, "finish tokens=%d prefill=%d kv=%d", tokens, perf.prefill_tokens, h->kv_cache);
     emit(h, a->userdata, NULL, -1, RKLLM_RUN_FINISH, &perf);
     return NULL;
 }
@@ -373,14 +373,14 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
     a->userdata = userdata ? userdata : h->default_userdata;
     a->cap = (params && params->max_new_tokens > 0) ? params->max_new_tokens : h->max_new_tokens;
     const RKLLMSamplingParam *s = params ? params->sampling_params : NULL;
-    fake_log(h, "run role=%s thinking=%d max_new_tokens=%d temperature=%.2f top_p=%.2f top_k=%d prompt=%s",
+    fake_log(h, "run role=%s thinking=%d max_new_tokens=%d temperature=%.2f top_p=%.2f top_k=%d keep_history=%d prompt=%s",
              input->role, input->enable_thinking, a->cap, s ? s->temperature : -1.0, s ? s->top_p : -1.0,
-             s ? s->top_k : -1, input->prompt_input);
+             s ? s->top_k : -1, params ? params->keep_history : 0, input->prompt_input);
 #else
     a->userdata = userdata;
     a->cap = h->max_new_tokens;
-    fake_log(h, "run role=%s thinking=%d max_new_tokens=%d prompt=%s", input->role, input->enable_thinking,
-             a->cap, input->prompt_input);
+    fake_log(h, "run role=%s thinking=%d max_new_tokens=%d keep_history=%d prompt=%s", input->role,
+             input->enable_thinking, a->cap, params ? params->keep_history : 0, input->prompt_input);
 #endif
     a->keep_history = params ? params->keep_history : 0;
     /* Error injection for one request: "@fake-error=N" in the prompt fails
@@ -442,6 +442,7 @@ int rkllm_clear_kv_cache(LLMHandle handle, int keep_system_prompt, int *start_po
     (void)start_pos;
     (void)end_pos;
     if (!h) return -1;
+    fake_log(h, "clear-kv kv=%d", h->kv_cache);
     h->kv_cache = 0;
     return 0;
 }

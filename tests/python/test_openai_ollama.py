@@ -117,3 +117,19 @@ def test_ollama_chat_generate_and_model_listing(api_server):
     with pytest.raises(ollama.ResponseError) as missing:
         client.chat(model="nope", messages=[{"role": "user", "content": "x"}])
     assert missing.value.status_code == 404
+
+
+def test_a_multi_turn_chat_prefills_only_the_new_turn(api_server):
+    client = openai_client(api_server)
+    history = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "Tell me about RK3588 boards."}]
+    first = client.chat.completions.create(model="mock", messages=history)
+    history.append({"role": "assistant", "content": first.choices[0].message.content})
+    new_turn = "And the NPU?"
+    history.append({"role": "user", "content": new_turn})
+    second = client.chat.completions.create(model="mock", messages=history)
+    # The mock counts prefill like the runtime: prompt bytes / 4, rounded up.
+    assert second.usage.prompt_tokens == -(-len(new_turn.encode()) // 4)
+    assert first.usage.prompt_tokens > second.usage.prompt_tokens
+    # A different chat is prefilled in full.
+    other = client.chat.completions.create(model="mock", messages=[{"role": "user", "content": "x" * 80}])
+    assert other.usage.prompt_tokens == 20

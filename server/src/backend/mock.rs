@@ -18,8 +18,8 @@
 use std::time::{Duration, Instant};
 
 use crate::engine::{
-    ALL_OVERRIDES, Backend, BackendError, FinishReason, Generation, ModelSpec, Runner, TokenSink,
-    ValidRunRequest,
+    ALL_OVERRIDES, Backend, BackendError, ConversationState, FinishReason, Generation, ModelSpec,
+    Plan, Runner, TokenSink, ValidRunRequest,
 };
 
 /// Settings of the mock backend (config section `[mock]`).
@@ -56,12 +56,15 @@ impl Backend for MockBackend {
     fn load(&self, _model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
         Ok(Box::new(MockRunner {
             config: self.config,
+            conversation: ConversationState::default(),
         }))
     }
 }
 
 struct MockRunner {
     config: MockConfig,
+    /// Like a runtime with `keep_history`: the chat it holds.
+    conversation: ConversationState,
 }
 
 /// Longest natural length a directive may ask for.
@@ -228,7 +231,38 @@ fn next_word(rng: &mut Rng, first: bool, out: &mut Vec<Vec<u8>>) {
 }
 
 impl Runner for MockRunner {
+    /// Emulates history reuse: a chat that continues what this model holds
+    /// is "prefilled" (counted in `prompt_tokens`) for its new message
+    /// only. The text depends on the whole prompt either way.
     fn generate(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+    ) -> Result<Generation, BackendError> {
+        let prefilled = match request
+            .conversation
+            .as_deref()
+            .map(|c| self.conversation.plan(c))
+        {
+            Some(Plan::Continue(turn)) => turn.text.len(),
+            _ => request.prompt.len(),
+        };
+        sink.set_prompt_tokens(u32::try_from(prefilled.div_ceil(4).max(1)).unwrap_or(u32::MAX));
+        let result = self.produce(request, sink);
+        match (&request.conversation, &result) {
+            (Some(conversation), Ok(g))
+                if g.finish_reason != FinishReason::Abort && sink.is_open() =>
+            {
+                self.conversation.commit(conversation, sink.produced());
+            }
+            _ => self.conversation.reset(),
+        }
+        result
+    }
+}
+
+impl MockRunner {
+    fn produce(
         &mut self,
         request: &ValidRunRequest,
         sink: &mut TokenSink<'_>,
@@ -241,9 +275,6 @@ impl Runner for MockRunner {
         let seed = seed_of(request);
         let natural = directives.length.unwrap_or(16 + seed % 48);
         let cap = u64::from(request.max_tokens);
-        sink.set_prompt_tokens(
-            u32::try_from(request.prompt.len().div_ceil(4).max(1)).unwrap_or(u32::MAX),
-        );
 
         let prefill =
             Duration::from_millis(directives.prefill_ms.unwrap_or(self.config.prefill_ms));

@@ -113,10 +113,12 @@ pub struct TokenSink<'a> {
     started: Instant,
     first_token: Option<Instant>,
     open: bool,
+    /// The text pushed so far, kept for requests with a conversation.
+    produced: Option<String>,
 }
 
 impl<'a> TokenSink<'a> {
-    pub(crate) fn new(stream: &'a Stream) -> Self {
+    pub(crate) fn new(stream: &'a Stream, keep_text: bool) -> Self {
         Self {
             stream,
             assembler: Utf8Assembler::new(),
@@ -124,7 +126,13 @@ impl<'a> TokenSink<'a> {
             started: Instant::now(),
             first_token: None,
             open: true,
+            produced: keep_text.then(String::new),
         }
+    }
+
+    /// The text generated so far (only for requests with a conversation).
+    pub fn produced(&self) -> &str {
+        self.produced.as_deref().unwrap_or_default()
     }
 
     /// The token that says the generation should stop. A runner parks on
@@ -156,6 +164,9 @@ impl<'a> TokenSink<'a> {
         }
         self.tokens = self.tokens.saturating_add(tokens);
         let text = self.assembler.push(bytes);
+        if let Some(produced) = &mut self.produced {
+            produced.push_str(&text);
+        }
         if self.open && !self.stream.push(&text, tokens) {
             self.open = false;
         }

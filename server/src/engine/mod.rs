@@ -4,12 +4,14 @@
 
 mod backend;
 mod cancel;
+mod conversation;
 mod outcome;
 mod request;
 mod scheduler;
 
 pub use backend::{ALL_OVERRIDES, Backend, BackendError, Generation, ModelSpec, Runner, TokenSink};
 pub use cancel::CancelToken;
+pub use conversation::{ConversationState, Plan, Turn};
 pub use outcome::{EndError, EndInfo, FinishReason, Timings, Usage};
 pub use request::{RequestLimits, Role, RunRequest, Sampling, ValidRunRequest, ValidationError};
 pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo};

@@ -59,6 +59,10 @@ pub struct RunRequest {
     pub role: Role,
     /// Thinking switch, where the model supports it.
     pub enable_thinking: Option<bool>,
+    /// The chat this prompt renders, for history reuse (OpenAI, Ollama).
+    /// `prompt` is then the whole conversation, sent when the runtime's
+    /// history cannot be reused.
+    pub conversation: Option<Vec<super::Turn>>,
 }
 
 /// A request that passed validation; backends accept nothing else.
@@ -78,6 +82,8 @@ pub struct ValidRunRequest {
     pub role: Role,
     /// Thinking switch (false when not asked for).
     pub enable_thinking: bool,
+    /// The chat, for history reuse.
+    pub conversation: Option<Vec<super::Turn>>,
 }
 
 /// Limits applied when validating requests (config section `[limits]`).
@@ -193,6 +199,7 @@ impl RunRequest {
             sampling: self.sampling,
             role: self.role,
             enable_thinking: self.enable_thinking.unwrap_or(false),
+            conversation: self.conversation,
         })
     }
 }

@@ -376,7 +376,7 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
     let stream = &job.stream;
     stream.set_initializing();
     let queue_ms = (Instant::now() - job.enqueued).as_secs_f64() * 1000.0;
-    let mut sink = TokenSink::new(stream);
+    let mut sink = TokenSink::new(stream, job.request.conversation.is_some());
     let result = catch_unwind(AssertUnwindSafe(|| {
         runner.generate(&job.request, &mut sink)
     }));

@@ -5,9 +5,9 @@
 //! Conversations: the runtime's built-in chat template is applied to what
 //! the server sends. A single user (or tool) message is sent as it is,
 //! with a system message, if any, before it. A longer conversation is sent
-//! as one transcript (`role: text` lines) ending with the new message.
-//! Keeping the runtime's history between requests (prefix reuse) and
-//! server-side templates are not implemented yet.
+//! as one transcript (`role: text` lines) ending with the new message,
+//! unless the model's runtime still holds all but its last message: then
+//! only that one is sent (see [`crate::engine::ConversationState`]).
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -42,6 +42,17 @@ impl ChatMessage {
             _ => String::new(),
         }
     }
+}
+
+/// The conversation as the engine keeps it, for history reuse.
+pub fn turns(messages: &[ChatMessage]) -> Vec<crate::engine::Turn> {
+    messages
+        .iter()
+        .map(|m| crate::engine::Turn {
+            role: m.role.clone(),
+            text: m.text(),
+        })
+        .collect()
 }
 
 /// The prompt and role to send for a conversation.

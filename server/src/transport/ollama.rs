@@ -16,9 +16,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::compat::{ChatMessage, Private, prompt_from_messages, rfc3339};
+use super::compat::{ChatMessage, Private, prompt_from_messages, rfc3339, turns};
 use crate::engine::{
-    EndInfo, EngineError, FinishReason, ModelInfo, Role, RunRequest, Sampling, ValidationError,
+    EndInfo, EngineError, FinishReason, ModelInfo, Role, RunRequest, Sampling, Turn,
+    ValidationError,
 };
 use crate::state::AppState;
 
@@ -201,6 +202,7 @@ fn run_request(
     role: Role,
     options: &Options,
     think: Option<bool>,
+    conversation: Option<Vec<Turn>>,
 ) -> RunRequest {
     RunRequest {
         prompt,
@@ -219,6 +221,7 @@ fn run_request(
         },
         role,
         enable_thinking: think,
+        conversation,
     }
 }
 
@@ -256,7 +259,14 @@ pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Respon
         Some(system) if !system.is_empty() => format!("{system}\n\n{}", request.prompt),
         _ => request.prompt.clone(),
     };
-    let run = run_request(model, prompt, Role::User, &request.options, request.think);
+    let run = run_request(
+        model,
+        prompt,
+        Role::User,
+        &request.options,
+        request.think,
+        None,
+    );
     respond(
         &state,
         run,
@@ -298,7 +308,14 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         Ok(p) => p,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    let run = run_request(model, prompt, role, &request.options, request.think);
+    let run = run_request(
+        model,
+        prompt,
+        role,
+        &request.options,
+        request.think,
+        Some(turns(&request.messages)),
+    );
     respond(&state, run, name, request.stream.unwrap_or(true), Api::Chat).await
 }
 

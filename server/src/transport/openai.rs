@@ -20,9 +20,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::compat::{ChatMessage, Private, prompt_from_messages, unix_now};
+use super::compat::{ChatMessage, Private, prompt_from_messages, turns, unix_now};
 use crate::engine::{
-    EndInfo, EngineError, FinishReason, Role, RunRequest, Sampling, ValidationError,
+    EndInfo, EngineError, FinishReason, Role, RunRequest, Sampling, Turn, ValidationError,
 };
 use crate::state::AppState;
 use crate::stream::{StreamError, new_stream_id};
@@ -162,7 +162,12 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Box<Response
 }
 
 impl Common {
-    fn request(&self, prompt: String, role: Role) -> Result<RunRequest, Box<Response>> {
+    fn request(
+        &self,
+        prompt: String,
+        role: Role,
+        conversation: Option<Vec<Turn>>,
+    ) -> Result<RunRequest, Box<Response>> {
         if self.n.is_some_and(|n| n != 1) {
             return Err(Box::new(bad_request("only `n: 1` is supported", Some("n"))));
         }
@@ -186,6 +191,7 @@ impl Common {
             },
             role,
             enable_thinking: None,
+            conversation,
         })
     }
 }
@@ -206,7 +212,16 @@ pub async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -
         Ok(p) => p,
         Err(message) => return bad_request(message, Some("messages")),
     };
-    respond(state, &request.common, prompt, role, Kind::Chat).await
+    let conversation = Some(turns(&request.messages));
+    respond(
+        state,
+        &request.common,
+        prompt,
+        role,
+        conversation,
+        Kind::Chat,
+    )
+    .await
 }
 
 /// `POST /v1/completions`.
@@ -222,7 +237,15 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: Bytes) -> Res
         }
         _ => return bad_request("`prompt` must be a string", Some("prompt")),
     };
-    respond(state, &request.common, prompt, Role::User, Kind::Completion).await
+    respond(
+        state,
+        &request.common,
+        prompt,
+        Role::User,
+        None,
+        Kind::Completion,
+    )
+    .await
 }
 
 async fn respond(
@@ -230,9 +253,10 @@ async fn respond(
     common: &Common,
     prompt: String,
     role: Role,
+    conversation: Option<Vec<Turn>>,
     kind: Kind,
 ) -> Response {
-    let run = match common.request(prompt, role) {
+    let run = match common.request(prompt, role, conversation) {
         Ok(run) => run,
         Err(response) => return *response,
     };

@@ -44,6 +44,8 @@ pub(super) struct RunSettings<'a> {
     pub enable_thinking: bool,
     pub sampling: SamplingValues,
     pub max_new_tokens: i32,
+    /// Keep this turn in the runtime's history (chats).
+    pub keep_history: bool,
 }
 
 static EMPTY: &CStr = c"";
@@ -173,7 +175,7 @@ pub(super) fn run_v1_3(
         lora_params: std::ptr::null_mut(),
         prompt_cache_params: std::ptr::null_mut(),
         sampling_params: &raw mut sampling,
-        keep_history: 0,
+        keep_history: i32::from(run.keep_history),
         max_new_tokens: run.max_new_tokens,
     };
     // SAFETY: the handle is live and used by this thread only; the input,
@@ -194,7 +196,7 @@ pub(super) fn run_v1_2(
         mode: v1_2::RKLLM_INFER_GENERATE,
         lora_params: std::ptr::null_mut(),
         prompt_cache_params: std::ptr::null_mut(),
-        keep_history: 0,
+        keep_history: i32::from(run.keep_history),
     };
     // SAFETY: as in `run_v1_3`.
     unsafe { api.rkllm_run(handle.0.as_ptr(), &raw mut input, &raw mut params, userdata) }

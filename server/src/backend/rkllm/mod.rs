@@ -24,8 +24,8 @@ use self::handle::{CallbackSlot, ModelHandle};
 use self::runtime::Api;
 use crate::config::Config;
 use crate::engine::{
-    ALL_OVERRIDES, Backend, BackendError, FinishReason, Generation, ModelSpec, Runner, TokenSink,
-    Usage, ValidRunRequest,
+    ALL_OVERRIDES, Backend, BackendError, ConversationState, FinishReason, Generation, ModelSpec,
+    Plan, Runner, TokenSink, Usage, ValidRunRequest,
 };
 
 /// Per-request overrides runtimes 1.2.x apply (`max_tokens` by aborting
@@ -133,6 +133,8 @@ impl Backend for RkllmBackend {
             handle: ModelHandle::new(Arc::clone(&self.runtime), handle, slot, c_path),
             init: self.init.clone(),
             next_run: Arc::clone(&self.next_run),
+            conversation: ConversationState::default(),
+            history_dirty: false,
         }))
     }
 }
@@ -142,6 +144,11 @@ struct RkllmRunner {
     handle: ModelHandle,
     init: InitSettings,
     next_run: Arc<AtomicU64>,
+    /// The chat the runtime's history holds (runs with `keep_history`).
+    conversation: ConversationState,
+    /// Whether the runtime's history may hold anything (cleared before a
+    /// chat restarts or a run without a chat).
+    history_dirty: bool,
 }
 
 impl RkllmRunner {
@@ -170,19 +177,78 @@ fn runtime_error(code: Option<i32>, message: impl Into<String>) -> BackendError 
 }
 
 impl Runner for RkllmRunner {
+    /// Chats keep the runtime's history (`keep_history`): a request that
+    /// continues the held chat sends only its new message; any other chat,
+    /// or a plain prompt, clears the history first.
     fn generate(
         &mut self,
         request: &ValidRunRequest,
         sink: &mut TokenSink<'_>,
     ) -> Result<Generation, BackendError> {
-        let prompt = CString::new(request.prompt.as_str()).map_err(|_| {
+        let plan = request
+            .conversation
+            .as_deref()
+            .map(|c| self.conversation.plan(c));
+        let (prompt, role) = match plan {
+            Some(Plan::Continue(turn)) => (
+                turn.text.as_str(),
+                if turn.role == "tool" { "tool" } else { "user" },
+            ),
+            _ => (request.prompt.as_str(), request.role.as_str()),
+        };
+        let keep_history = plan.is_some();
+        if !matches!(plan, Some(Plan::Continue(_))) && self.history_dirty {
+            self.clear_history();
+        }
+        self.history_dirty |= keep_history;
+        let result = self.run_once(request, sink, prompt, role, keep_history);
+        match (&request.conversation, &result) {
+            (Some(conversation), Ok(g))
+                if g.finish_reason != FinishReason::Abort && sink.is_open() =>
+            {
+                self.conversation.commit(conversation, sink.produced());
+            }
+            _ => self.conversation.reset(),
+        }
+        result
+    }
+}
+
+impl RkllmRunner {
+    fn clear_history(&mut self) {
+        let handle = self.handle.handle.0.as_ptr();
+        // SAFETY: the handle is live and owned by this thread; no run is in
+        // progress; NULL ranges ask to clear everything.
+        let rc = unsafe {
+            match &self.handle.runtime.api {
+                Api::V1_3(api) => {
+                    api.rkllm_clear_kv_cache(handle, 0, std::ptr::null_mut(), std::ptr::null_mut())
+                }
+                Api::V1_2(api) => {
+                    api.rkllm_clear_kv_cache(handle, 0, std::ptr::null_mut(), std::ptr::null_mut())
+                }
+            }
+        };
+        tracing::debug!(rc, "rkllm_clear_kv_cache");
+        self.history_dirty = false;
+        self.conversation.reset();
+    }
+
+    fn run_once(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+        prompt: &str,
+        role: &str,
+        keep_history: bool,
+    ) -> Result<Generation, BackendError> {
+        let prompt = CString::new(prompt).map_err(|_| {
             runtime_error(
                 None,
                 "the prompt contains a NUL character, which the runtime cannot take",
             )
         })?;
-        let role =
-            CString::new(request.role.as_str()).map_err(|_| runtime_error(None, "bad role"))?;
+        let role = CString::new(role).map_err(|_| runtime_error(None, "bad role"))?;
         let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
         let abi = self.handle.runtime.abi();
         let cap = (abi == Abi::V1_2).then_some(request.max_tokens);
@@ -192,6 +258,7 @@ impl Runner for RkllmRunner {
             enable_thinking: request.enable_thinking,
             sampling: self.sampling(request),
             max_new_tokens: i32::try_from(request.max_tokens).unwrap_or(i32::MAX),
+            keep_history,
         };
         let abort = Arc::clone(&self.handle.abort);
         abort.set_running(run_id);
