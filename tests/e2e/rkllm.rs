@@ -504,3 +504,43 @@ async fn a_chat_that_continues_prefills_only_its_new_message_and_others_clear_th
             .contains("keep_history=0")
     );
 }
+
+#[tokio::test]
+async fn tools_reach_the_runtime_once_and_its_tool_call_comes_back_parsed() {
+    let call = r#"<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>"#;
+    let board = Board::start(Fake::V1_2, call, &mock_config(0.0, 0, ""), &[]);
+    let server = &board.server;
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let url = format!("http://{}/v1/chat/completions", server.addr);
+    for _ in 0..2 {
+        let body = json!({"model": "fake-model", "messages": [{"role": "user", "content": "weather?"}], "tools": tools});
+        let response: Value = server
+            .http
+            .post(&url)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let choice = &response["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{response}");
+        assert_eq!(
+            choice["message"]["tool_calls"][0]["function"]["name"],
+            "get_weather"
+        );
+        assert_eq!(
+            choice["message"]["tool_calls"][0]["function"]["arguments"],
+            r#"{"city":"Paris"}"#
+        );
+    }
+    assert_eq!(
+        board.count("set-function-tools"),
+        1,
+        "set once while the tools stay the same: {}",
+        board.log()
+    );
+    assert!(board.log().contains("tag=tool_response"), "{}", board.log());
+}

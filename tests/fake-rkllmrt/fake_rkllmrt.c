@@ -461,7 +461,9 @@ int rkllm_set_chat_template(LLMHandle handle, const char *system_prompt, const c
 
 int rkllm_set_function_tools(LLMHandle handle, const char *system_prompt, const char *tools,
                              const char *tool_response_str) {
-    return (handle && system_prompt && tools && tool_response_str) ? 0 : -1;
+    if (!handle || !system_prompt || !tools || !tool_response_str) return -1;
+    fake_log(handle, "set-function-tools tag=%s tools=%s", tool_response_str, tools);
+    return 0;
 }
 
 int rkllm_set_cross_attn_params(LLMHandle handle, RKLLMCrossAttnParam *cross_attn_params) {

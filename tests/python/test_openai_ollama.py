@@ -133,3 +133,57 @@ def test_a_multi_turn_chat_prefills_only_the_new_turn(api_server):
     # A different chat is prefilled in full.
     other = client.chat.completions.create(model="mock", messages=[{"role": "user", "content": "x" * 80}])
     assert other.usage.prompt_tokens == 20
+
+
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+ASK = {"role": "user", "content": "What is the weather in Paris? @mock(tool_call=1)"}
+
+
+def test_openai_tool_call_round_trip(api_server):
+    import json
+
+    client = openai_client(api_server)
+    first = client.chat.completions.create(model="mock", messages=[ASK], tools=WEATHER)
+    assert first.choices[0].finish_reason == "tool_calls"
+    call = first.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "test"}
+
+    chunks = list(client.chat.completions.create(model="mock", messages=[ASK], tools=WEATHER, stream=True))
+    streamed = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert streamed[0].function.name == "get_weather" and json.loads(streamed[0].function.arguments) == {"city": "test"}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert not any("<tool_call>" in (c.choices[0].delta.content or "") for c in chunks if c.choices)
+
+    messages = [
+        ASK,
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 21}'},
+    ]
+    answer = client.chat.completions.create(model="mock", messages=messages, tools=WEATHER)
+    assert answer.choices[0].finish_reason == "stop" and answer.choices[0].message.content
+
+
+def test_ollama_tool_call_round_trip(api_server):
+    client = ollama.Client(host=api_server, headers={"Authorization": "Bearer test-key"})
+    first = client.chat(model="mock", messages=[ASK], tools=WEATHER)
+    call = first.message.tool_calls[0]
+    assert call.function.name == "get_weather" and call.function.arguments == {"city": "test"}
+    parts = list(client.chat(model="mock", messages=[ASK], tools=WEATHER, stream=True))
+    assert any(p.message.tool_calls for p in parts) and parts[-1].done
+    assert "<tool_call>" not in "".join(p.message.content or "" for p in parts)
+    answer = client.chat(
+        model="mock",
+        messages=[ASK, {"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": '{"temperature": 21}'}],
+        tools=WEATHER,
+    )
+    assert answer.message.content and not answer.message.tool_calls

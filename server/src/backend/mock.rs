@@ -111,6 +111,7 @@ struct Directives {
     length: Option<u64>,
     error_after: Option<u64>,
     prefill_ms: Option<u64>,
+    tool_call: bool,
 }
 
 fn parse_directives(prompt: &str) -> Result<Directives, String> {
@@ -141,6 +142,7 @@ fn parse_directives(prompt: &str) -> Result<Directives, String> {
                 }
                 "error_after" => found.error_after = Some(value),
                 "prefill_ms" => found.prefill_ms = Some(value.min(600_000)),
+                "tool_call" => found.tool_call = value != 0,
                 other => return Err(format!("unknown mock directive `{other}`")),
             }
         }
@@ -272,6 +274,10 @@ impl MockRunner {
                 code: None,
                 message,
             })?;
+        // A tool's result (role `tool`) is answered with text, not another call.
+        if directives.tool_call && request.role == crate::engine::Role::User {
+            return tool_call(request, sink);
+        }
         let seed = seed_of(request);
         let natural = directives.length.unwrap_or(16 + seed % 48);
         let cap = u64::from(request.max_tokens);
@@ -342,6 +348,59 @@ impl MockRunner {
     }
 }
 
+/// `@mock(tool_call=1)`: answers with a call of the first offered tool,
+/// in the `<tool_call>` form Qwen models use, with a value for each of its
+/// parameters (strings "test", numbers 1, booleans true).
+fn tool_call(
+    request: &ValidRunRequest,
+    sink: &mut TokenSink<'_>,
+) -> Result<Generation, BackendError> {
+    let no_tools = || BackendError::Runtime {
+        code: None,
+        message: "@mock(tool_call=1) needs a request that offers tools".into(),
+    };
+    let tools: serde_json::Value =
+        serde_json::from_str(request.tools.as_deref().ok_or_else(no_tools)?)
+            .map_err(|_| no_tools())?;
+    let function = tools
+        .get(0)
+        .and_then(|t| t.get("function"))
+        .ok_or_else(no_tools)?;
+    let name = function
+        .get("name")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("tool");
+    let mut arguments = serde_json::Map::new();
+    if let Some(properties) = function
+        .pointer("/parameters/properties")
+        .and_then(serde_json::Value::as_object)
+    {
+        for (key, schema) in properties {
+            let value = match schema.get("type").and_then(serde_json::Value::as_str) {
+                Some("number" | "integer") => serde_json::json!(1),
+                Some("boolean") => serde_json::json!(true),
+                _ => serde_json::json!("test"),
+            };
+            arguments.insert(key.clone(), value);
+        }
+    }
+    let text = format!(
+        "<tool_call>\n{}\n</tool_call>",
+        serde_json::json!({"name": name, "arguments": arguments})
+    );
+    for piece in text.as_bytes().chunks(3) {
+        if !sink.token_bytes(piece) {
+            return Ok(aborted());
+        }
+    }
+    Ok(Generation {
+        finish_reason: FinishReason::Stop,
+        usage: None,
+        runtime_timings: None,
+        memory_mb: None,
+    })
+}
+
 fn aborted() -> Generation {
     Generation {
         finish_reason: FinishReason::Abort,
@@ -362,7 +421,8 @@ mod tests {
             Directives {
                 length: Some(5),
                 error_after: Some(2),
-                prefill_ms: None
+                prefill_ms: None,
+                tool_call: false,
             }
         );
         assert_eq!(parse_directives("plain").unwrap(), Directives::default());

@@ -63,6 +63,8 @@ pub struct RunRequest {
     /// `prompt` is then the whole conversation, sent when the runtime's
     /// history cannot be reused.
     pub conversation: Option<Vec<super::Turn>>,
+    /// Function tools the model may call: a JSON array in OpenAI's shape.
+    pub tools: Option<String>,
 }
 
 /// A request that passed validation; backends accept nothing else.
@@ -84,6 +86,8 @@ pub struct ValidRunRequest {
     pub enable_thinking: bool,
     /// The chat, for history reuse.
     pub conversation: Option<Vec<super::Turn>>,
+    /// Function tools (a JSON array), when the request offers some.
+    pub tools: Option<String>,
 }
 
 /// Limits applied when validating requests (config section `[limits]`).
@@ -200,6 +204,7 @@ impl RunRequest {
             role: self.role,
             enable_thinking: self.enable_thinking.unwrap_or(false),
             conversation: self.conversation,
+            tools: self.tools,
         })
     }
 }

@@ -141,6 +141,7 @@ pub(super) fn run_request(p: &mut Params, max_tokens_limit: u32) -> Result<RunRe
         role,
         enable_thinking: p.opt_bool("enable_thinking")?,
         conversation: None,
+        tools: None,
     })
 }
 

@@ -15,4 +15,5 @@ pub mod serve;
 pub mod session;
 pub mod stdio;
 pub mod tcp;
+pub mod tools;
 pub mod ws;

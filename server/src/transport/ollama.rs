@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::compat::{ChatMessage, Private, prompt_from_messages, rfc3339, turns};
+use super::tools::{ToolCall, ToolCallFilter};
 use crate::engine::{
     EndInfo, EngineError, FinishReason, ModelInfo, Role, RunRequest, Sampling, Turn,
     ValidationError,
@@ -203,6 +204,7 @@ fn run_request(
     options: &Options,
     think: Option<bool>,
     conversation: Option<Vec<Turn>>,
+    tools: Option<String>,
 ) -> RunRequest {
     RunRequest {
         prompt,
@@ -222,6 +224,7 @@ fn run_request(
         role,
         enable_thinking: think,
         conversation,
+        tools,
     }
 }
 
@@ -266,6 +269,7 @@ pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Respon
         &request.options,
         request.think,
         None,
+        None,
     );
     respond(
         &state,
@@ -288,12 +292,11 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
             );
         }
     };
-    if request.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "tool calls are not supported by this server yet",
-        );
-    }
+    let tools = request
+        .tools
+        .as_ref()
+        .filter(|t| !t.is_empty())
+        .map(|t| Value::Array(t.clone()).to_string());
     let model = match resolve(&state, request.model.as_deref()) {
         Ok(m) => m,
         Err(response) => return *response,
@@ -315,6 +318,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         &request.options,
         request.think,
         Some(turns(&request.messages)),
+        tools,
     );
     respond(&state, run, name, request.stream.unwrap_or(true), Api::Chat).await
 }
@@ -361,6 +365,22 @@ fn last_line(api: Api, model: &str, text: &str, end: &EndInfo, started: Instant)
     value
 }
 
+/// Tool calls in Ollama's shape: arguments as an object.
+fn ollama_calls(calls: &[ToolCall]) -> Vec<Value> {
+    calls
+        .iter()
+        .map(|call| json!({"function": {"name": call.name, "arguments": call.arguments}}))
+        .collect()
+}
+
+/// Adds parsed tool calls to a chat line.
+fn with_calls(mut line: Value, calls: &[ToolCall]) -> Value {
+    if !calls.is_empty() {
+        line["message"]["tool_calls"] = json!(ollama_calls(calls));
+    }
+    line
+}
+
 async fn respond(
     state: &Arc<AppState>,
     run: RunRequest,
@@ -369,6 +389,8 @@ async fn respond(
     api: Api,
 ) -> Response {
     let started = Instant::now();
+    // Tool calls are parsed out of chat answers to requests that offered tools.
+    let mut filter = (api == Api::Chat && run.tools.is_some()).then(ToolCallFilter::default);
     let mut private = match Private::start(state, run) {
         Ok(p) => p,
         Err(err) => return engine_error(err),
@@ -386,7 +408,17 @@ async fn respond(
                     if let Some(err) = &end.error {
                         return error(StatusCode::INTERNAL_SERVER_ERROR, err.message.clone());
                     }
-                    return Json(last_line(api, &model, &text, &end, started)).into_response();
+                    let (text, calls) = match &mut filter {
+                        Some(filter) => {
+                            let mut shown = filter.push(&text);
+                            let (rest, calls) = filter.finish();
+                            shown.push_str(&rest);
+                            (shown, calls)
+                        }
+                        None => (text, Vec::new()),
+                    };
+                    let last = with_calls(last_line(api, &model, &text, &end, started), &calls);
+                    return Json(last).into_response();
                 }
             }
         }
@@ -406,15 +438,38 @@ async fn respond(
                 return;
             }
             for chunk in batch {
+                let shown = match &mut filter {
+                    Some(filter) => filter.push(&chunk.delta),
+                    None => chunk.delta.to_string(),
+                };
                 if let Some(end) = chunk.end {
                     let last = match &end.error {
                         Some(err) => json!({"error": err.message}),
-                        None => last_line(api, &model, &chunk.delta, &end, started),
+                        None => {
+                            let (rest, calls) = filter
+                                .as_mut()
+                                .map(ToolCallFilter::finish)
+                                .unwrap_or_default();
+                            let text = format!("{shown}{rest}");
+                            if !calls.is_empty()
+                                && send(with_calls(line(api, &model, &text), &calls))
+                                    .await
+                                    .is_err()
+                            {
+                                return;
+                            }
+                            let text = if calls.is_empty() {
+                                text
+                            } else {
+                                String::new()
+                            };
+                            last_line(api, &model, &text, &end, started)
+                        }
                     };
                     let _ = send(last).await;
                     return;
                 }
-                if send(line(api, &model, &chunk.delta)).await.is_err() {
+                if !shown.is_empty() && send(line(api, &model, &shown)).await.is_err() {
                     return;
                 }
             }

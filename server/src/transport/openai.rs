@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::compat::{ChatMessage, Private, prompt_from_messages, turns, unix_now};
+use super::tools::{ToolCall, ToolCallFilter};
 use crate::engine::{
     EndInfo, EngineError, FinishReason, Role, RunRequest, Sampling, Turn, ValidationError,
 };
@@ -140,6 +141,7 @@ struct Common {
     repeat_penalty: Option<f64>,
     n: Option<u32>,
     tools: Option<Vec<Value>>,
+    tool_choice: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -171,12 +173,13 @@ impl Common {
         if self.n.is_some_and(|n| n != 1) {
             return Err(Box::new(bad_request("only `n: 1` is supported", Some("n"))));
         }
-        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-            return Err(Box::new(bad_request(
-                "tool calls are not supported by this server yet",
-                Some("tools"),
-            )));
-        }
+        let tools = self
+            .tools
+            .as_ref()
+            .filter(|t| {
+                !t.is_empty() && self.tool_choice.as_ref().and_then(Value::as_str) != Some("none")
+            })
+            .map(|t| Value::Array(t.clone()).to_string());
         Ok(RunRequest {
             prompt,
             model: self.model.clone(),
@@ -192,6 +195,7 @@ impl Common {
             role,
             enable_thinking: None,
             conversation,
+            tools,
         })
     }
 }
@@ -273,6 +277,7 @@ async fn respond(
         created: unix_now(),
         model: private.model().to_owned(),
         kind,
+        tools: common.tools.as_ref().is_some_and(|t| !t.is_empty()),
     };
     if common.stream {
         let include_usage = common
@@ -289,6 +294,8 @@ struct Ids {
     created: u64,
     model: String,
     kind: Kind,
+    /// Whether the request offered tools (tool calls are then parsed).
+    tools: bool,
 }
 
 impl Ids {
@@ -336,6 +343,18 @@ fn usage(end: &EndInfo) -> Value {
     json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c})
 }
 
+/// Tool calls in OpenAI's shape: arguments as a JSON string.
+fn openai_calls(calls: &[ToolCall]) -> Vec<Value> {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(index, call)| {
+            json!({"index": index, "id": format!("call_{}", new_stream_id()), "type": "function",
+                   "function": {"name": call.name, "arguments": call.arguments.to_string()}})
+        })
+        .collect()
+}
+
 async fn whole_response(mut private: Private, ids: Ids) -> Response {
     let mut text = String::new();
     let end = loop {
@@ -367,7 +386,25 @@ async fn whole_response(mut private: Private, ids: Ids) -> Response {
             None,
         );
     }
+    let (text, calls) = if ids.tools {
+        let mut filter = ToolCallFilter::default();
+        let mut shown = filter.push(&text);
+        let (rest, calls) = filter.finish();
+        shown.push_str(&rest);
+        (shown, calls)
+    } else {
+        (text, Vec::new())
+    };
     let choice = match ids.kind {
+        Kind::Chat if !calls.is_empty() => {
+            let content = if text.trim().is_empty() {
+                Value::Null
+            } else {
+                json!(text)
+            };
+            json!({"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": openai_calls(&calls)},
+                   "logprobs": null, "finish_reason": "tool_calls"})
+        }
         Kind::Chat => {
             json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null,
                              "finish_reason": finish_reason(&end)})
@@ -388,6 +425,7 @@ fn stream_response(mut private: Private, ids: Ids, include_usage: bool) -> Respo
     let (tx, mut rx) = mpsc::channel::<String>(64);
     tokio::spawn(async move {
         let send = |value: Value| tx.send(value.to_string());
+        let mut filter = ids.tools.then(ToolCallFilter::default);
         if ids.kind == Kind::Chat
             && send(ids.envelope(true, json!([ids.choice("", None, true)])))
                 .await
@@ -401,8 +439,12 @@ fn stream_response(mut private: Private, ids: Ids, include_usage: bool) -> Respo
                 return;
             }
             for chunk in batch {
-                if !chunk.delta.is_empty()
-                    && send(ids.envelope(true, json!([ids.choice(&chunk.delta, None, false)])))
+                let shown = match &mut filter {
+                    Some(filter) => filter.push(&chunk.delta),
+                    None => chunk.delta.to_string(),
+                };
+                if !shown.is_empty()
+                    && send(ids.envelope(true, json!([ids.choice(&shown, None, false)])))
                         .await
                         .is_err()
                 {
@@ -412,10 +454,27 @@ fn stream_response(mut private: Private, ids: Ids, include_usage: bool) -> Respo
                 if let Some(err) = &end.error {
                     let _ = send(json!({"error": {"message": err.message, "type": "server_error", "param": null, "code": null}})).await;
                 } else {
-                    let last = ids.envelope(
-                        true,
-                        json!([ids.choice("", Some(finish_reason(&end)), false)]),
-                    );
+                    let (rest, calls) = filter
+                        .as_mut()
+                        .map(ToolCallFilter::finish)
+                        .unwrap_or_default();
+                    if !rest.is_empty()
+                        && send(ids.envelope(true, json!([ids.choice(&rest, None, false)])))
+                            .await
+                            .is_err()
+                    {
+                        return;
+                    }
+                    let mut reason = finish_reason(&end);
+                    if !calls.is_empty() {
+                        reason = "tool_calls";
+                        let delta = json!({"index": 0, "delta": {"tool_calls": openai_calls(&calls)},
+                                           "logprobs": null, "finish_reason": null});
+                        if send(ids.envelope(true, json!([delta]))).await.is_err() {
+                            return;
+                        }
+                    }
+                    let last = ids.envelope(true, json!([ids.choice("", Some(reason), false)]));
                     if send(last).await.is_err() {
                         return;
                     }

@@ -135,6 +135,7 @@ impl Backend for RkllmBackend {
             next_run: Arc::clone(&self.next_run),
             conversation: ConversationState::default(),
             history_dirty: false,
+            tools_set: None,
         }))
     }
 }
@@ -149,6 +150,8 @@ struct RkllmRunner {
     /// Whether the runtime's history may hold anything (cleared before a
     /// chat restarts or a run without a chat).
     history_dirty: bool,
+    /// The tools last handed to `rkllm_set_function_tools`.
+    tools_set: Option<String>,
 }
 
 impl RkllmRunner {
@@ -185,6 +188,11 @@ impl Runner for RkllmRunner {
         request: &ValidRunRequest,
         sink: &mut TokenSink<'_>,
     ) -> Result<Generation, BackendError> {
+        // New tools change the runtime's template and clear its history, so
+        // they are set before deciding what to send.
+        if let Some(tools) = &request.tools {
+            self.set_tools(request, tools)?;
+        }
         let plan = request
             .conversation
             .as_deref()
@@ -215,6 +223,53 @@ impl Runner for RkllmRunner {
 }
 
 impl RkllmRunner {
+    /// Hands the request's tools to the runtime when they changed. The
+    /// system prompt is the chat's system message, if any.
+    fn set_tools(&mut self, request: &ValidRunRequest, tools: &str) -> Result<(), BackendError> {
+        if self.tools_set.as_deref() == Some(tools) {
+            return Ok(());
+        }
+        let system = request
+            .conversation
+            .as_deref()
+            .and_then(|c| c.iter().find(|t| t.role == "system"))
+            .map_or("You are a helpful assistant.", |t| t.text.as_str());
+        let c = |s: &str| {
+            CString::new(s)
+                .map_err(|_| runtime_error(None, "tools or system prompt contain a NUL byte"))
+        };
+        let (system, tools_c, tag) = (c(system)?, c(tools)?, c("tool_response")?);
+        let handle = self.handle.handle.0.as_ptr();
+        // SAFETY: the handle is live and owned by this thread; the strings
+        // outlive the call.
+        let rc = unsafe {
+            match &self.handle.runtime.api {
+                Api::V1_3(api) => api.rkllm_set_function_tools(
+                    handle,
+                    system.as_ptr(),
+                    tools_c.as_ptr(),
+                    tag.as_ptr(),
+                ),
+                Api::V1_2(api) => api.rkllm_set_function_tools(
+                    handle,
+                    system.as_ptr(),
+                    tools_c.as_ptr(),
+                    tag.as_ptr(),
+                ),
+            }
+        };
+        if rc != 0 {
+            return Err(runtime_error(
+                Some(rc),
+                format!("rkllm_set_function_tools failed (code {rc})"),
+            ));
+        }
+        self.tools_set = Some(tools.to_owned());
+        // The runtime's template changed: what it held no longer applies.
+        self.clear_history();
+        Ok(())
+    }
+
     fn clear_history(&mut self) {
         let handle = self.handle.handle.0.as_ptr();
         // SAFETY: the handle is live and owned by this thread; no run is in
