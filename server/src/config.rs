@@ -158,6 +158,44 @@ pub struct ModelEntry {
     /// Model file (required by the rkllm backend).
     #[serde(default)]
     pub path: Option<PathBuf>,
+    /// Chat template (default: the top-level `chat_template`).
+    #[serde(default)]
+    pub chat_template: Option<TemplateSetting>,
+}
+
+/// A chat template in the config: `"builtin"`, `"chatml"`, `"llama3"`, or a
+/// table `{ message = "...{role}...{content}...", assistant = "...", stop = [...] }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum TemplateSetting {
+    /// A named template.
+    Named(String),
+    /// A custom one.
+    Custom(crate::engine::CustomTemplate),
+}
+
+impl TemplateSetting {
+    /// The template, or an error naming the bad name.
+    ///
+    /// # Errors
+    /// An unknown name or a custom template without `{content}`.
+    pub fn resolve(&self) -> Result<crate::engine::ChatTemplate, String> {
+        use crate::engine::ChatTemplate;
+        match self {
+            Self::Named(name) => match name.as_str() {
+                "builtin" => Ok(ChatTemplate::Builtin),
+                "chatml" => Ok(ChatTemplate::ChatMl),
+                "llama3" => Ok(ChatTemplate::Llama3),
+                other => Err(format!(
+                    "must be builtin, chatml, llama3 or a table, got {other:?}"
+                )),
+            },
+            Self::Custom(custom) if !custom.message.contains("{content}") => {
+                Err("a custom template's `message` must contain {content}".into())
+            }
+            Self::Custom(custom) => Ok(ChatTemplate::Custom(custom.clone())),
+        }
+    }
 }
 
 /// The whole configuration, as the file spells it.
@@ -172,6 +210,8 @@ pub struct Config {
     pub model: Option<PathBuf>,
     /// Models; the first is the default.
     pub models: Vec<ModelEntry>,
+    /// Chat template of `model` and the default of `[[models]]` entries.
+    pub chat_template: TemplateSetting,
     /// RKLLM runtime library.
     pub runtime: PathBuf,
     /// ABI of the runtime library.
@@ -215,6 +255,7 @@ impl Default for Config {
             backend: BackendKind::default(),
             model: None,
             models: Vec::new(),
+            chat_template: TemplateSetting::Named("builtin".into()),
             runtime: PathBuf::from(DEFAULT_RUNTIME),
             runtime_abi: RuntimeAbi::default(),
             stdio: false,
@@ -418,12 +459,14 @@ impl Config {
             return vec![ModelSpec {
                 name,
                 path: Some(path.clone()),
+                template: self.chat_template.resolve().unwrap_or_default(),
             }];
         }
         if self.models.is_empty() {
             return vec![ModelSpec {
                 name: DEFAULT_MOCK_MODEL.to_owned(),
                 path: None,
+                template: self.chat_template.resolve().unwrap_or_default(),
             }];
         }
         self.models
@@ -431,6 +474,12 @@ impl Config {
             .map(|m| ModelSpec {
                 name: m.name.clone(),
                 path: m.path.clone(),
+                template: m
+                    .chat_template
+                    .as_ref()
+                    .unwrap_or(&self.chat_template)
+                    .resolve()
+                    .unwrap_or_default(),
             })
             .collect()
     }

@@ -456,7 +456,10 @@ int rkllm_get_kv_cache_size(LLMHandle handle, int *cache_sizes) {
 
 int rkllm_set_chat_template(LLMHandle handle, const char *system_prompt, const char *prompt_prefix,
                             const char *prompt_postfix) {
-    return (handle && system_prompt && prompt_prefix && prompt_postfix) ? 0 : -1;
+    if (!handle || !system_prompt || !prompt_prefix || !prompt_postfix) return -1;
+    fake_log(handle, "set-chat-template system=[%s] prefix=[%s] postfix=[%s]", system_prompt, prompt_prefix,
+             prompt_postfix);
+    return 0;
 }
 
 int rkllm_set_function_tools(LLMHandle handle, const char *system_prompt, const char *tools,

@@ -107,10 +107,12 @@ fn invalid_values_name_their_key() {
                     ModelEntry {
                         name: "a".into(),
                         path: None,
+                        chat_template: None,
                     },
                     ModelEntry {
                         name: "a".into(),
                         path: None,
+                        chat_template: None,
                     },
                 ],
                 ..Config::default()
@@ -130,6 +132,26 @@ fn invalid_values_name_their_key() {
 fn unknown_keys_in_the_file_are_refused_by_name() {
     let err = toml::from_str::<Config>("[streams]\nidle_timeout = 5\n").unwrap_err();
     assert!(err.to_string().contains("idle_timeout"), "{err}");
+}
+
+#[test]
+fn chat_templates_are_read_by_name_or_as_a_table_and_bad_ones_are_named() {
+    let config: Config = toml::from_str(
+        "chat_template = \"chatml\"\n[[models]]\nname = \"a\"\n[[models]]\nname = \"b\"\n\
+         chat_template = { message = \"<{role}>{content}\", assistant = \"<assistant>\", stop = [\"<user>\"] }\n",
+    )
+    .unwrap();
+    config.validate().unwrap();
+    let specs = config.model_specs();
+    assert_eq!(specs[0].template, crate::engine::ChatTemplate::ChatMl);
+    assert!(
+        matches!(&specs[1].template, crate::engine::ChatTemplate::Custom(t) if t.stop == ["<user>"])
+    );
+    let bad = Config {
+        chat_template: TemplateSetting::Named("mistral".into()),
+        ..Config::default()
+    };
+    assert_eq!(key_of(bad.validate().unwrap_err()), "chat_template");
 }
 
 #[test]

@@ -70,6 +70,16 @@ impl Config {
                 "give either `model` or `[[models]]`, not both",
             ));
         }
+        self.chat_template
+            .resolve()
+            .map_err(|m| invalid("chat_template", m))?;
+        for entry in &self.models {
+            if let Some(template) = &entry.chat_template {
+                template
+                    .resolve()
+                    .map_err(|m| invalid("models.chat_template", m))?;
+            }
+        }
         let models = self.model_specs();
         for (i, model) in models.iter().enumerate() {
             if model.name.is_empty()

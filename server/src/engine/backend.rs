@@ -21,6 +21,8 @@ pub struct ModelSpec {
     pub name: String,
     /// Model file, for backends that load one.
     pub path: Option<PathBuf>,
+    /// How chats become input.
+    pub template: super::ChatTemplate,
 }
 
 /// Why a backend failed.
@@ -115,6 +117,12 @@ pub struct TokenSink<'a> {
     open: bool,
     /// The text pushed so far, kept for requests with a conversation.
     produced: Option<String>,
+    /// Strings that end the generation (server-side templates).
+    stop: Vec<String>,
+    /// Text held back because it may begin a stop string.
+    held: String,
+    /// Set when a stop string ended the generation.
+    stopped: bool,
 }
 
 impl<'a> TokenSink<'a> {
@@ -127,7 +135,50 @@ impl<'a> TokenSink<'a> {
             first_token: None,
             open: true,
             produced: keep_text.then(String::new),
+            stop: Vec::new(),
+            held: String::new(),
+            stopped: false,
         }
+    }
+
+    /// Ends the generation at any of `stop` (which is not shown).
+    pub(crate) fn with_stop(mut self, stop: Vec<String>) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// Whether a stop string ended the generation.
+    pub fn hit_stop(&self) -> bool {
+        self.stopped
+    }
+
+    /// Applies the stop strings: returns the text that may be shown now.
+    fn filter_stop(&mut self, text: String) -> String {
+        if self.stop.is_empty() || self.stopped {
+            return if self.stopped { String::new() } else { text };
+        }
+        self.held.push_str(&text);
+        if let Some(at) = self
+            .stop
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
+            self.stopped = true;
+            self.held.truncate(at);
+            return std::mem::take(&mut self.held);
+        }
+        // Keep back the longest tail that may begin a stop string.
+        let keep = self
+            .stop
+            .iter()
+            .flat_map(|s| (1..s.len()).map(move |n| &s[..n]))
+            .filter(|prefix| self.held.ends_with(prefix))
+            .map(str::len)
+            .max()
+            .unwrap_or(0);
+        let cut = self.held.len() - keep;
+        self.held.drain(..cut).collect()
     }
 
     /// The text generated so far (only for requests with a conversation).
@@ -164,6 +215,10 @@ impl<'a> TokenSink<'a> {
         }
         self.tokens = self.tokens.saturating_add(tokens);
         let text = self.assembler.push(bytes);
+        let text = self.filter_stop(text);
+        if self.stopped {
+            self.open = false;
+        }
         if let Some(produced) = &mut self.produced {
             produced.push_str(&text);
         }
@@ -180,6 +235,13 @@ impl<'a> TokenSink<'a> {
 
     /// Flushes an incomplete trailing character (as U+FFFD) at the end.
     pub(crate) fn flush(&mut self) {
+        if !self.stopped && !self.held.is_empty() {
+            // Held back for a stop string that never came: it is text.
+            let held = std::mem::take(&mut self.held);
+            if self.open {
+                self.open = self.stream.push(&held, 0);
+            }
+        }
         let tail = self.assembler.finish();
         if !tail.is_empty() && self.open {
             self.open = self.stream.push(&tail, 0);

@@ -8,6 +8,7 @@ mod conversation;
 mod outcome;
 mod request;
 mod scheduler;
+mod template;
 
 pub use backend::{ALL_OVERRIDES, Backend, BackendError, Generation, ModelSpec, Runner, TokenSink};
 pub use cancel::CancelToken;
@@ -15,3 +16,4 @@ pub use conversation::{ConversationState, Plan, Turn};
 pub use outcome::{EndError, EndInfo, FinishReason, Timings, Usage};
 pub use request::{RequestLimits, Role, RunRequest, Sampling, ValidRunRequest, ValidationError};
 pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo};
+pub use template::{ChatTemplate, CustomTemplate};

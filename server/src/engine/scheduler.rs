@@ -16,7 +16,8 @@ use parking_lot::{Condvar, Mutex};
 
 use super::backend::{Backend, BackendError, ModelSpec, Runner, TokenSink};
 use super::{
-    EndInfo, FinishReason, RequestLimits, RunRequest, Timings, ValidRunRequest, ValidationError,
+    ChatTemplate, EndInfo, FinishReason, RequestLimits, RunRequest, Timings, ValidRunRequest,
+    ValidationError,
 };
 use crate::rpc::codes;
 use crate::stream::{Stream, StreamError, StreamManager};
@@ -76,6 +77,8 @@ struct Job {
     stream: Arc<Stream>,
     request: ValidRunRequest,
     enqueued: Instant,
+    /// Stop strings of a server-side template.
+    stop: Vec<String>,
 }
 
 #[derive(Default)]
@@ -86,6 +89,7 @@ struct Queue {
 
 struct ModelSlot {
     name: String,
+    template: ChatTemplate,
     // Synchronous lock: pushes and pops of a short queue; the worker parks
     // on the condvar, never an async task.
     queue: Mutex<Queue>,
@@ -140,6 +144,7 @@ impl Engine {
         for spec in models {
             let slot = Arc::new(ModelSlot {
                 name: spec.name.clone(),
+                template: spec.template.clone(),
                 queue: Mutex::new(Queue::default()),
                 wake: Condvar::new(),
                 loaded: AtomicBool::new(false),
@@ -241,6 +246,16 @@ impl Engine {
     /// streams, shutdown.
     pub fn submit(&self, request: RunRequest, polled: bool) -> Result<Arc<Stream>, EngineError> {
         let slot = self.slot(request.model.as_deref())?;
+        let mut request = request;
+        let mut stop = Vec::new();
+        if slot.template.is_server_side() {
+            // The server renders the chat; the runtime's template is off.
+            if let Some(conversation) = request.conversation.take() {
+                request.prompt = slot.template.render(&conversation);
+                request.role = super::Role::User;
+            }
+            stop = slot.template.stop_strings();
+        }
         let request = request.validate(slot.name.clone(), &self.limits.request)?;
         if !slot.loaded.load(Ordering::Acquire) {
             return Err(EngineError::NotLoaded(slot.name.clone()));
@@ -260,6 +275,7 @@ impl Engine {
             stream: Arc::clone(&stream),
             request,
             enqueued: Instant::now(),
+            stop,
         });
         drop(queue);
         slot.wake.notify_one();
@@ -376,7 +392,8 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
     let stream = &job.stream;
     stream.set_initializing();
     let queue_ms = (Instant::now() - job.enqueued).as_secs_f64() * 1000.0;
-    let mut sink = TokenSink::new(stream, job.request.conversation.is_some());
+    let mut sink =
+        TokenSink::new(stream, job.request.conversation.is_some()).with_stop(job.stop.clone());
     let result = catch_unwind(AssertUnwindSafe(|| {
         runner.generate(&job.request, &mut sink)
     }));
@@ -387,6 +404,7 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
     }
     let (measured_prefill, measured_generate) = sink.measured();
     let cancelled = stream.cancel_token().is_cancelled();
+    let hit_stop = sink.hit_stop();
     match result {
         Ok(Ok(generation)) => {
             let (prefill_ms, generate_ms) = generation
@@ -397,6 +415,8 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
                 let usage = generation.usage.unwrap_or(counted);
                 let finish_reason = if cancelled {
                     FinishReason::Abort
+                } else if hit_stop {
+                    FinishReason::Stop
                 } else {
                     generation.finish_reason
                 };

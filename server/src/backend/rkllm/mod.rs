@@ -129,8 +129,27 @@ impl Backend for RkllmBackend {
             ))
         })?;
         tracing::info!(model = %model.name, "model loaded with {}", self.describe());
+        let handle = ModelHandle::new(Arc::clone(&self.runtime), handle, slot, c_path);
+        if model.template.is_server_side() {
+            // The server renders the chat itself: switch the runtime's off.
+            let raw = handle.handle.0.as_ptr();
+            let empty = c"".as_ptr();
+            // SAFETY: the handle is live and owned by this thread; the
+            // strings are static.
+            let rc = unsafe {
+                match &self.runtime.api {
+                    Api::V1_3(api) => api.rkllm_set_chat_template(raw, empty, empty, empty),
+                    Api::V1_2(api) => api.rkllm_set_chat_template(raw, empty, empty, empty),
+                }
+            };
+            if rc != 0 {
+                return Err(load_error(format!(
+                    "rkllm_set_chat_template failed (code {rc})"
+                )));
+            }
+        }
         Ok(Box::new(RkllmRunner {
-            handle: ModelHandle::new(Arc::clone(&self.runtime), handle, slot, c_path),
+            handle,
             init: self.init.clone(),
             next_run: Arc::clone(&self.next_run),
             conversation: ConversationState::default(),
@@ -345,6 +364,16 @@ impl RkllmRunner {
         }
         if sink.cancel_token().is_cancelled() {
             return Ok(aborted());
+        }
+        if sink.hit_stop() {
+            // The server stopped the run at a stop string: a normal end,
+            // whatever the runtime reported after the abort.
+            return Ok(Generation {
+                finish_reason: FinishReason::Stop,
+                usage: None,
+                runtime_timings: None,
+                memory_mb: None,
+            });
         }
         if run.capped {
             return Ok(Generation {
