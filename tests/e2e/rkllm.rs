@@ -554,24 +554,58 @@ async fn a_server_side_template_renders_the_chat_and_stops_at_its_stop_string() 
     let board = Board::start(Fake::V1_3, text, &config, &[]);
     let server = &board.server;
     let log = board.log();
-    assert!(log.contains("set-chat-template system=[] prefix=[] postfix=[]"), "the runtime's template is off: {log}");
+    assert!(
+        log.contains("set-chat-template system=[] prefix=[] postfix=[]"),
+        "the runtime's template is off: {log}"
+    );
     let url = format!("http://{}/v1/chat/completions", server.addr);
     let body = json!({"model": "fake-model", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]});
-    let whole: Value = server.http.post(&url).json(&body).send().await.unwrap().json().await.unwrap();
-    assert_eq!(whole["choices"][0]["message"]["content"], "Bonjour 東京!", "{whole}");
+    let whole: Value = server
+        .http
+        .post(&url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        whole["choices"][0]["message"]["content"], "Bonjour 東京!",
+        "{whole}"
+    );
     assert_eq!(whole["choices"][0]["finish_reason"], "stop");
     let mut streaming = body.clone();
     streaming["stream"] = json!(true);
-    let events = server.http.post(&url).json(&streaming).send().await.unwrap().text().await.unwrap();
+    let events = server
+        .http
+        .post(&url)
+        .json(&streaming)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let content: String = events
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter(|d| *d != "[DONE]")
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
         .collect();
     assert_eq!(content, "Bonjour 東京!", "{events}");
     let log = board.log();
-    assert!(log.contains("prompt=<|im_start|>system"), "the server rendered the chat: {log}");
-    assert!(log.contains("aborted"), "the runtime was stopped at the stop string: {log}");
+    assert!(
+        log.contains("prompt=<|im_start|>system"),
+        "the server rendered the chat: {log}"
+    );
+    assert!(
+        log.contains("aborted"),
+        "the runtime was stopped at the stop string: {log}"
+    );
 }

@@ -162,3 +162,15 @@ fn a_model_file_names_the_model() {
     };
     assert_eq!(config.model_specs()[0].name, "qwen2.5-1.5b");
 }
+
+#[test]
+fn the_documented_config_file_parses_and_shows_the_defaults() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/rkllm-server.toml");
+    let config = Config::from_file(&path).unwrap();
+    config.validate().unwrap();
+    assert_eq!(
+        config,
+        Config::default(),
+        "config/rkllm-server.toml must show every default"
+    );
+}
