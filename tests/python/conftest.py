@@ -61,3 +61,37 @@ def api_server():
     proc, base = start_server("--mock-tokens-per-second", "400", "--api-key", "test-key")
     yield base
     stop_server(proc)
+
+
+FAKE_TEXT = "Hello from the fake runtime: 東京 🦀 naïve café."
+
+
+def build_fake(tmp: pathlib.Path) -> pathlib.Path:
+    """Builds the fake librkllmrt.so (tests/fake-rkllmrt, ABI 1.3.0) with cc."""
+    out = tmp / "librkllmrt-fake.so"
+    subprocess.run(
+        [
+            os.environ.get("RKLLM_FAKE_CC", "cc"), "-shared", "-fPIC", "-O1", "-DFAKE_ABI_V1_3",
+            "-I", str(ROOT / "rkllm-sys" / "include"), str(ROOT / "tests" / "fake-rkllmrt" / "fake_rkllmrt.c"),
+            "-o", str(out), "-lpthread",
+        ],
+        check=True,
+    )
+    return out
+
+
+@pytest.fixture
+def fake_server(tmp_path):
+    """A server on the rkllm backend with the fake runtime; its model file
+    holds FAKE_TEXT, which the fake generates. Yields (base URL, log path)."""
+    runtime = build_fake(tmp_path)
+    model = tmp_path / "fake.rkllm"
+    model.write_text(FAKE_TEXT)
+    log = tmp_path / "fake.log"
+    os.environ["FAKE_RKLLM_LOG"] = str(log)
+    try:
+        proc, base = start_server("--backend", "rkllm", "--runtime", str(runtime), "--model", str(model))
+    finally:
+        del os.environ["FAKE_RKLLM_LOG"]
+    yield base, log
+    stop_server(proc)

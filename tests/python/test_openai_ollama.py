@@ -187,3 +187,69 @@ def test_ollama_tool_call_round_trip(api_server):
         tools=WEATHER,
     )
     assert answer.message.content and not answer.message.tool_calls
+
+
+def test_ollama_client_that_disconnects_mid_stream_frees_the_model():
+    proc, base = start_server("--mock-tokens-per-second", "20")
+    try:
+        with httpx.stream("POST", base + "/api/chat", json={"model": "mock", "messages": [
+            {"role": "user", "content": "forever @mock(length=100000)"}]}, timeout=30) as response:
+            next(response.iter_lines())
+        client = ollama.Client(host=base, timeout=30)
+        after = client.chat(model="mock", messages=[{"role": "user", "content": "after @mock(length=3)"}])
+        assert after.done_reason == "stop"
+    finally:
+        stop_server(proc)
+
+
+def test_both_clients_against_the_fake_runtime(fake_server):
+    from conftest import FAKE_TEXT
+
+    base, log = fake_server
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused")
+    [model] = [m.id for m in client.models.list()]
+    whole = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    assert whole.choices[0].message.content == FAKE_TEXT
+    assert whole.usage.completion_tokens > 0 and whole.usage.prompt_tokens > 0
+    chunks = list(client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hi"}], stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == FAKE_TEXT
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert client.completions.create(model=model, prompt="hi").choices[0].text == FAKE_TEXT
+
+    # A second turn that continues the chat prefills only the new message
+    # (the fake counts prompt bytes / 4 + 1).
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": FAKE_TEXT},
+               {"role": "user", "content": "again"}]
+    client.chat.completions.create(model=model, messages=history[:1])
+    second = client.chat.completions.create(model=model, messages=history)
+    assert second.usage.prompt_tokens == len("again") // 4 + 1
+    assert "keep_history=1 prompt=again" in log.read_text()
+
+    ollama_client = ollama.Client(host=base)
+    chat = ollama_client.chat(model=model, messages=[{"role": "user", "content": "hi"}])
+    assert chat.message.content == FAKE_TEXT and chat.eval_count > 0 and isinstance(chat.eval_duration, int)
+    parts = list(ollama_client.generate(model=model, prompt="hi", stream=True))
+    assert "".join(p.response for p in parts) == FAKE_TEXT and parts[-1].done_reason == "stop"
+    assert ollama_client.show(model).modelinfo is not None
+
+
+def test_a_tool_call_from_the_fake_runtime_reaches_both_clients(tmp_path):
+    import json
+
+    from conftest import build_fake
+
+    runtime = build_fake(tmp_path)
+    model = tmp_path / "tools.rkllm"
+    model.write_text('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>')
+    proc, base = start_server("--backend", "rkllm", "--runtime", str(runtime), "--model", str(model))
+    try:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused")
+        first = client.chat.completions.create(model="tools", messages=[{"role": "user", "content": "weather?"}], tools=WEATHER)
+        call = first.choices[0].message.tool_calls[0]
+        assert first.choices[0].finish_reason == "tool_calls"
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+        result = ollama.Client(host=base).chat(model="tools", messages=[{"role": "user", "content": "weather?"}], tools=WEATHER)
+        assert result.message.tool_calls[0].function.arguments == {"city": "Paris"}
+    finally:
+        stop_server(proc)
