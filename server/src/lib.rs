@@ -11,6 +11,7 @@ pub mod backend;
 pub mod config;
 pub mod engine;
 pub mod metrics;
+pub mod notify;
 pub mod rpc;
 pub mod state;
 pub mod stream;

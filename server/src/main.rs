@@ -63,8 +63,18 @@ async fn main() -> ExitCode {
             }
         }
     }
+    let systemd = std::sync::Arc::new(rkllm_server::notify::SystemdNotifier::from_env());
+    let _watchdog = systemd.spawn_watchdog(std::sync::Arc::clone(&state));
+    let stopping = {
+        let systemd = std::sync::Arc::clone(&systemd);
+        async move {
+            shutdown_signal().await;
+            systemd.stopping();
+        }
+    };
     if let Some(output) = protocol_output {
-        rkllm_server::run_stdio(state, output, shutdown_signal()).await;
+        systemd.ready();
+        rkllm_server::run_stdio(state, output, stopping).await;
         return ExitCode::SUCCESS;
     }
     let listener = match tokio::net::TcpListener::bind(addr).await {
@@ -78,7 +88,8 @@ async fn main() -> ExitCode {
         Ok(local) => eprintln!("rkllm-server listening on http://{local}"),
         Err(err) => eprintln!("rkllm-server: cannot read the bound address: {err}"),
     }
-    rkllm_server::run(listener, state, shutdown_signal()).await;
+    systemd.ready();
+    rkllm_server::run(listener, state, stopping).await;
     ExitCode::SUCCESS
 }
 

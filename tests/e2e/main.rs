@@ -12,3 +12,4 @@ mod rkllm;
 mod soak;
 mod stdio;
 mod streaming;
+mod systemd;

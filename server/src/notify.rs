@@ -1,0 +1,82 @@
+//! The systemd notify protocol (`Type=notify`): `READY=1` once every model
+//! is loaded and the server listens, `STOPPING=1` when shutdown begins,
+//! and `WATCHDOG=1` every half `WatchdogSec` from a task that first checks
+//! that the engine is alive (every model worker running). Without
+//! `NOTIFY_SOCKET` (not under systemd) every call does nothing.
+
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::state::AppState;
+
+/// A connection to systemd's notify socket.
+#[derive(Debug)]
+pub struct SystemdNotifier {
+    target: Option<(UnixDatagram, SocketAddr)>,
+    watchdog: Option<Duration>,
+}
+
+impl SystemdNotifier {
+    /// Reads `NOTIFY_SOCKET` (a path, or `@name` for the abstract
+    /// namespace) and `WATCHDOG_USEC`/`WATCHDOG_PID`.
+    pub fn from_env() -> Self {
+        let target = std::env::var_os("NOTIFY_SOCKET").and_then(|path| {
+            let path = path.to_string_lossy().into_owned();
+            let addr = match path.strip_prefix('@') {
+                Some(name) => SocketAddr::from_abstract_name(name.as_bytes()).ok()?,
+                None => SocketAddr::from_pathname(&path).ok()?,
+            };
+            Some((UnixDatagram::unbound().ok()?, addr))
+        });
+        let for_us = std::env::var("WATCHDOG_PID")
+            .ok()
+            .and_then(|p| p.parse::<u32>().ok())
+            .is_none_or(|pid| pid == std::process::id());
+        let watchdog = std::env::var("WATCHDOG_USEC")
+            .ok()
+            .and_then(|u| u.parse::<u64>().ok())
+            .filter(|&u| u > 0 && for_us)
+            .map(Duration::from_micros);
+        Self { target, watchdog }
+    }
+
+    /// Sends one state update; errors are logged, never fatal.
+    pub fn notify(&self, state: &str) {
+        if let Some((socket, addr)) = &self.target {
+            if let Err(err) = socket.send_to_addr(state.as_bytes(), addr) {
+                tracing::warn!(error = %err, "cannot notify systemd");
+            }
+        }
+    }
+
+    /// Everything is loaded and listening.
+    pub fn ready(&self) {
+        self.notify("READY=1\nSTATUS=serving");
+    }
+
+    /// Shutdown has begun.
+    pub fn stopping(&self) {
+        self.notify("STOPPING=1\nSTATUS=stopping");
+    }
+
+    /// Starts the watchdog task when systemd asked for one: a ping every
+    /// half period while every model worker runs. A dead worker stops the
+    /// pings, and systemd restarts the service.
+    pub fn spawn_watchdog(self: &Arc<Self>, state: Arc<AppState>) -> Option<tokio::task::JoinHandle<()>> {
+        let period = self.watchdog? / 2;
+        let notifier = Arc::clone(self);
+        Some(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            loop {
+                ticks.tick().await;
+                if state.engine.models().iter().all(|m| m.loaded) {
+                    notifier.notify("WATCHDOG=1");
+                } else {
+                    tracing::error!("a model worker is not running: no watchdog ping");
+                }
+            }
+        }))
+    }
+}
