@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 mod sections;
 mod validate;
@@ -51,11 +51,13 @@ pub const DEFAULT_MAX_STREAMS: usize = 256;
 pub const DEFAULT_QUEUE_LEN: usize = 16;
 /// Default name of the mock model.
 pub const DEFAULT_MOCK_MODEL: &str = "mock";
+/// The config file read when no `--config` is given, if it exists.
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/rkllm-server/config.toml";
 /// Default runtime library, found by the dynamic loader.
 pub const DEFAULT_RUNTIME: &str = "librkllmrt.so";
 
 /// Which backend generates text.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// Deterministic text without an NPU (the default).
@@ -66,7 +68,7 @@ pub enum BackendKind {
 }
 
 /// Which RKLLM ABI to use with the runtime library.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
 pub enum RuntimeAbi {
     /// Read the version the library carries and pick its ABI.
     #[default]
@@ -84,7 +86,7 @@ pub enum RuntimeAbi {
 }
 
 /// How the stdio and TCP line transports frame messages.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Framing {
     /// One message per line.
@@ -147,10 +149,16 @@ pub struct Cli {
     /// Log filter: error, warn, info, debug, trace, or a tracing directive.
     #[arg(long, env = "RKLLM_SERVER_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<String>,
+    /// Print the effective configuration (API keys masked) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Validate the configuration (and that model files exist) and exit.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 /// A model entry of the config file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelEntry {
     /// Name clients use.
@@ -165,7 +173,7 @@ pub struct ModelEntry {
 
 /// A chat template in the config: `"builtin"`, `"chatml"`, `"llama3"`, or a
 /// table `{ message = "...{role}...{content}...", assistant = "...", stop = [...] }`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum TemplateSetting {
     /// A named template.
@@ -199,7 +207,7 @@ impl TemplateSetting {
 }
 
 /// The whole configuration, as the file spells it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// HTTP/WebSocket listen address.
@@ -319,8 +327,10 @@ impl Config {
     /// # Errors
     /// An unreadable file, bad TOML, or an invalid value (named by key).
     pub fn load(cli: Cli) -> Result<Self, ConfigError> {
+        let default_file = Path::new(DEFAULT_CONFIG_FILE);
         let mut config = match &cli.config {
             Some(path) => Self::from_file(path)?,
+            None if default_file.is_file() => Self::from_file(default_file)?,
             None => Self::default(),
         };
         config.apply(cli);
@@ -342,6 +352,40 @@ impl Config {
             path: path.to_owned(),
             message: e.to_string().trim_end().to_owned(),
         })
+    }
+
+    /// The configuration as TOML, with API keys masked.
+    ///
+    /// # Errors
+    /// When the configuration cannot be written as TOML.
+    pub fn to_masked_toml(&self) -> Result<String, toml::ser::Error> {
+        let mut shown = self.clone();
+        shown.api_keys = shown
+            .api_keys
+            .iter()
+            .map(|_| "********".to_owned())
+            .collect();
+        toml::to_string(&shown)
+    }
+
+    /// Checks what only the machine can tell: that model files exist.
+    ///
+    /// # Errors
+    /// The first missing model file, naming its model.
+    pub fn check_files(&self) -> Result<(), ConfigError> {
+        for model in self.model_specs() {
+            if let Some(path) = model.path.filter(|p| !p.is_file()) {
+                return Err(invalid(
+                    "models.path",
+                    format!(
+                        "the file of model `{}`, {}, does not exist",
+                        model.name,
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Adds the keys of `api_key_file` to `api_keys`.

@@ -10,13 +10,43 @@ use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let config = match Config::load(Cli::parse()) {
+    let cli = Cli::parse();
+    let (print_config, check_config) = (cli.print_config, cli.check_config);
+    let config = match Config::load(cli) {
         Ok(config) => config,
         Err(err) => {
             eprintln!("rkllm-server: {err}");
             return ExitCode::from(2);
         }
     };
+    if print_config {
+        return match config.to_masked_toml() {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("rkllm-server: cannot print the configuration: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if check_config {
+        return match config.check_files() {
+            Ok(()) => {
+                let models = config.model_specs().len();
+                println!(
+                    "configuration OK: backend {:?}, {models} model(s), listen {}",
+                    config.backend, config.listen
+                );
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("rkllm-server: {err}");
+                ExitCode::from(2)
+            }
+        };
+    }
     // In stdio mode fd 1 becomes a private protocol output and fd 1 itself
     // goes to stderr, before anything (the runtime at model load) prints.
     let protocol_output = if config.stdio {

@@ -64,7 +64,10 @@ impl SystemdNotifier {
     /// Starts the watchdog task when systemd asked for one: a ping every
     /// half period while every model worker runs. A dead worker stops the
     /// pings, and systemd restarts the service.
-    pub fn spawn_watchdog(self: &Arc<Self>, state: Arc<AppState>) -> Option<tokio::task::JoinHandle<()>> {
+    pub fn spawn_watchdog(
+        self: &Arc<Self>,
+        state: Arc<AppState>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
         let period = self.watchdog? / 2;
         let notifier = Arc::clone(self);
         Some(tokio::spawn(async move {

@@ -150,3 +150,49 @@ fn environment_variables_configure_the_server_below_flags() {
         "the environment is read: {stderr}"
     );
 }
+
+#[test]
+fn print_config_shows_the_effective_configuration_with_keys_masked_and_check_config_validates() {
+    let dir = crate::harness::ScratchDir::new();
+    let file = dir.0.join("c.toml");
+    std::fs::write(
+        &file,
+        "listen = \"127.0.0.1:9999\"\n[engine]\nqueue_len = 7\n",
+    )
+    .unwrap();
+    let output = server_command()
+        .args([
+            "--config",
+            file.to_str().unwrap(),
+            "--print-config",
+            "--api-key",
+            "very-secret",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let printed = String::from_utf8(output.stdout).unwrap();
+    assert!(!printed.contains("very-secret"), "{printed}");
+    let reparsed: toml::Table = toml::from_str(&printed).expect("the output is TOML");
+    assert_eq!(reparsed["listen"].as_str(), Some("127.0.0.1:9999"));
+    assert_eq!(reparsed["engine"]["queue_len"].as_integer(), Some(7));
+    assert_eq!(reparsed["api_keys"][0].as_str(), Some("********"));
+
+    let ok = server_command()
+        .args(["--config", file.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{ok:?}");
+    let missing = server_command()
+        .args([
+            "--check-config",
+            "--backend",
+            "rkllm",
+            "--model",
+            "/nonexistent/m.rkllm",
+        ])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/m.rkllm"));
+}

@@ -6,7 +6,9 @@ use crate::harness::{LIVENESS, ScratchDir, Server, mock_config};
 
 fn next_message(socket: &UnixDatagram) -> String {
     let mut buf = [0u8; 512];
-    let n = socket.recv(&mut buf).expect("a notify message before the timeout");
+    let n = socket
+        .recv(&mut buf)
+        .expect("a notify message before the timeout");
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
@@ -28,10 +30,16 @@ async fn the_server_reports_ready_watchdog_and_stopping_to_systemd() {
     let path = dir.0.join("notify.sock");
     let socket = UnixDatagram::bind(&path).unwrap();
     socket.set_read_timeout(Some(LIVENESS)).unwrap();
-    let env = [("NOTIFY_SOCKET", path.to_str().unwrap()), ("WATCHDOG_USEC", "200000")];
+    let env = [
+        ("NOTIFY_SOCKET", path.to_str().unwrap()),
+        ("WATCHDOG_USEC", "200000"),
+    ];
     let mut server = Server::start_env(&mock_config(0.0, 0, ""), &[], &env);
     let first = wait_for(&socket, "READY=1");
-    assert!(first.iter().all(|m| !m.contains("WATCHDOG=1")), "READY=1 comes first: {first:?}");
+    assert!(
+        first.iter().all(|m| !m.contains("WATCHDOG=1")),
+        "READY=1 comes first: {first:?}"
+    );
     wait_for(&socket, "WATCHDOG=1");
     wait_for(&socket, "WATCHDOG=1");
     server.terminate();

@@ -1,7 +1,7 @@
 //! The sections of the config file (`[mock]`, `[rkllm]`, `[limits]`, …),
 //! each with its documented defaults.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{
     DEFAULT_IDLE_TIMEOUT_SECS, DEFAULT_MAX_PROMPT_BYTES, DEFAULT_MAX_REQUEST_BYTES,
@@ -11,7 +11,7 @@ use super::{
 };
 
 /// `[mock]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MockSection {
     /// Tokens per second; 0 = unthrottled.
@@ -30,7 +30,7 @@ impl Default for MockSection {
 }
 
 /// `[rkllm]`: init parameters of the real runtime.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RkllmSection {
     /// Context window (must not exceed the model's limit).
@@ -82,7 +82,7 @@ impl Default for RkllmSection {
 }
 
 /// `[stdio]`: the stdio and TCP line transports.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StdioSection {
     /// After end of input, seconds the accepted requests may still run.
@@ -96,7 +96,7 @@ impl Default for StdioSection {
 }
 
 /// `[mcp]`: MCP over Streamable HTTP.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct McpSection {
     /// Seconds after which an unused MCP session is ended.
@@ -123,7 +123,7 @@ impl Default for McpSection {
 }
 
 /// `[http]`: the HTTP server.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpSection {
     /// Origins allowed by CORS (`scheme://host:port` as browsers send it);
@@ -143,7 +143,7 @@ impl Default for HttpSection {
 }
 
 /// `[websocket]`: liveness of WebSocket connections.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WebSocketSection {
     /// Seconds between the server's pings.
@@ -162,7 +162,7 @@ impl Default for WebSocketSection {
 }
 
 /// `[limits]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsSection {
     /// Largest HTTP body / WebSocket message.
@@ -191,7 +191,7 @@ impl Default for LimitsSection {
 }
 
 /// `[streams]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamsSection {
     /// Seconds without a consumer before a stream expires.
@@ -216,7 +216,7 @@ impl Default for StreamsSection {
 }
 
 /// `[engine]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineSection {
     /// Requests that may wait per model.

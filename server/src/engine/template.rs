@@ -4,14 +4,14 @@
 //! ending with the assistant's header, and the server stops the
 //! generation at the template's stop strings.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::Turn;
 
 /// A custom template: `message` is written for each message with
 /// `{role}` and `{content}` replaced; `assistant` ends the prompt; the
 /// generation stops at any of `stop`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CustomTemplate {
     /// One message, with `{role}` and `{content}`.
