@@ -46,3 +46,79 @@ async fn the_server_reports_ready_watchdog_and_stopping_to_systemd() {
     wait_for(&socket, "STOPPING=1");
     assert!(server.wait_exit().success());
 }
+
+#[test]
+fn the_frequency_script_sets_every_governor_it_finds_and_restores_them() {
+    let dir = ScratchDir::new();
+    let sys = &dir.0;
+    let node = |path: &str, governor: &str, available: &str, available_name: &str| {
+        let dir = sys.join(path);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(if available_name == "available_governors" {
+                "governor"
+            } else {
+                "scaling_governor"
+            }),
+            governor,
+        )
+        .unwrap();
+        std::fs::write(dir.join(available_name), available).unwrap();
+        dir
+    };
+    let cpu0 = node(
+        "devices/system/cpu/cpufreq/policy0",
+        "schedutil",
+        "schedutil performance powersave",
+        "scaling_available_governors",
+    );
+    let cpu4 = node(
+        "devices/system/cpu/cpufreq/policy4",
+        "schedutil",
+        "schedutil performance",
+        "scaling_available_governors",
+    );
+    let npu = node(
+        "class/devfreq/fdab0000.npu",
+        "simple_ondemand",
+        "rknpu_ondemand simple_ondemand performance",
+        "available_governors",
+    );
+    let dmc = node(
+        "class/devfreq/dmc",
+        "dmc_ondemand",
+        "dmc_ondemand simple_ondemand",
+        "available_governors",
+    );
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../systemd/rkllm-freq.sh");
+    let run = |mode: &str| {
+        let output = std::process::Command::new("sh")
+            .arg(&script)
+            .arg(mode)
+            .env("RKLLM_FREQ_SYSFS", sys)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let read = |dir: &std::path::Path, file: &str| {
+        std::fs::read_to_string(dir.join(file))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let said = run("performance");
+    assert_eq!(read(&cpu0, "scaling_governor"), "performance");
+    assert_eq!(read(&cpu4, "scaling_governor"), "performance");
+    assert_eq!(read(&npu, "governor"), "performance");
+    assert_eq!(
+        read(&dmc, "governor"),
+        "dmc_ondemand",
+        "a governor the node lacks is not forced"
+    );
+    assert!(said.contains("does not offer performance"), "{said}");
+    run("default");
+    assert_eq!(read(&cpu0, "scaling_governor"), "schedutil");
+    assert_eq!(read(&npu, "governor"), "simple_ondemand");
+    assert_eq!(read(&dmc, "governor"), "simple_ondemand");
+}
