@@ -158,7 +158,7 @@ pub struct Cli {
 }
 
 /// A model entry of the config file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelEntry {
     /// Name clients use.
@@ -169,6 +169,12 @@ pub struct ModelEntry {
     /// Chat template (default: the top-level `chat_template`).
     #[serde(default)]
     pub chat_template: Option<TemplateSetting>,
+    /// The model used when a request names none (else the first).
+    #[serde(default)]
+    pub default: bool,
+    /// Init settings of this model, over `[rkllm]`.
+    #[serde(flatten)]
+    pub settings: crate::engine::ModelSettings,
 }
 
 /// A chat template in the config: `"builtin"`, `"chatml"`, `"llama3"`, or a
@@ -504,6 +510,7 @@ impl Config {
                 name,
                 path: Some(path.clone()),
                 template: self.chat_template.resolve().unwrap_or_default(),
+                settings: crate::engine::ModelSettings::default(),
             }];
         }
         if self.models.is_empty() {
@@ -511,10 +518,14 @@ impl Config {
                 name: DEFAULT_MOCK_MODEL.to_owned(),
                 path: None,
                 template: self.chat_template.resolve().unwrap_or_default(),
+                settings: crate::engine::ModelSettings::default(),
             }];
         }
-        self.models
-            .iter()
+        // The default model goes first.
+        let mut entries: Vec<&ModelEntry> = self.models.iter().collect();
+        entries.sort_by_key(|m| !m.default);
+        entries
+            .into_iter()
             .map(|m| ModelSpec {
                 name: m.name.clone(),
                 path: m.path.clone(),
@@ -524,6 +535,7 @@ impl Config {
                     .unwrap_or(&self.chat_template)
                     .resolve()
                     .unwrap_or_default(),
+                settings: m.settings.clone(),
             })
             .collect()
     }

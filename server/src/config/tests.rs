@@ -9,7 +9,8 @@ fn key_of(err: ConfigError) -> &'static str {
 
 #[test]
 fn the_defaults_are_valid_and_serve_the_mock_on_loopback() {
-    let config = Config::load(Cli::default()).unwrap();
+    let config = Config::default();
+    config.validate().unwrap();
     assert_eq!(config.listen_addr().unwrap().to_string(), "127.0.0.1:8080");
     assert_eq!(config.backend, BackendKind::Mock);
     assert_eq!(config.model_specs()[0].name, "mock");
@@ -108,11 +109,15 @@ fn invalid_values_name_their_key() {
                         name: "a".into(),
                         path: None,
                         chat_template: None,
+                        default: false,
+                        settings: crate::engine::ModelSettings::default(),
                     },
                     ModelEntry {
                         name: "a".into(),
                         path: None,
                         chat_template: None,
+                        default: false,
+                        settings: crate::engine::ModelSettings::default(),
                     },
                 ],
                 ..Config::default()
@@ -173,4 +178,25 @@ fn the_documented_config_file_parses_and_shows_the_defaults() {
         Config::default(),
         "config/rkllm-server.toml must show every default"
     );
+}
+
+#[test]
+fn models_carry_their_own_settings_and_the_default_goes_first() {
+    let config: Config = toml::from_str(
+        "[[models]]\nname = \"small\"\n\n[[models]]\nname = \"big\"\ndefault = true\nmax_context_len = 8192\ntemperature = 0.3\n",
+    )
+    .unwrap();
+    config.validate().unwrap();
+    let specs = config.model_specs();
+    assert_eq!(specs[0].name, "big");
+    assert_eq!(specs[0].settings.max_context_len, Some(8192));
+    assert_eq!(specs[0].settings.temperature, Some(0.3));
+    assert_eq!(specs[1].settings, crate::engine::ModelSettings::default());
+    let two: Config = toml::from_str(
+        "[[models]]\nname = \"a\"\ndefault = true\n[[models]]\nname = \"b\"\ndefault = true\n",
+    )
+    .unwrap();
+    assert_eq!(key_of(two.validate().unwrap_err()), "models.default");
+    let hot: Config = toml::from_str("[[models]]\nname = \"a\"\ntemperature = 9.0\n").unwrap();
+    assert_eq!(key_of(hot.validate().unwrap_err()), "models.temperature");
 }

@@ -80,6 +80,44 @@ impl Config {
                     .map_err(|m| invalid("models.chat_template", m))?;
             }
         }
+        if self.models.iter().filter(|m| m.default).count() > 1 {
+            return Err(invalid(
+                "models.default",
+                "only one model can be the default",
+            ));
+        }
+        for entry in &self.models {
+            let m = &entry.settings;
+            if m.max_context_len
+                .is_some_and(|n| !(16..=131_072).contains(&n))
+            {
+                return Err(invalid(
+                    "models.max_context_len",
+                    format!("model `{}`: must be between 16 and 131072", entry.name),
+                ));
+            }
+            if m.top_k.is_some_and(|k| k > 1000) {
+                return Err(invalid(
+                    "models.top_k",
+                    format!("model `{}`: must be between 0 and 1000", entry.name),
+                ));
+            }
+            let ranges: [(&'static str, Option<f64>, f64, f64); 5] = [
+                ("models.top_p", m.top_p, 0.0, 1.0),
+                ("models.temperature", m.temperature, 0.0, 2.0),
+                ("models.repeat_penalty", m.repeat_penalty, 0.0, 10.0),
+                ("models.frequency_penalty", m.frequency_penalty, -2.0, 2.0),
+                ("models.presence_penalty", m.presence_penalty, -2.0, 2.0),
+            ];
+            for (key, value, low, high) in ranges {
+                if value.is_some_and(|v| !(v.is_finite() && (low..=high).contains(&v))) {
+                    return Err(invalid(
+                        key,
+                        format!("model `{}`: must be between {low} and {high}", entry.name),
+                    ));
+                }
+            }
+        }
         let models = self.model_specs();
         for (i, model) in models.iter().enumerate() {
             if model.name.is_empty()

@@ -14,8 +14,36 @@ use super::{CancelToken, FinishReason, Usage, ValidRunRequest};
 use crate::backend::Utf8Assembler;
 use crate::stream::Stream;
 
+/// Per-model init settings over the backend's defaults (config
+/// `[[models]]` keys); `None` keeps the default.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSettings {
+    /// Context window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_context_len: Option<u32>,
+    /// Default top-k.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u32>,
+    /// Default nucleus mass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// Default temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Default repetition penalty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_penalty: Option<f64>,
+    /// Default frequency penalty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f64>,
+    /// Default presence penalty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f64>,
+}
+
 /// A model as the config declares it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ModelSpec {
     /// Name clients use in `model`.
     pub name: String,
@@ -23,6 +51,8 @@ pub struct ModelSpec {
     pub path: Option<PathBuf>,
     /// How chats become input.
     pub template: super::ChatTemplate,
+    /// Init settings over the backend's defaults.
+    pub settings: ModelSettings,
 }
 
 /// Why a backend failed.

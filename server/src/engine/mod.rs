@@ -10,7 +10,9 @@ mod request;
 mod scheduler;
 mod template;
 
-pub use backend::{ALL_OVERRIDES, Backend, BackendError, Generation, ModelSpec, Runner, TokenSink};
+pub use backend::{
+    ALL_OVERRIDES, Backend, BackendError, Generation, ModelSettings, ModelSpec, Runner, TokenSink,
+};
 pub use cancel::CancelToken;
 pub use conversation::{ConversationState, Plan, Turn};
 pub use outcome::{EndError, EndInfo, FinishReason, Timings, Usage};

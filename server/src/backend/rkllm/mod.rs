@@ -73,6 +73,26 @@ impl RkllmBackend {
         })
     }
 
+    /// The init settings of `model`: `[rkllm]` with the model's own values over it.
+    fn init_for(&self, model: &ModelSpec) -> InitSettings {
+        let (mut init, m) = (self.init.clone(), &model.settings);
+        if let Some(n) = m.max_context_len {
+            init.max_context_len = i32::try_from(n).unwrap_or(i32::MAX);
+        }
+        let s = &mut init.sampling;
+        if let Some(k) = m.top_k {
+            s.top_k = i32::try_from(k).unwrap_or(s.top_k);
+        }
+        s.top_p = m.top_p.map_or(s.top_p, |v| v as f32);
+        s.temperature = m.temperature.map_or(s.temperature, |v| v as f32);
+        s.repeat_penalty = m.repeat_penalty.map_or(s.repeat_penalty, |v| v as f32);
+        s.frequency_penalty = m
+            .frequency_penalty
+            .map_or(s.frequency_penalty, |v| v as f32);
+        s.presence_penalty = m.presence_penalty.map_or(s.presence_penalty, |v| v as f32);
+        init
+    }
+
     fn describe(&self) -> String {
         format!(
             "runtime {} (version {})",
@@ -116,9 +136,10 @@ impl Backend for RkllmBackend {
         })?;
         let slot = Box::new(CallbackSlot::default());
         let userdata = std::ptr::from_ref::<CallbackSlot>(&slot).cast_mut().cast();
+        let init = self.init_for(model);
         let handle = match &self.runtime.api {
-            Api::V1_3(api) => abi::init_v1_3(api, &self.init, &c_path, userdata),
-            Api::V1_2(api) => abi::init_v1_2(api, &self.init, &c_path),
+            Api::V1_3(api) => abi::init_v1_3(api, &init, &c_path, userdata),
+            Api::V1_2(api) => abi::init_v1_2(api, &init, &c_path),
         }
         .map_err(|rc| {
             load_error(format!(
@@ -150,7 +171,7 @@ impl Backend for RkllmBackend {
         }
         Ok(Box::new(RkllmRunner {
             handle,
-            init: self.init.clone(),
+            init,
             next_run: Arc::clone(&self.next_run),
             conversation: ConversationState::default(),
             history_dirty: false,
