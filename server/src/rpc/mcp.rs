@@ -96,16 +96,15 @@ pub(super) async fn tools_call(
         Err(err) => return tool_error(err.message),
     };
     let total = request.max_tokens;
-    let (stream, _forget) = match start_private(state, ctx, request) {
+    let mut private = match start_private(state, ctx, request) {
         Ok(started) => started,
         Err(err) => return tool_error(err.message),
     };
     let notifier = ctx.notifier.filter(|_| token.is_some());
-    let mut consumer = stream.attach(0);
     let mut text = String::new();
     let mut progress: u64 = 0;
     loop {
-        let batch = consumer.next_batch().await;
+        let batch = private.consumer.next_batch().await;
         if batch.is_empty() {
             return tool_error("the generation expired");
         }
@@ -134,7 +133,7 @@ pub(super) async fn tools_call(
             }
         }
         if let Some(end) = end {
-            super::methods::summarize(ctx, &stream, &end);
+            super::methods::summarize(ctx, private.stream(), &end);
             if let Some(error) = &end.error {
                 return tool_error(format!("generation failed: {}", error.message));
             }

@@ -17,7 +17,7 @@ use super::wire::ChunkJson;
 use super::{PROTOCOL_VERSIONS, RpcError, codes};
 use crate::engine::{EndInfo, FinishReason, Role, RunRequest, Sampling, Timings, Usage};
 use crate::state::AppState;
-use crate::stream::{Consumer, PollError, Stream, StreamManager, StreamState};
+use crate::stream::{Consumer, PollError, PrivateStream, Stream, StreamState};
 
 /// Longest long poll.
 pub const MAX_WAIT_MS: u64 = 30_000;
@@ -170,12 +170,11 @@ async fn run(
             subscribe,
         });
     }
-    let (stream, _forget) = start_private(state, ctx, request)?;
     // Dropping this future (the client left) drops the consumer, which
     // aborts the generation.
-    let mut consumer = stream.attach(0);
-    let (text, end) = collect(&mut consumer).await?;
-    summarize(ctx, &stream, &end);
+    let mut private = start_private(state, ctx, request)?;
+    let (text, end) = collect(&mut private.consumer).await?;
+    summarize(ctx, private.stream(), &end);
     if let Some(error) = &end.error {
         return Err(
             RpcError::new(error.code, error.message.clone()).with_data(json!({ "text": text }))
@@ -228,35 +227,18 @@ pub(super) fn summarize(ctx: &RequestCtx<'_>, stream: &Stream, end: &EndInfo) {
 
 /// Starts a generation whose stream only this request reads (a
 /// non-streaming `run`, an MCP `tools/call`): cancelling the request
-/// aborts it, and the returned guard forgets the stream when the request
-/// ends, normally or by being dropped.
+/// aborts it, and dropping the result forgets the stream.
 pub(super) fn start_private(
     state: &Arc<AppState>,
     ctx: &RequestCtx<'_>,
     request: RunRequest,
-) -> Result<(Arc<Stream>, Forget), RpcError> {
+) -> Result<PrivateStream, RpcError> {
     let stream = submit(state, ctx, request, false)?;
     let aborted = Arc::clone(&stream);
     ctx.cancel.on_cancel(move || {
         aborted.abort("cancelled");
     });
-    let forget = Forget {
-        streams: Arc::clone(&state.streams),
-        id: stream.id().to_owned(),
-    };
-    Ok((stream, forget))
-}
-
-/// Forgets a private stream when dropped.
-pub(super) struct Forget {
-    streams: Arc<StreamManager>,
-    id: String,
-}
-
-impl Drop for Forget {
-    fn drop(&mut self) {
-        self.streams.remove(&self.id);
-    }
+    Ok(PrivateStream::new(&state.streams, stream))
 }
 
 /// Reads a stream to its end; returns the joined text and the end info.

@@ -8,6 +8,7 @@
 mod buffer;
 mod id;
 mod manager;
+mod private;
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use crate::engine::EndInfo;
 pub use buffer::{CHUNK_OVERHEAD, Consumer, PollBatch, PollError, Stream};
 pub use id::{STREAM_ID_LEN, is_stream_id, new_stream_id};
 pub use manager::{StreamError, StreamManager};
+pub use private::PrivateStream;
 
 /// One element of a stream. Cloning is cheap (reference counts only).
 #[derive(Debug, Clone)]

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::engine::{EngineError, Role};
 use crate::state::AppState;
-use crate::stream::{Consumer, Stream};
+use crate::stream::PrivateStream;
 
 /// One chat message; `content` may be a string or a list of text parts.
 #[derive(Debug, Clone, Deserialize)]
@@ -83,48 +83,17 @@ pub fn prompt_from_messages(messages: &[ChatMessage]) -> Result<(String, Role), 
     Ok((prompt, role))
 }
 
-/// A generation only this request reads. Dropping it (the client left)
-/// drops the consumer, which aborts the generation, and forgets the stream.
-pub struct Private {
-    /// The stream's consumer.
-    pub consumer: Consumer,
-    state: Arc<AppState>,
-    stream: Arc<Stream>,
-}
-
-impl std::fmt::Debug for Private {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Private").finish_non_exhaustive()
-    }
-}
-
-impl Private {
-    /// Submits `request`.
-    ///
-    /// # Errors
-    /// What the engine refuses.
-    pub fn start(
-        state: &Arc<AppState>,
-        request: crate::engine::RunRequest,
-    ) -> Result<Self, EngineError> {
-        let stream = state.engine.submit(request, false)?;
-        Ok(Self {
-            consumer: stream.attach(0),
-            state: Arc::clone(state),
-            stream,
-        })
-    }
-
-    /// The model generating.
-    pub fn model(&self) -> &str {
-        self.stream.model()
-    }
-}
-
-impl Drop for Private {
-    fn drop(&mut self) {
-        self.state.streams.remove(self.stream.id());
-    }
+/// Submits `request` as a generation only this request reads (see
+/// [`PrivateStream`]).
+///
+/// # Errors
+/// What the engine refuses.
+pub fn start_private(
+    state: &Arc<AppState>,
+    request: crate::engine::RunRequest,
+) -> Result<PrivateStream, EngineError> {
+    let stream = state.engine.submit(request, false)?;
+    Ok(PrivateStream::new(&state.streams, stream))
 }
 
 /// Seconds since the Unix epoch.

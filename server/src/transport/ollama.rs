@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::compat::{ChatMessage, Private, prompt_from_messages, rfc3339, turns};
+use super::compat::{ChatMessage, prompt_from_messages, rfc3339, start_private, turns};
 use super::tools::{ToolCall, ToolCallFilter};
 use crate::engine::{
     EndInfo, EngineError, FinishReason, ModelInfo, Role, RunRequest, Sampling, Turn,
@@ -391,7 +391,7 @@ async fn respond(
     let started = Instant::now();
     // Tool calls are parsed out of chat answers to requests that offered tools.
     let mut filter = (api == Api::Chat && run.tools.is_some()).then(ToolCallFilter::default);
-    let mut private = match Private::start(state, run) {
+    let mut private = match start_private(state, run) {
         Ok(p) => p,
         Err(err) => return engine_error(err),
     };

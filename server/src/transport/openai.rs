@@ -20,13 +20,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::compat::{ChatMessage, Private, prompt_from_messages, turns, unix_now};
+use super::compat::{ChatMessage, prompt_from_messages, start_private, turns, unix_now};
 use super::tools::{ToolCall, ToolCallFilter};
 use crate::engine::{
     EndInfo, EngineError, FinishReason, Role, RunRequest, Sampling, Turn, ValidationError,
 };
 use crate::state::AppState;
-use crate::stream::{StreamError, new_stream_id};
+use crate::stream::{PrivateStream, StreamError, new_stream_id};
 
 /// An error in OpenAI's shape.
 fn error(
@@ -264,7 +264,7 @@ async fn respond(
         Ok(run) => run,
         Err(response) => return *response,
     };
-    let private = match Private::start(&state, run) {
+    let private = match start_private(&state, run) {
         Ok(p) => p,
         Err(err) => return engine_error(err),
     };
@@ -275,7 +275,7 @@ async fn respond(
     let ids = Ids {
         id,
         created: unix_now(),
-        model: private.model().to_owned(),
+        model: private.stream().model().to_owned(),
         kind,
         tools: common.tools.as_ref().is_some_and(|t| !t.is_empty()),
     };
@@ -355,7 +355,7 @@ fn openai_calls(calls: &[ToolCall]) -> Vec<Value> {
         .collect()
 }
 
-async fn whole_response(mut private: Private, ids: Ids) -> Response {
+async fn whole_response(mut private: PrivateStream, ids: Ids) -> Response {
     let mut text = String::new();
     let end = loop {
         let batch = private.consumer.next_batch().await;
@@ -421,7 +421,7 @@ async fn whole_response(mut private: Private, ids: Ids) -> Response {
 /// Streams the generation as SSE. A task reads the stream and sends events;
 /// when the client disconnects, its next send fails and dropping the
 /// generation aborts it.
-fn stream_response(mut private: Private, ids: Ids, include_usage: bool) -> Response {
+fn stream_response(mut private: PrivateStream, ids: Ids, include_usage: bool) -> Response {
     let (tx, mut rx) = mpsc::channel::<String>(64);
     tokio::spawn(async move {
         let send = |value: Value| tx.send(value.to_string());
