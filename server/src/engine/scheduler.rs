@@ -99,6 +99,19 @@ struct ModelSlot {
     avg_job_ms: AtomicU64,
 }
 
+impl ModelSlot {
+    /// Jobs still waiting (a job whose stream ended before its turn does
+    /// not count: the worker skips it).
+    fn waiting(&self) -> usize {
+        self.queue
+            .lock()
+            .jobs
+            .iter()
+            .filter(|job| !job.stream.is_ended())
+            .count()
+    }
+}
+
 impl std::fmt::Debug for ModelSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ModelSlot")
@@ -291,13 +304,7 @@ impl Engine {
             if !slot.loaded.load(Ordering::Acquire) {
                 return Err(format!("model `{}` is not loaded", slot.name));
             }
-            let waiting = slot
-                .queue
-                .lock()
-                .jobs
-                .iter()
-                .filter(|job| !job.stream.is_ended())
-                .count();
+            let waiting = slot.waiting();
             if waiting >= self.limits.queue_len {
                 return Err(format!(
                     "the queue of model `{}` is full ({waiting} waiting)",
@@ -310,17 +317,7 @@ impl Engine {
 
     /// Requests waiting per model (for metrics).
     pub fn queued(&self) -> usize {
-        self.models
-            .iter()
-            .map(|slot| {
-                slot.queue
-                    .lock()
-                    .jobs
-                    .iter()
-                    .filter(|job| !job.stream.is_ended())
-                    .count()
-            })
-            .sum()
+        self.models.iter().map(|slot| slot.waiting()).sum()
     }
 
     /// 1-based position of a queued stream in its model's queue (1 = next).
