@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::runtime::{Api, Runtime};
+use super::runtime::Runtime;
+use super::runtime::shared_call;
 use crate::engine::TokenSink;
 
 /// A runtime handle (`LLMHandle`).
@@ -69,12 +70,7 @@ impl AbortHandle {
         }
         // SAFETY: the handle is live (destroy clears it under this lock)
         // and `rkllm_abort` may be called from any thread.
-        let rc = unsafe {
-            match &self.runtime.api {
-                Api::V1_3(api) => api.rkllm_abort(handle.0.as_ptr()),
-                Api::V1_2(api) => api.rkllm_abort(handle.0.as_ptr()),
-            }
-        };
+        let rc = unsafe { shared_call!(self.runtime.api, rkllm_abort(handle.0.as_ptr())) };
         tracing::debug!(rc, "rkllm_abort");
     }
 
@@ -258,12 +254,7 @@ impl Drop for ModelHandle {
         // SAFETY: the handle came from a successful `rkllm_init`, no run is
         // in progress (runs happen on this thread, which is here), and no
         // abort can follow: the abort handle no longer holds it.
-        let rc = unsafe {
-            match &self.runtime.api {
-                Api::V1_3(api) => api.rkllm_destroy(handle.0.as_ptr()),
-                Api::V1_2(api) => api.rkllm_destroy(handle.0.as_ptr()),
-            }
-        };
+        let rc = unsafe { shared_call!(self.runtime.api, rkllm_destroy(handle.0.as_ptr())) };
         tracing::info!(rc, "RKLLM handle destroyed");
     }
 }

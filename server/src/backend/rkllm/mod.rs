@@ -21,7 +21,7 @@ pub use runtime::{LoadError, Runtime};
 
 use self::abi::{InitSettings, RunSettings, SamplingValues};
 use self::handle::{CallbackSlot, ModelHandle};
-use self::runtime::Api;
+use self::runtime::{Api, shared_call};
 use crate::config::Config;
 use crate::engine::{
     ALL_OVERRIDES, Backend, BackendError, ConversationState, FinishReason, Generation, ModelSpec,
@@ -158,10 +158,10 @@ impl Backend for RkllmBackend {
             // SAFETY: the handle is live and owned by this thread; the
             // strings are static.
             let rc = unsafe {
-                match &self.runtime.api {
-                    Api::V1_3(api) => api.rkllm_set_chat_template(raw, empty, empty, empty),
-                    Api::V1_2(api) => api.rkllm_set_chat_template(raw, empty, empty, empty),
-                }
+                shared_call!(
+                    self.runtime.api,
+                    rkllm_set_chat_template(raw, empty, empty, empty)
+                )
             };
             if rc != 0 {
                 return Err(load_error(format!(
@@ -283,20 +283,10 @@ impl RkllmRunner {
         // SAFETY: the handle is live and owned by this thread; the strings
         // outlive the call.
         let rc = unsafe {
-            match &self.handle.runtime.api {
-                Api::V1_3(api) => api.rkllm_set_function_tools(
-                    handle,
-                    system.as_ptr(),
-                    tools_c.as_ptr(),
-                    tag.as_ptr(),
-                ),
-                Api::V1_2(api) => api.rkllm_set_function_tools(
-                    handle,
-                    system.as_ptr(),
-                    tools_c.as_ptr(),
-                    tag.as_ptr(),
-                ),
-            }
+            shared_call!(
+                self.handle.runtime.api,
+                rkllm_set_function_tools(handle, system.as_ptr(), tools_c.as_ptr(), tag.as_ptr())
+            )
         };
         if rc != 0 {
             return Err(runtime_error(
@@ -315,14 +305,10 @@ impl RkllmRunner {
         // SAFETY: the handle is live and owned by this thread; no run is in
         // progress; NULL ranges ask to clear everything.
         let rc = unsafe {
-            match &self.handle.runtime.api {
-                Api::V1_3(api) => {
-                    api.rkllm_clear_kv_cache(handle, 0, std::ptr::null_mut(), std::ptr::null_mut())
-                }
-                Api::V1_2(api) => {
-                    api.rkllm_clear_kv_cache(handle, 0, std::ptr::null_mut(), std::ptr::null_mut())
-                }
-            }
+            shared_call!(
+                self.handle.runtime.api,
+                rkllm_clear_kv_cache(handle, 0, std::ptr::null_mut(), std::ptr::null_mut())
+            )
         };
         tracing::debug!(rc, "rkllm_clear_kv_cache");
         self.history_dirty = false;

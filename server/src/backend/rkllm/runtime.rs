@@ -19,6 +19,19 @@ pub(super) enum Api {
     V1_2(v1_2::RkllmApi),
 }
 
+/// Calls a function whose signature both ABIs share, on whichever ABI is
+/// loaded: `shared_call!(runtime.api, rkllm_abort(handle))`. The caller
+/// provides the `unsafe` block and its justification.
+macro_rules! shared_call {
+    ($api:expr, $name:ident($($arg:expr),* $(,)?)) => {
+        match &$api {
+            $crate::backend::rkllm::runtime::Api::V1_3(api) => api.$name($($arg),*),
+            $crate::backend::rkllm::runtime::Api::V1_2(api) => api.$name($($arg),*),
+        }
+    };
+}
+pub(super) use shared_call;
+
 /// A loaded runtime library. Shared (`Arc`) by every handle made from it,
 /// so the library stays loaded while any handle exists.
 pub struct Runtime {
