@@ -17,8 +17,8 @@ mod sections;
 mod validate;
 
 pub use sections::{
-    EngineSection, HttpSection, LimitsSection, McpSection, MockSection, RkllmSection, StdioSection,
-    StreamsSection, WebSocketSection,
+    BenchSection, EngineSection, HttpSection, LimitsSection, McpSection, MockSection, RkllmSection,
+    StdioSection, StreamsSection, WebSocketSection,
 };
 
 use crate::backend::MockConfig;
@@ -146,6 +146,12 @@ pub struct Cli {
     /// Mock backend pace in tokens per second (0 = as fast as possible).
     #[arg(long, env = "RKLLM_SERVER_MOCK_TOKENS_PER_SECOND", value_name = "N")]
     pub mock_tokens_per_second: Option<f64>,
+    /// Mock generations that may run at once per model (benchmarks).
+    #[arg(long, env = "RKLLM_SERVER_MOCK_LANES", value_name = "N")]
+    pub mock_lanes: Option<usize>,
+    /// Stamp chunks with the time their token was produced (benchmarks).
+    #[arg(long, env = "RKLLM_SERVER_BENCH_TIMESTAMPS")]
+    pub bench_timestamps: bool,
     /// Log filter: error, warn, info, debug, trace, or a tracing directive.
     #[arg(long, env = "RKLLM_SERVER_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -260,6 +266,8 @@ pub struct Config {
     pub streams: StreamsSection,
     /// Scheduler settings.
     pub engine: EngineSection,
+    /// Benchmark settings.
+    pub bench: BenchSection,
 }
 
 impl Default for Config {
@@ -287,6 +295,7 @@ impl Default for Config {
             limits: LimitsSection::default(),
             streams: StreamsSection::default(),
             engine: EngineSection::default(),
+            bench: BenchSection::default(),
         }
     }
 }
@@ -450,6 +459,12 @@ impl Config {
         if let Some(tps) = cli.mock_tokens_per_second {
             self.mock.tokens_per_second = tps;
         }
+        if let Some(lanes) = cli.mock_lanes {
+            self.mock.lanes = lanes;
+        }
+        if cli.bench_timestamps {
+            self.bench.timestamps = true;
+        }
         if let Some(level) = cli.log_level {
             self.log_level = level;
         }
@@ -545,6 +560,7 @@ impl Config {
         MockConfig {
             tokens_per_second: self.mock.tokens_per_second,
             prefill_ms: self.mock.prefill_ms,
+            lanes: self.mock.lanes,
         }
     }
 

@@ -60,7 +60,9 @@ impl AppState {
     /// # Errors
     /// When a model cannot be loaded or the backend is unavailable.
     pub fn new(config: Config) -> Result<Arc<Self>, EngineError> {
-        let streams = Arc::new(StreamManager::new(config.stream_limits()));
+        let streams = Arc::new(
+            StreamManager::new(config.stream_limits()).with_timestamps(config.bench.timestamps),
+        );
         let backend: Arc<dyn Backend> = match config.backend {
             BackendKind::Mock => Arc::new(MockBackend::new(config.mock_config())),
             BackendKind::Rkllm => Arc::new(

@@ -248,3 +248,58 @@ async fn a_non_streaming_request_whose_client_leaves_aborts_its_generation() {
         .await;
     assert_eq!(next["finish_reason"], "stop");
 }
+
+#[tokio::test]
+async fn mock_lanes_generate_several_streams_at_once_and_bench_mode_stamps_chunks() {
+    let config = mock_config(20.0, 0, "[engine]\nqueue_len = 8\n");
+    let server = Server::start(&config, &["--mock-lanes", "3", "--bench-timestamps"]);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let started = server
+            .ok(
+                "run",
+                json!({"prompt": format!("lane {i} @mock(length=60)"), "stream": true}),
+            )
+            .await;
+        ids.push(started["stream_id"].as_str().unwrap().to_owned());
+    }
+    // At 20 tokens/s a 60-token stream takes 3 s: with three lanes, all
+    // three are generating before the first ends.
+    for id in &ids {
+        server.wait_state(id, "active").await;
+    }
+    for id in &ids {
+        let status = server.ok("stream_status", json!({"stream_id": id})).await;
+        assert_eq!(status["state"], "active", "{status}");
+    }
+    for id in &ids {
+        let chunks = server.poll_to_end(id).await;
+        let now = rkllm_server::stream::monotonic_ns();
+        check_chunks(&chunks);
+        let stamps: Vec<u64> = chunks
+            .iter()
+            .map(|c| {
+                c["produced_ns"]
+                    .as_u64()
+                    .expect("bench mode stamps every chunk")
+            })
+            .collect();
+        assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "{stamps:?}");
+        assert!(
+            *stamps.last().unwrap() <= now,
+            "stamped from the shared monotonic clock"
+        );
+    }
+    // Without the flag, no chunk carries a stamp.
+    let plain = Server::start(&mock_config(0.0, 0, ""), &[]);
+    let started = plain
+        .ok(
+            "run",
+            json!({"prompt": "x @mock(length=5)", "stream": true}),
+        )
+        .await;
+    let chunks = plain
+        .poll_to_end(started["stream_id"].as_str().unwrap())
+        .await;
+    assert!(chunks.iter().all(|c| c.get("produced_ns").is_none()));
+}

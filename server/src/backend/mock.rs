@@ -29,6 +29,8 @@ pub struct MockConfig {
     pub tokens_per_second: f64,
     /// Delay before the first token, in milliseconds.
     pub prefill_ms: u64,
+    /// Generations that may run at once per model.
+    pub lanes: usize,
 }
 
 /// The mock backend factory.
@@ -51,6 +53,10 @@ impl Backend for MockBackend {
 
     fn overrides(&self) -> &'static [&'static str] {
         ALL_OVERRIDES
+    }
+
+    fn lanes(&self) -> usize {
+        self.config.lanes
     }
 
     fn load(&self, _model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {

@@ -18,6 +18,9 @@ pub struct MockSection {
     pub tokens_per_second: f64,
     /// Delay before the first token.
     pub prefill_ms: u64,
+    /// Generations that may run at once per model (each on its own
+    /// thread); the NPU runs one at a time, so this exists for benchmarks.
+    pub lanes: usize,
 }
 
 impl Default for MockSection {
@@ -25,6 +28,7 @@ impl Default for MockSection {
         Self {
             tokens_per_second: DEFAULT_MOCK_TOKENS_PER_SECOND,
             prefill_ms: DEFAULT_MOCK_PREFILL_MS,
+            lanes: 1,
         }
     }
 }
@@ -229,4 +233,13 @@ impl Default for EngineSection {
             queue_len: DEFAULT_QUEUE_LEN,
         }
     }
+}
+
+/// `[bench]`: settings for benchmarks only.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BenchSection {
+    /// Stamp every chunk with `produced_ns`: when the backend produced its
+    /// last token, in nanoseconds of the system-wide monotonic clock.
+    pub timestamps: bool,
 }

@@ -52,11 +52,21 @@ fn invalid_values_name_their_key() {
             Config {
                 mock: MockSection {
                     tokens_per_second: -1.0,
-                    prefill_ms: 0,
+                    ..MockSection::default()
                 },
                 ..Config::default()
             },
             "mock.tokens_per_second",
+        ),
+        (
+            Config {
+                mock: MockSection {
+                    lanes: 0,
+                    ..MockSection::default()
+                },
+                ..Config::default()
+            },
+            "mock.lanes",
         ),
         (
             Config {

@@ -164,6 +164,12 @@ impl Config {
         if self.mock.prefill_ms > 600_000 {
             return Err(invalid("mock.prefill_ms", "must be at most 600000"));
         }
+        if !(1..=4096).contains(&self.mock.lanes) {
+            return Err(invalid(
+                "mock.lanes",
+                format!("must be between 1 and 4096, got {}", self.mock.lanes),
+            ));
+        }
         let l = &self.limits;
         if !(1024..=(64 << 20)).contains(&l.max_request_bytes) {
             return Err(invalid(

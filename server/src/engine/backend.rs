@@ -113,6 +113,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// The per-request parameters this backend applies, for `models`.
     fn overrides(&self) -> &'static [&'static str];
 
+    /// Generations that may run at once per model, each lane on its own
+    /// worker thread with its own runner. The NPU runs one at a time; only
+    /// the mock offers more, for benchmarks.
+    fn lanes(&self) -> usize {
+        1
+    }
+
     /// Loads a model. Called on the model's worker thread, which then owns
     /// the runner for its whole life.
     ///
@@ -240,6 +247,7 @@ impl<'a> TokenSink<'a> {
 
     /// Reports `tokens` tokens that together decoded to `bytes`.
     pub fn tokens_bytes(&mut self, bytes: &[u8], tokens: u32) -> bool {
+        let produced_ns = self.stream.stamp_now();
         if self.first_token.is_none() {
             self.first_token = Some(Instant::now());
         }
@@ -252,7 +260,7 @@ impl<'a> TokenSink<'a> {
         if let Some(produced) = &mut self.produced {
             produced.push_str(&text);
         }
-        if self.open && !self.stream.push(&text, tokens) {
+        if self.open && !self.stream.push_stamped(&text, tokens, produced_ns) {
             self.open = false;
         }
         self.is_open()

@@ -2,7 +2,9 @@
 //!
 //! Each model has a bounded queue (full → [`EngineError::QueueFull`]) and
 //! one OS thread that owns the model's runner and runs queued jobs in
-//! order, one at a time. A job whose stream has ended (aborted, expired,
+//! order, one at a time. (A backend may ask for more lanes, each a thread
+//! with its own runner taking jobs from the same queue: only the mock does,
+//! so that benchmarks can run many streams at once.) A job whose stream has ended (aborted, expired,
 //! consumer gone) before its turn is skipped and does not count against
 //! the queue's bound.
 
@@ -152,8 +154,9 @@ impl Engine {
         streams: Arc<StreamManager>,
     ) -> Result<Self, EngineError> {
         let mut slots = Vec::with_capacity(models.len());
-        let mut pending = Vec::with_capacity(models.len());
+        let mut pending = Vec::new();
         let workers = Arc::new(Workers::default());
+        let lanes = backend.lanes().max(1);
         for spec in models {
             let slot = Arc::new(ModelSlot {
                 name: spec.name.clone(),
@@ -163,35 +166,14 @@ impl Engine {
                 loaded: AtomicBool::new(false),
                 avg_job_ms: AtomicU64::new(1000),
             });
-            let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
-            let worker_slot = Arc::clone(&slot);
-            let worker_backend = Arc::clone(&backend);
-            let spec = spec.clone();
-            let worker_count = Arc::clone(&workers);
-            *workers.running.lock() += 1;
-            std::thread::Builder::new()
-                .name(format!("model-{}", spec.name))
-                .spawn(move || {
-                    match worker_backend.load(&spec) {
-                        Ok(runner) => {
-                            worker_slot.loaded.store(true, Ordering::Release);
-                            let _ = ready_tx.send(Ok(()));
-                            // The runner (and its model) is dropped when the loop ends.
-                            worker_loop(&worker_slot, runner);
-                            worker_slot.loaded.store(false, Ordering::Release);
-                        }
-                        Err(err) => {
-                            let _ = ready_tx.send(Err(err));
-                        }
-                    }
-                    *worker_count.running.lock() -= 1;
-                    worker_count.stopped.notify_all();
-                })
-                .map_err(|e| BackendError::Load {
-                    model: slot.name.clone(),
-                    message: format!("cannot start its worker thread: {e}"),
-                })?;
-            pending.push(ready_rx);
+            for lane in 0..lanes {
+                let thread_name = if lanes == 1 {
+                    format!("model-{}", spec.name)
+                } else {
+                    format!("model-{}-{lane}", spec.name)
+                };
+                pending.push(spawn_worker(thread_name, &slot, &backend, spec, &workers)?);
+            }
             slots.push(slot);
         }
         for ready in pending {
@@ -357,6 +339,51 @@ impl Engine {
         for slot in &self.models {
             slot.queue.lock().shutdown = true;
             slot.wake.notify_all();
+        }
+    }
+}
+
+/// Starts one worker thread of `slot`: it loads the model, reports the
+/// outcome on the returned channel, then runs jobs until shutdown.
+fn spawn_worker(
+    thread_name: String,
+    slot: &Arc<ModelSlot>,
+    backend: &Arc<dyn Backend>,
+    spec: &ModelSpec,
+    workers: &Arc<Workers>,
+) -> Result<std::sync::mpsc::Receiver<Result<(), BackendError>>, BackendError> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+    let worker_slot = Arc::clone(slot);
+    let worker_backend = Arc::clone(backend);
+    let spec = spec.clone();
+    let worker_count = Arc::clone(workers);
+    *workers.running.lock() += 1;
+    let spawned = std::thread::Builder::new()
+        .name(thread_name)
+        .spawn(move || {
+            match worker_backend.load(&spec) {
+                Ok(runner) => {
+                    worker_slot.loaded.store(true, Ordering::Release);
+                    let _ = ready_tx.send(Ok(()));
+                    // The runner (and its model) is dropped when the loop ends.
+                    worker_loop(&worker_slot, runner);
+                    worker_slot.loaded.store(false, Ordering::Release);
+                }
+                Err(err) => {
+                    let _ = ready_tx.send(Err(err));
+                }
+            }
+            *worker_count.running.lock() -= 1;
+            worker_count.stopped.notify_all();
+        });
+    match spawned {
+        Ok(_) => Ok(ready_rx),
+        Err(e) => {
+            *workers.running.lock() -= 1;
+            Err(BackendError::Load {
+                model: slot.name.clone(),
+                message: format!("cannot start its worker thread: {e}"),
+            })
         }
     }
 }

@@ -125,6 +125,10 @@ pub(super) async fn tools_call(
             if let Some(total) = total {
                 params["total"] = json!(total);
             }
+            // Benchmark mode only: the oldest production time in the fragment.
+            if let Some(produced_ns) = batch.iter().filter_map(|c| c.produced_ns).min() {
+                params["_meta"] = json!({"produced_ns": produced_ns});
+            }
             let note =
                 json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
             if notifier.send(note.to_string()).await.is_err() {

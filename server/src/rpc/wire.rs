@@ -31,6 +31,9 @@ pub struct ChunkJson<'a> {
     /// End chunk only, on failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<&'a EndError>,
+    /// Benchmark mode only: when the chunk's last token was produced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub produced_ns: Option<u64>,
 }
 
 impl<'a> ChunkJson<'a> {
@@ -46,6 +49,7 @@ impl<'a> ChunkJson<'a> {
             usage: end.map(|e| &e.usage),
             timings: end.and_then(|e| e.timings.as_ref()),
             error: end.and_then(|e| e.error.as_ref()),
+            produced_ns: chunk.produced_ns,
         }
     }
 }

@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     pub total_bytes: AtomicUsize,
     /// Streams that have not ended yet (queued or generating).
     pub active: AtomicUsize,
+    /// Benchmark mode: stamp chunks with their production time.
+    pub timestamps: bool,
 }
 
 /// A stream of chunks produced by one generation.
@@ -167,10 +169,21 @@ impl Stream {
         self.inner.lock().usage.prompt_tokens = tokens;
     }
 
+    /// In benchmark mode, the production time to stamp on a chunk made now.
+    pub fn stamp_now(&self) -> Option<u64> {
+        self.shared.timestamps.then(super::monotonic_ns)
+    }
+
     /// Appends a delta produced by `tokens` new tokens. An empty delta only
     /// counts the tokens. Returns false when the stream has ended (aborted,
     /// expired, over a limit): the generation should stop.
     pub fn push(&self, delta: &str, tokens: u32) -> bool {
+        self.push_stamped(delta, tokens, self.stamp_now())
+    }
+
+    /// [`Stream::push`] of a delta whose last token was produced at
+    /// `produced_ns` (benchmark mode; see [`Stream::stamp_now`]).
+    pub fn push_stamped(&self, delta: &str, tokens: u32, produced_ns: Option<u64>) -> bool {
         let mut over_limit = None;
         {
             let mut inner = self.inner.lock();
@@ -209,6 +222,7 @@ impl Stream {
                     delta: Arc::from(delta),
                     end: None,
                     tokens,
+                    produced_ns,
                 });
             }
             if let Some(message) = &over_limit {
@@ -277,6 +291,7 @@ impl Stream {
             delta: Arc::from(""),
             end: Some(Arc::new(info)),
             tokens,
+            produced_ns: self.stamp_now(),
         });
         self.shared.active.fetch_sub(1, Ordering::AcqRel);
     }

@@ -63,9 +63,19 @@ impl StreamManager {
                 limits,
                 total_bytes: AtomicUsize::new(0),
                 active: AtomicUsize::new(0),
+                timestamps: false,
             }),
             registry: Mutex::new(Registry::default()),
         }
+    }
+
+    /// Benchmark mode: chunks carry `produced_ns` (see [`super::monotonic_ns`]).
+    #[must_use]
+    pub fn with_timestamps(mut self, on: bool) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.timestamps = on;
+        }
+        self
     }
 
     /// The limits in force.

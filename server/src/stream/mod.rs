@@ -32,6 +32,16 @@ pub struct Chunk {
     pub end: Option<Arc<EndInfo>>,
     /// Tokens generated up to and including this chunk.
     pub tokens: u32,
+    /// Benchmark mode only: when the backend produced the token that
+    /// completed this chunk ([`monotonic_ns`]).
+    pub produced_ns: Option<u64>,
+}
+
+/// Nanoseconds of the system-wide monotonic clock (`CLOCK_MONOTONIC`),
+/// comparable between processes on one machine.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
 }
 
 /// Lifecycle of a stream, as reported by `stream_status`.

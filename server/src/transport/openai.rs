@@ -443,12 +443,15 @@ fn stream_response(mut private: PrivateStream, ids: Ids, include_usage: bool) ->
                     Some(filter) => filter.push(&chunk.delta),
                     None => chunk.delta.to_string(),
                 };
-                if !shown.is_empty()
-                    && send(ids.envelope(true, json!([ids.choice(&shown, None, false)])))
-                        .await
-                        .is_err()
-                {
-                    return;
+                if !shown.is_empty() {
+                    let mut event = ids.envelope(true, json!([ids.choice(&shown, None, false)]));
+                    if let Some(produced_ns) = chunk.produced_ns {
+                        // Benchmark mode only (`[bench] timestamps`).
+                        event["produced_ns"] = json!(produced_ns);
+                    }
+                    if send(event).await.is_err() {
+                        return;
+                    }
                 }
                 let Some(end) = chunk.end else { continue };
                 if let Some(err) = &end.error {

@@ -264,3 +264,29 @@ fn shutdown_ends_every_open_stream_with_abort_and_refuses_new_ones() {
         .unwrap();
     assert_eq!(*end, EndInfo::new(FinishReason::Abort, usage));
 }
+
+#[test]
+fn only_a_benchmark_mode_manager_stamps_chunks_with_their_production_time() {
+    let plain = StreamManager::new(limits());
+    let stream = plain.create("m", true).unwrap();
+    stream.push("a", 1);
+    finish(&stream);
+    let chunks = stream.poll(0).unwrap().chunks;
+    assert!(chunks.iter().all(|c| c.produced_ns.is_none()));
+
+    let bench = StreamManager::new(limits()).with_timestamps(true);
+    let stream = bench.create("m", true).unwrap();
+    let before = crate::stream::monotonic_ns();
+    stream.push("a", 1);
+    assert!(stream.push_stamped("b", 1, Some(7)));
+    finish(&stream);
+    let after = crate::stream::monotonic_ns();
+    let chunks = stream.poll(0).unwrap().chunks;
+    let stamps: Vec<u64> = chunks.iter().map(|c| c.produced_ns.unwrap()).collect();
+    assert!((before..=after).contains(&stamps[0]), "{stamps:?}");
+    assert_eq!(stamps[1], 7, "a given production time is kept");
+    assert!(
+        (before..=after).contains(&stamps[2]),
+        "the end chunk is stamped too"
+    );
+}
