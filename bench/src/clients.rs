@@ -1,0 +1,658 @@
+//! The benchmark's clients, one kind per transport. Each client runs
+//! streams one after another until the deadline and records what it
+//! received: tokens, the latency of every chunk (receipt time minus the
+//! server's production stamp), and the time to the first chunk.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::stats::monotonic_ns;
+
+/// The transports the benchmark drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// WebSocket push (`run` with `stream: true` on `/ws`).
+    Ws,
+    /// HTTP polling without waiting (`run {stream_id, from_seq}`).
+    Poll,
+    /// HTTP long-polling (`run {stream_id, from_seq, wait_ms}`).
+    LongPoll,
+    /// MCP Streamable HTTP: `tools/call generate` answered with SSE.
+    Mcp,
+    /// OpenAI chat completions with `stream: true` (SSE).
+    Openai,
+    /// JSON-RPC lines on the server's stdin and stdout.
+    Stdio,
+}
+
+impl Transport {
+    /// Every transport, in report order.
+    pub const ALL: [Self; 6] = [
+        Self::Ws,
+        Self::Poll,
+        Self::LongPoll,
+        Self::Mcp,
+        Self::Openai,
+        Self::Stdio,
+    ];
+
+    /// Its name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ws => "ws",
+            Self::Poll => "poll",
+            Self::LongPoll => "long-poll",
+            Self::Mcp => "mcp",
+            Self::Openai => "openai",
+            Self::Stdio => "stdio",
+        }
+    }
+}
+
+/// What one client received.
+#[derive(Debug, Default)]
+pub struct Totals {
+    /// Tokens of the streams that ended (`usage.completion_tokens`).
+    pub tokens: u64,
+    /// Streams that ended normally.
+    pub streams: u64,
+    /// Receipt minus production time of every text chunk, in ns.
+    pub latencies_ns: Vec<u64>,
+    /// Request sent to first text chunk received, per stream, in ns.
+    pub ttft_ns: Vec<u64>,
+    /// Failures (the first one is kept as an example).
+    pub errors: u64,
+    /// The first failure's message.
+    pub first_error: Option<String>,
+}
+
+impl Totals {
+    fn fail(&mut self, message: String) {
+        self.errors += 1;
+        self.first_error.get_or_insert(message);
+    }
+
+    /// Adds another client's totals.
+    pub fn merge(&mut self, other: Self) {
+        self.tokens += other.tokens;
+        self.streams += other.streams;
+        self.latencies_ns.extend(other.latencies_ns);
+        self.ttft_ns.extend(other.ttft_ns);
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+
+    /// Records one text chunk received at `now`, from a stream started at `sent`.
+    fn chunk(&mut self, sent: u64, now: u64, produced_ns: Option<u64>, first: &mut bool) {
+        if std::mem::take(first) {
+            self.ttft_ns.push(now.saturating_sub(sent));
+        }
+        if let Some(produced) = produced_ns {
+            self.latencies_ns.push(now.saturating_sub(produced));
+        }
+    }
+}
+
+/// What every stream asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamSpec {
+    /// Tokens per stream (the mock's length and `max_tokens`).
+    pub tokens: u32,
+    /// Pause between short polls that found nothing new.
+    pub poll_interval: Duration,
+}
+
+impl StreamSpec {
+    fn prompt(&self, client: usize, round: u64) -> String {
+        format!(
+            "benchmark client {client} round {round} @mock(length={})",
+            self.tokens
+        )
+    }
+}
+
+/// A chunk as the benchmark reads it (the text itself is not needed).
+#[derive(Debug, Deserialize)]
+struct ChunkMsg {
+    #[serde(default)]
+    stream_id: Option<String>,
+    #[serde(default)]
+    end: bool,
+    #[serde(default)]
+    produced_ns: Option<u64>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<UsageMsg>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct UsageMsg {
+    completion_tokens: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResultMsg {
+    #[serde(default)]
+    stream_id: Option<String>,
+    #[serde(default)]
+    chunks: Vec<ChunkMsg>,
+    #[serde(default)]
+    has_more: bool,
+}
+
+/// A JSON-RPC response or a pushed chunk.
+#[derive(Debug, Deserialize)]
+struct RpcMsg {
+    #[serde(default)]
+    id: Option<u64>,
+    #[serde(default)]
+    result: Option<ResultMsg>,
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    params: Option<ChunkMsg>,
+}
+
+fn run_request(id: u64, prompt: &str, tokens: u32) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "run",
+           "params": {"prompt": prompt, "stream": true, "max_tokens": tokens}})
+    .to_string()
+}
+
+/// Ends a stream at its end chunk: its tokens count if it finished.
+fn end_chunk(totals: &mut Totals, chunk: &ChunkMsg) {
+    match (&chunk.error, chunk.finish_reason.as_deref(), &chunk.usage) {
+        (None, Some("stop" | "length"), Some(usage)) => {
+            totals.tokens += usage.completion_tokens;
+            totals.streams += 1;
+        }
+        _ => totals.fail(format!(
+            "stream ended with {:?}: {:?}",
+            chunk.finish_reason, chunk.error
+        )),
+    }
+}
+
+/// A connected client, made before the clock starts.
+#[derive(Debug)]
+pub enum Client {
+    /// Its own WebSocket connection.
+    Ws(Box<WsConn>),
+    /// HTTP requests on the shared pool, to this base URL.
+    Http {
+        /// Which HTTP transport.
+        transport: Transport,
+        /// The pool.
+        http: reqwest::Client,
+        /// `http://ADDR`.
+        base: String,
+    },
+    /// Its streams on the one stdio connection.
+    Stdio(Arc<StdioMux>),
+}
+
+/// A WebSocket connection.
+pub type WsConn =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+impl Client {
+    /// Connects a client of `transport` (stdio clients share `mux`).
+    pub async fn connect(
+        transport: Transport,
+        base: &str,
+        http: &reqwest::Client,
+        mux: Option<&Arc<StdioMux>>,
+    ) -> Result<Self, String> {
+        Ok(match transport {
+            Transport::Ws => {
+                let url = format!("{}/ws", base.replacen("http", "ws", 1));
+                let (ws, _) = tokio_tungstenite::connect_async(url)
+                    .await
+                    .map_err(|e| format!("websocket connect: {e}"))?;
+                Self::Ws(Box::new(ws))
+            }
+            Transport::Stdio => Self::Stdio(Arc::clone(mux.ok_or("no stdio connection")?)),
+            _ => Self::Http {
+                transport,
+                http: http.clone(),
+                base: base.to_owned(),
+            },
+        })
+    }
+
+    /// Runs streams one after another until `deadline`.
+    pub async fn run(mut self, index: usize, spec: StreamSpec, deadline: Instant) -> Totals {
+        let mut totals = Totals::default();
+        let mut round = 0;
+        while Instant::now() < deadline {
+            let prompt = spec.prompt(index, round);
+            round += 1;
+            let outcome = match &mut self {
+                Self::Ws(ws) => ws_stream(ws, round, &prompt, spec, &mut totals).await,
+                Self::Stdio(mux) => mux.stream(&prompt, spec, &mut totals).await,
+                Self::Http {
+                    transport,
+                    http,
+                    base,
+                } => match transport {
+                    Transport::Poll | Transport::LongPoll => {
+                        let wait = *transport == Transport::LongPoll;
+                        poll_stream(http, base, wait, &prompt, spec, &mut totals).await
+                    }
+                    Transport::Mcp => {
+                        mcp_stream(http, base, round, &prompt, spec, &mut totals).await
+                    }
+                    _ => openai_stream(http, base, &prompt, spec, &mut totals).await,
+                },
+            };
+            if let Err(message) = outcome {
+                totals.fail(message);
+                break;
+            }
+        }
+        totals
+    }
+}
+
+async fn ws_stream(
+    ws: &mut WsConn,
+    id: u64,
+    prompt: &str,
+    spec: StreamSpec,
+    totals: &mut Totals,
+) -> Result<(), String> {
+    let sent = monotonic_ns();
+    ws.send(Message::text(run_request(id, prompt, spec.tokens)))
+        .await
+        .map_err(|e| format!("websocket send: {e}"))?;
+    let mut first = true;
+    loop {
+        let message = ws
+            .next()
+            .await
+            .ok_or("websocket closed")?
+            .map_err(|e| format!("websocket receive: {e}"))?;
+        let now = monotonic_ns();
+        let Message::Text(text) = message else {
+            continue;
+        };
+        let msg: RpcMsg =
+            serde_json::from_str(&text).map_err(|e| format!("bad message {text}: {e}"))?;
+        if let Some(error) = msg.error {
+            return Err(format!("run failed: {error}"));
+        }
+        let Some(chunk) = msg.params else { continue };
+        if chunk.end {
+            end_chunk(totals, &chunk);
+            return Ok(());
+        }
+        totals.chunk(sent, now, chunk.produced_ns, &mut first);
+    }
+}
+
+async fn post_json(http: &reqwest::Client, url: &str, body: String) -> Result<RpcMsg, String> {
+    let response = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("POST {url}: {e}"))?;
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| format!("POST {url}: {e}"))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("bad response from {url}: {e}"))
+}
+
+async fn poll_stream(
+    http: &reqwest::Client,
+    base: &str,
+    long: bool,
+    prompt: &str,
+    spec: StreamSpec,
+    totals: &mut Totals,
+) -> Result<(), String> {
+    let url = format!("{base}/mcp");
+    let sent = monotonic_ns();
+    let started = post_json(http, &url, run_request(1, prompt, spec.tokens)).await?;
+    let stream_id = started
+        .result
+        .and_then(|r| r.stream_id)
+        .ok_or_else(|| format!("run failed: {:?}", started.error))?;
+    let mut first = true;
+    let mut from_seq = 0u64;
+    loop {
+        let mut params = json!({"stream_id": stream_id, "from_seq": from_seq});
+        if long {
+            params["wait_ms"] = json!(30_000);
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 2, "method": "run", "params": params});
+        let msg = post_json(http, &url, body.to_string()).await?;
+        let now = monotonic_ns();
+        let result = msg
+            .result
+            .ok_or_else(|| format!("poll failed: {:?}", msg.error))?;
+        from_seq += result.chunks.len() as u64;
+        let found = !result.chunks.is_empty();
+        for chunk in &result.chunks {
+            if chunk.end {
+                end_chunk(totals, chunk);
+            } else {
+                totals.chunk(sent, now, chunk.produced_ns, &mut first);
+            }
+        }
+        if !result.has_more {
+            return Ok(());
+        }
+        if !found && !long {
+            tokio::time::sleep(spec.poll_interval).await;
+        }
+    }
+}
+
+/// Reads an SSE body, calling `event` with each `data:` payload and the
+/// time its bytes arrived, until `event` returns true or the body ends.
+async fn read_sse(
+    mut response: reqwest::Response,
+    mut event: impl FnMut(&[u8], u64) -> Result<bool, String>,
+) -> Result<(), String> {
+    let mut buffer: Vec<u8> = Vec::new();
+    loop {
+        let Some(bytes) = response
+            .chunk()
+            .await
+            .map_err(|e| format!("SSE body: {e}"))?
+        else {
+            return Err("the SSE body ended early".into());
+        };
+        let now = monotonic_ns();
+        buffer.extend_from_slice(&bytes);
+        let mut start = 0;
+        while let Some(at) = find(&buffer[start..], b"\n\n") {
+            let block = &buffer[start..start + at];
+            start += at + 2;
+            for line in block.split(|&b| b == b'\n') {
+                if let Some(data) = line.strip_prefix(b"data:") {
+                    let data = data.strip_prefix(b" ").unwrap_or(data);
+                    if event(data, now)? {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        buffer.drain(..start);
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[derive(Debug, Deserialize)]
+struct McpMsg {
+    #[serde(default)]
+    params: Option<McpProgress>,
+    #[serde(default)]
+    result: Option<McpResult>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct McpProgress {
+    #[serde(default, rename = "_meta")]
+    meta: Option<McpMeta>,
+}
+
+#[derive(Debug, Deserialize)]
+struct McpMeta {
+    #[serde(default)]
+    produced_ns: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct McpResult {
+    #[serde(default, rename = "isError")]
+    is_error: bool,
+    #[serde(default, rename = "structuredContent")]
+    structured: Option<McpStructured>,
+}
+
+#[derive(Debug, Deserialize)]
+struct McpStructured {
+    usage: UsageMsg,
+}
+
+async fn mcp_stream(
+    http: &reqwest::Client,
+    base: &str,
+    id: u64,
+    prompt: &str,
+    spec: StreamSpec,
+    totals: &mut Totals,
+) -> Result<(), String> {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "generate", "arguments": {"prompt": prompt, "max_tokens": spec.tokens},
+        "_meta": {"progressToken": id}}});
+    let sent = monotonic_ns();
+    let response = http
+        .post(format!("{base}/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| format!("MCP POST: {e}"))?;
+    let mut first = true;
+    read_sse(response, |data, now| {
+        let msg: McpMsg =
+            serde_json::from_slice(data).map_err(|e| format!("bad MCP event: {e}"))?;
+        if let Some(error) = msg.error {
+            return Err(format!("tools/call failed: {error}"));
+        }
+        if let Some(progress) = msg.params {
+            let produced = progress.meta.and_then(|m| m.produced_ns);
+            totals.chunk(sent, now, produced, &mut first);
+            return Ok(false);
+        }
+        match msg.result {
+            Some(McpResult {
+                is_error: false,
+                structured: Some(s),
+            }) => {
+                totals.tokens += s.usage.completion_tokens;
+                totals.streams += 1;
+                Ok(true)
+            }
+            other => Err(format!("tools/call ended with {other:?}")),
+        }
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+struct OpenAiChunk {
+    #[serde(default)]
+    produced_ns: Option<u64>,
+    #[serde(default)]
+    usage: Option<UsageMsg>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+async fn openai_stream(
+    http: &reqwest::Client,
+    base: &str,
+    prompt: &str,
+    spec: StreamSpec,
+    totals: &mut Totals,
+) -> Result<(), String> {
+    let body = json!({"model": "mock", "stream": true, "max_tokens": spec.tokens,
+        "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": prompt}]});
+    let sent = monotonic_ns();
+    let response = http
+        .post(format!("{base}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| format!("OpenAI POST: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!("OpenAI POST: {}", response.status()));
+    }
+    let mut first = true;
+    let mut usage = None;
+    read_sse(response, |data, now| {
+        if data == b"[DONE]" {
+            return Ok(true);
+        }
+        let chunk: OpenAiChunk =
+            serde_json::from_slice(data).map_err(|e| format!("bad OpenAI event: {e}"))?;
+        if let Some(error) = chunk.error {
+            return Err(format!("OpenAI stream failed: {error}"));
+        }
+        if chunk.produced_ns.is_some() {
+            totals.chunk(sent, now, chunk.produced_ns, &mut first);
+        }
+        if chunk.usage.is_some() {
+            usage = chunk.usage;
+        }
+        Ok(false)
+    })
+    .await?;
+    let usage = usage.ok_or("the OpenAI stream had no usage")?;
+    totals.tokens += usage.completion_tokens;
+    totals.streams += 1;
+    Ok(())
+}
+
+/// One stdio connection shared by many streams: a writer, and a reader
+/// task that routes each pushed chunk to its stream's channel.
+#[derive(Debug)]
+pub struct StdioMux {
+    writer: tokio::sync::Mutex<tokio::process::ChildStdin>,
+    routes: Arc<std::sync::Mutex<Routes>>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+type Received = (u64, ChunkMsg);
+
+#[derive(Debug, Default)]
+struct Routes {
+    /// Requests waiting for their response.
+    waiting: HashMap<u64, oneshot::Sender<Result<mpsc::UnboundedReceiver<Received>, String>>>,
+    /// Streams being received.
+    streams: HashMap<String, mpsc::UnboundedSender<Received>>,
+    /// Chunks that came before their stream's `run` response.
+    early: HashMap<String, Vec<Received>>,
+}
+
+impl StdioMux {
+    /// Takes over the server's stdin and stdout.
+    pub fn new(stdin: std::process::ChildStdin, stdout: std::process::ChildStdout) -> Arc<Self> {
+        let stdin = tokio::process::ChildStdin::from_std(stdin).expect("stdin in the runtime");
+        let stdout = tokio::process::ChildStdout::from_std(stdout).expect("stdout in the runtime");
+        let routes: Arc<std::sync::Mutex<Routes>> = Arc::default();
+        let reader_routes = Arc::clone(&routes);
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let now = monotonic_ns();
+                if let Ok(msg) = serde_json::from_str::<RpcMsg>(&line) {
+                    route(&reader_routes, msg, now);
+                }
+            }
+        });
+        Arc::new(Self {
+            writer: tokio::sync::Mutex::new(stdin),
+            routes,
+            next_id: std::sync::atomic::AtomicU64::new(1),
+        })
+    }
+
+    async fn stream(
+        &self,
+        prompt: &str,
+        spec: StreamSpec,
+        totals: &mut Totals,
+    ) -> Result<(), String> {
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.routes.lock().expect("routes").waiting.insert(id, tx);
+        let mut line = run_request(id, prompt, spec.tokens);
+        line.push('\n');
+        let sent = monotonic_ns();
+        self.writer
+            .lock()
+            .await
+            .write_all(line.as_bytes())
+            .await
+            .map_err(|e| format!("stdio write: {e}"))?;
+        let mut chunks = rx.await.map_err(|_| "stdio closed".to_owned())??;
+        let mut first = true;
+        while let Some((now, chunk)) = chunks.recv().await {
+            if chunk.end {
+                end_chunk(totals, &chunk);
+                return Ok(());
+            }
+            totals.chunk(sent, now, chunk.produced_ns, &mut first);
+        }
+        Err("stdio closed mid-stream".into())
+    }
+}
+
+fn route(routes: &std::sync::Mutex<Routes>, msg: RpcMsg, now: u64) {
+    let mut routes = routes.lock().expect("routes");
+    if let Some(chunk) = msg.params {
+        let Some(id) = chunk.stream_id.clone() else {
+            return;
+        };
+        let end = chunk.end;
+        match routes.streams.get(&id) {
+            Some(tx) => {
+                let _ = tx.send((now, chunk));
+                if end {
+                    routes.streams.remove(&id);
+                }
+            }
+            None => routes.early.entry(id).or_default().push((now, chunk)),
+        }
+        return;
+    }
+    let Some(waiter) = msg.id.and_then(|id| routes.waiting.remove(&id)) else {
+        return;
+    };
+    let Some(stream_id) = msg.result.and_then(|r| r.stream_id) else {
+        let _ = waiter.send(Err(format!("run failed: {:?}", msg.error)));
+        return;
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut ended = false;
+    for early in routes.early.remove(&stream_id).unwrap_or_default() {
+        ended |= early.1.end;
+        let _ = tx.send(early);
+    }
+    if !ended {
+        routes.streams.insert(stream_id, tx);
+    }
+    let _ = waiter.send(Ok(rx));
+}
