@@ -8,8 +8,14 @@
 //! - the bytes a stream buffers are counted in the manager-wide total, and
 //!   given back when chunks are freed or the stream is dropped.
 //!
+//! Storage is compact, since a slow consumer may leave many thousands of
+//! chunks buffered: the texts of all buffered chunks live end to end in one
+//! `String`, and each chunk adds an 8-byte entry (its length and token
+//! count), plus its 8-byte production time in benchmark mode. Consumers
+//! get [`Chunk`]s built from these on the way out.
+//!
 //! The lock is a `parking_lot` mutex held for one push or one copy of a
-//! few `Arc`s, never across an `.await`; consumers sleep on a `Notify`.
+//! batch, never across an `.await`; consumers sleep on a `Notify`.
 
 use std::collections::VecDeque;
 use std::pin::pin;
@@ -54,10 +60,32 @@ pub struct Stream {
     inner: Mutex<Inner>,
 }
 
+/// A buffered chunk: its text is the next `len` bytes of [`Inner::text`].
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    len: u32,
+    tokens: u32,
+}
+
+/// Entries kept when a buffer empties; a larger queue is given back.
+const KEEP_ENTRIES: usize = 1024;
+/// Text capacity kept when a buffer empties; more is given back.
+const KEEP_TEXT: usize = 16 * 1024;
+
 #[derive(Debug)]
 struct Inner {
     state: StreamState,
-    chunks: VecDeque<Chunk>,
+    /// Buffered chunks, oldest first; the first has seq `first_seq`.
+    chunks: VecDeque<Entry>,
+    first_seq: u64,
+    /// Their texts end to end, from byte `text_start` on (bytes before it
+    /// belong to freed chunks and are dropped in bulk).
+    text: String,
+    text_start: usize,
+    /// Benchmark mode only: each buffered chunk's production time.
+    stamps: VecDeque<u64>,
+    /// The end chunk's information, once it exists.
+    end: Option<Arc<EndInfo>>,
     next_seq: u64,
     end_seq: Option<u64>,
     bytes: usize,
@@ -73,15 +101,90 @@ struct Inner {
 }
 
 impl Inner {
-    /// Copies (reference counts only) up to [`MAX_BATCH`] buffered chunks
-    /// with `seq >= from_seq`.
+    /// Copies up to [`MAX_BATCH`] buffered chunks with `seq >= from_seq`.
     fn chunks_from(&self, from_seq: u64) -> Vec<Chunk> {
-        self.chunks
-            .iter()
-            .filter(|c| c.seq >= from_seq)
-            .take(MAX_BATCH)
-            .cloned()
-            .collect()
+        let skip = usize::try_from(from_seq.saturating_sub(self.first_seq)).unwrap_or(usize::MAX);
+        let mut offset = self.text_start
+            + self
+                .chunks
+                .iter()
+                .take(skip)
+                .map(|e| e.len as usize)
+                .sum::<usize>();
+        let mut batch = Vec::with_capacity(self.chunks.len().saturating_sub(skip).min(MAX_BATCH));
+        for (i, entry) in self.chunks.iter().enumerate().skip(skip).take(MAX_BATCH) {
+            let seq = self.first_seq + i as u64;
+            let len = entry.len as usize;
+            batch.push(Chunk {
+                seq,
+                delta: Arc::from(&self.text[offset..offset + len]),
+                end: if Some(seq) == self.end_seq {
+                    self.end.clone()
+                } else {
+                    None
+                },
+                tokens: entry.tokens,
+                produced_ns: self.stamps.get(i).copied(),
+            });
+            offset += len;
+        }
+        batch
+    }
+
+    /// Appends a chunk: its text, entry and (in benchmark mode) stamp.
+    fn append(&mut self, delta: &str, tokens: u32, produced_ns: Option<u64>) {
+        if self.chunks.is_empty() {
+            self.first_seq = self.next_seq;
+        }
+        self.next_seq += 1;
+        self.text.push_str(delta);
+        self.chunks.push_back(Entry {
+            len: u32::try_from(delta.len()).unwrap_or(u32::MAX),
+            tokens,
+        });
+        if let Some(stamp) = produced_ns {
+            self.stamps.push_back(stamp);
+        }
+    }
+
+    /// Drops every chunk below `seq`; returns the bytes they were counted at.
+    fn free_below(&mut self, seq: u64) -> usize {
+        let mut freed = 0;
+        while self.first_seq < seq {
+            let Some(entry) = self.chunks.pop_front() else {
+                break;
+            };
+            self.stamps.pop_front();
+            self.first_seq += 1;
+            self.text_start += entry.len as usize;
+            freed += entry.len as usize + CHUNK_OVERHEAD;
+        }
+        if self.chunks.is_empty() {
+            self.first_seq = self.next_seq;
+            self.text.clear();
+            self.text_start = 0;
+            if self.text.capacity() > KEEP_TEXT {
+                self.text.shrink_to(KEEP_TEXT);
+            }
+            if self.chunks.capacity() > KEEP_ENTRIES {
+                self.chunks.shrink_to(KEEP_ENTRIES);
+                self.stamps.shrink_to(KEEP_ENTRIES);
+            }
+        } else if self.text_start > KEEP_TEXT && self.text_start > self.text.len() / 2 {
+            // Most of the text is freed: move the rest to the front.
+            self.text.drain(..self.text_start);
+            self.text_start = 0;
+        }
+        freed
+    }
+
+    /// Drops every chunk (expiry).
+    fn clear(&mut self) {
+        self.chunks = VecDeque::new();
+        self.stamps = VecDeque::new();
+        self.text = String::new();
+        self.text_start = 0;
+        self.first_seq = self.next_seq;
     }
 }
 
@@ -117,6 +220,11 @@ impl Stream {
             inner: Mutex::new(Inner {
                 state: StreamState::Queued,
                 chunks: VecDeque::new(),
+                first_seq: 0,
+                text: String::new(),
+                text_start: 0,
+                stamps: VecDeque::new(),
+                end: None,
                 next_seq: 0,
                 end_seq: None,
                 bytes: 0,
@@ -184,6 +292,12 @@ impl Stream {
     /// [`Stream::push`] of a delta whose last token was produced at
     /// `produced_ns` (benchmark mode; see [`Stream::stamp_now`]).
     pub fn push_stamped(&self, delta: &str, tokens: u32, produced_ns: Option<u64>) -> bool {
+        // Every chunk of a benchmark-mode stream has a stamp, no other does.
+        let produced_ns = match (self.shared.timestamps, produced_ns) {
+            (false, _) => None,
+            (true, Some(at)) => Some(at),
+            (true, None) => Some(super::monotonic_ns()),
+        };
         let mut over_limit = None;
         {
             let mut inner = self.inner.lock();
@@ -214,16 +328,8 @@ impl Stream {
                 ));
             } else {
                 inner.bytes += cost;
-                let seq = inner.next_seq;
-                inner.next_seq += 1;
                 let tokens = inner.usage.completion_tokens;
-                inner.chunks.push_back(Chunk {
-                    seq,
-                    delta: Arc::from(delta),
-                    end: None,
-                    tokens,
-                    produced_ns,
-                });
+                inner.append(delta, tokens, produced_ns);
             }
             if let Some(message) = &over_limit {
                 let usage = inner.usage;
@@ -282,17 +388,10 @@ impl Stream {
             FinishReason::Abort => StreamState::Aborted,
             FinishReason::Error => StreamState::Error,
         };
-        let seq = inner.next_seq;
-        inner.next_seq += 1;
-        inner.end_seq = Some(seq);
+        inner.end_seq = Some(inner.next_seq);
         let tokens = info.usage.completion_tokens;
-        inner.chunks.push_back(Chunk {
-            seq,
-            delta: Arc::from(""),
-            end: Some(Arc::new(info)),
-            tokens,
-            produced_ns: self.stamp_now(),
-        });
+        inner.end = Some(Arc::new(info));
+        inner.append("", tokens, self.stamp_now());
         self.shared.active.fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -307,7 +406,7 @@ impl Stream {
                 crate::metrics::aborted("expiry");
             }
             inner.state = StreamState::Expired;
-            inner.chunks.clear();
+            inner.clear();
             self.shared
                 .total_bytes
                 .fetch_sub(inner.bytes, Ordering::AcqRel);
@@ -400,12 +499,7 @@ impl Stream {
             (None, Some(c)) => c,
             (None, None) => return,
         };
-        let mut freed = 0;
-        while inner.chunks.front().is_some_and(|c| c.seq < min) {
-            if let Some(chunk) = inner.chunks.pop_front() {
-                freed += chunk.delta.len() + CHUNK_OVERHEAD;
-            }
-        }
+        let freed = inner.free_below(min);
         if freed > 0 {
             inner.bytes -= freed;
             self.shared.total_bytes.fetch_sub(freed, Ordering::AcqRel);

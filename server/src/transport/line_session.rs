@@ -35,8 +35,9 @@ pub struct LineOptions {
 }
 
 /// Starts a writer task that writes each outgoing message as a line (or
-/// as frames, when chunked framing is on and the message is large), one
-/// flush per message. Returns the queue to send messages into.
+/// as frames, when chunked framing is on and the message is large).
+/// Messages already queued are written together, with one write and one
+/// flush. Returns the queue to send messages into.
 pub fn spawn_writer<W>(
     mut output: W,
     framing: Framing,
@@ -47,28 +48,41 @@ where
     let (tx, mut rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
     let task = tokio::spawn(async move {
         let mut next_id: u64 = 1;
+        let mut buffer = Vec::new();
         while let Some(message) = rx.recv().await {
-            let lines = match framing {
-                Framing::Chunked if message.len() > chunked::FRAME_THRESHOLD => {
-                    next_id += 1;
-                    chunked::encode(&message, next_id)
+            let mut queued = Some(message);
+            while let Some(message) = queued {
+                match framing {
+                    Framing::Chunked if message.len() > chunked::FRAME_THRESHOLD => {
+                        next_id += 1;
+                        for frame in chunked::encode(&message, next_id) {
+                            buffer.extend_from_slice(frame.as_bytes());
+                            buffer.push(b'\n');
+                        }
+                    }
+                    _ => {
+                        buffer.extend_from_slice(message.as_bytes());
+                        buffer.push(b'\n');
+                    }
                 }
-                _ => vec![message],
-            };
-            for line in lines {
-                if output.write_all(line.as_bytes()).await.is_err()
-                    || output.write_all(b"\n").await.is_err()
-                {
-                    return;
-                }
+                queued = if buffer.len() < WRITE_BATCH_BYTES {
+                    rx.try_recv().ok()
+                } else {
+                    None
+                };
             }
-            if output.flush().await.is_err() {
+            if output.write_all(&buffer).await.is_err() || output.flush().await.is_err() {
                 return;
             }
+            buffer.clear();
+            buffer.shrink_to(WRITE_BATCH_BYTES);
         }
     });
     (tx, task)
 }
+
+/// Bytes of queued messages gathered at most into one write.
+const WRITE_BATCH_BYTES: usize = 64 * 1024;
 
 /// Serves one line session until end of input (then lets accepted
 /// requests finish for `eof_grace`) or until the server shuts down.

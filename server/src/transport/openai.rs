@@ -312,6 +312,54 @@ impl Ids {
                "system_fingerprint": null, "choices": choices})
     }
 
+    /// The streamed event of one text fragment: `envelope(true,
+    /// [choice(text, None, false)])` serialised directly, without building
+    /// a `Value` per token. `produced_ns` only in benchmark mode.
+    fn text_event(&self, text: &str, produced_ns: Option<u64>) -> String {
+        #[derive(serde::Serialize)]
+        struct Event<'a> {
+            id: &'a str,
+            object: &'static str,
+            created: u64,
+            model: &'a str,
+            system_fingerprint: (),
+            choices: [Choice<'a>; 1],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            produced_ns: Option<u64>,
+        }
+        #[derive(serde::Serialize)]
+        struct Choice<'a> {
+            index: u32,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            delta: Option<Content<'a>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            text: Option<&'a str>,
+            logprobs: (),
+            finish_reason: (),
+        }
+        #[derive(serde::Serialize)]
+        struct Content<'a> {
+            content: &'a str,
+        }
+        let chat = self.kind == Kind::Chat;
+        serde_json::to_string(&Event {
+            id: &self.id,
+            object: self.object(true),
+            created: self.created,
+            model: &self.model,
+            system_fingerprint: (),
+            choices: [Choice {
+                index: 0,
+                delta: chat.then_some(Content { content: text }),
+                text: (!chat).then_some(text),
+                logprobs: (),
+                finish_reason: (),
+            }],
+            produced_ns,
+        })
+        .unwrap_or_default()
+    }
+
     fn choice(&self, text: &str, finish: Option<&str>, first: bool) -> Value {
         match self.kind {
             Kind::Chat => {
@@ -443,15 +491,13 @@ fn stream_response(mut private: PrivateStream, ids: Ids, include_usage: bool) ->
                     Some(filter) => filter.push(&chunk.delta),
                     None => chunk.delta.to_string(),
                 };
-                if !shown.is_empty() {
-                    let mut event = ids.envelope(true, json!([ids.choice(&shown, None, false)]));
-                    if let Some(produced_ns) = chunk.produced_ns {
-                        // Benchmark mode only (`[bench] timestamps`).
-                        event["produced_ns"] = json!(produced_ns);
-                    }
-                    if send(event).await.is_err() {
-                        return;
-                    }
+                if !shown.is_empty()
+                    && tx
+                        .send(ids.text_event(&shown, chunk.produced_ns))
+                        .await
+                        .is_err()
+                {
+                    return;
                 }
                 let Some(end) = chunk.end else { continue };
                 if let Some(err) = &end.error {
@@ -510,4 +556,28 @@ fn stream_response(mut private: PrivateStream, ids: Ids, include_usage: bool) ->
         .headers_mut()
         .insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streamed_text_event_is_the_envelope_of_its_choice() {
+        for kind in [Kind::Chat, Kind::Completion] {
+            let ids = Ids {
+                id: "chatcmpl-1".into(),
+                created: 7,
+                model: "mock".into(),
+                kind,
+                tools: false,
+            };
+            let text = "é \"quoted\"\n";
+            let expected = ids.envelope(true, json!([ids.choice(text, None, false)]));
+            let event: Value = serde_json::from_str(&ids.text_event(text, None)).unwrap();
+            assert_eq!(event, expected);
+            let stamped: Value = serde_json::from_str(&ids.text_event(text, Some(42))).unwrap();
+            assert_eq!(stamped["produced_ns"], 42);
+        }
+    }
 }

@@ -21,6 +21,9 @@ use super::session::{OUTBOUND_QUEUE, Session};
 use crate::rpc::RpcError;
 use crate::state::AppState;
 
+/// Messages written at most before a flush.
+const WRITE_BATCH: usize = 256;
+
 /// How long a closing connection waits for its pushers to send end chunks.
 const CLOSE_GRACE: Duration = Duration::from_millis(500);
 
@@ -46,7 +49,17 @@ async fn serve(socket: WebSocket, state: Arc<AppState>) {
             tokio::select! {
                 text = out_rx.recv() => match text {
                     Some(text) => {
-                        if sink.send(Message::Text(Utf8Bytes::from(text))).await.is_err() {
+                        // Everything already queued goes out with one flush.
+                        let mut queued = Some(text);
+                        let mut sent = 0;
+                        while let Some(text) = queued {
+                            if sink.feed(Message::Text(Utf8Bytes::from(text))).await.is_err() {
+                                return;
+                            }
+                            sent += 1;
+                            queued = if sent < WRITE_BATCH { out_rx.try_recv().ok() } else { None };
+                        }
+                        if sink.flush().await.is_err() {
                             return;
                         }
                     }

@@ -290,3 +290,39 @@ fn only_a_benchmark_mode_manager_stamps_chunks_with_their_production_time() {
         "the end chunk is stamped too"
     );
 }
+
+#[test]
+fn texts_survive_partial_frees_and_compaction_of_the_shared_text_buffer() {
+    let manager = StreamManager::new(StreamLimits {
+        max_stream_bytes: 64 << 20,
+        ..limits()
+    });
+    let stream = manager.create("m", true).unwrap();
+    let text = |i: u64| format!("w{i}é ");
+    let total = 20_000u64;
+    for i in 0..total {
+        assert!(stream.push(&text(i), 1));
+    }
+    finish(&stream);
+    // Read in uneven steps; every step frees what came before it, so the
+    // text buffer is compacted many times along the way.
+    let mut from = 0;
+    while from < total {
+        let batch = stream.poll(from).unwrap();
+        assert!(!batch.chunks.is_empty());
+        for chunk in &batch.chunks {
+            if chunk.seq < total {
+                assert_eq!(&*chunk.delta, text(chunk.seq), "seq {}", chunk.seq);
+            }
+        }
+        from += (batch.chunks.len() as u64 / 2).max(1);
+    }
+    let last = stream.poll(total).unwrap();
+    assert_eq!(last.chunks.len(), 1);
+    assert!(last.chunks[0].end.is_some());
+    assert_eq!(
+        manager.total_bytes(),
+        CHUNK_OVERHEAD,
+        "only the end chunk is still counted"
+    );
+}
