@@ -486,56 +486,62 @@ fn stream_response(mut private: PrivateStream, ids: Ids, include_usage: bool) ->
             if batch.is_empty() {
                 return;
             }
+            // What the batch holds goes out as one event: a client that
+            // keeps up gets every chunk on its own; one that falls behind
+            // catches up with fewer, larger events. In benchmark mode the
+            // event carries its oldest text's production time.
+            let mut shown = String::new();
+            let mut produced_ns = None;
+            let mut end = None;
             for chunk in batch {
-                let shown = match &mut filter {
-                    Some(filter) => filter.push(&chunk.delta),
-                    None => chunk.delta.to_string(),
-                };
-                if !shown.is_empty()
-                    && tx
-                        .send(ids.text_event(&shown, chunk.produced_ns))
+                match &mut filter {
+                    Some(filter) => shown.push_str(&filter.push(&chunk.delta)),
+                    None => shown.push_str(&chunk.delta),
+                }
+                if !chunk.delta.is_empty() {
+                    produced_ns = produced_ns.or(chunk.produced_ns);
+                }
+                end = chunk.end;
+            }
+            if !shown.is_empty() && tx.send(ids.text_event(&shown, produced_ns)).await.is_err() {
+                return;
+            }
+            let Some(end) = end else { continue };
+            if let Some(err) = &end.error {
+                let _ = send(json!({"error": {"message": err.message, "type": "server_error", "param": null, "code": null}})).await;
+            } else {
+                let (rest, calls) = filter
+                    .as_mut()
+                    .map(ToolCallFilter::finish)
+                    .unwrap_or_default();
+                if !rest.is_empty()
+                    && send(ids.envelope(true, json!([ids.choice(&rest, None, false)])))
                         .await
                         .is_err()
                 {
                     return;
                 }
-                let Some(end) = chunk.end else { continue };
-                if let Some(err) = &end.error {
-                    let _ = send(json!({"error": {"message": err.message, "type": "server_error", "param": null, "code": null}})).await;
-                } else {
-                    let (rest, calls) = filter
-                        .as_mut()
-                        .map(ToolCallFilter::finish)
-                        .unwrap_or_default();
-                    if !rest.is_empty()
-                        && send(ids.envelope(true, json!([ids.choice(&rest, None, false)])))
-                            .await
-                            .is_err()
-                    {
-                        return;
-                    }
-                    let mut reason = finish_reason(&end);
-                    if !calls.is_empty() {
-                        reason = "tool_calls";
-                        let delta = json!({"index": 0, "delta": {"tool_calls": openai_calls(&calls)},
+                let mut reason = finish_reason(&end);
+                if !calls.is_empty() {
+                    reason = "tool_calls";
+                    let delta = json!({"index": 0, "delta": {"tool_calls": openai_calls(&calls)},
                                            "logprobs": null, "finish_reason": null});
-                        if send(ids.envelope(true, json!([delta]))).await.is_err() {
-                            return;
-                        }
-                    }
-                    let last = ids.envelope(true, json!([ids.choice("", Some(reason), false)]));
-                    if send(last).await.is_err() {
+                    if send(ids.envelope(true, json!([delta]))).await.is_err() {
                         return;
-                    }
-                    if include_usage {
-                        let mut usage_chunk = ids.envelope(true, json!([]));
-                        usage_chunk["usage"] = usage(&end);
-                        let _ = send(usage_chunk).await;
                     }
                 }
-                let _ = tx.send("[DONE]".to_owned()).await;
-                return;
+                let last = ids.envelope(true, json!([ids.choice("", Some(reason), false)]));
+                if send(last).await.is_err() {
+                    return;
+                }
+                if include_usage {
+                    let mut usage_chunk = ids.envelope(true, json!([]));
+                    usage_chunk["usage"] = usage(&end);
+                    let _ = send(usage_chunk).await;
+                }
             }
+            let _ = tx.send("[DONE]".to_owned()).await;
+            return;
         }
     });
     let events = futures_util::stream::poll_fn(move |cx| {
