@@ -221,7 +221,7 @@ impl Client {
         Ok(match transport {
             Transport::Ws => {
                 let url = format!("{}/ws", base.replacen("http", "ws", 1));
-                let (ws, _) = tokio_tungstenite::connect_async(url)
+                let (ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
                     .await
                     .map_err(|e| format!("websocket connect: {e}"))?;
                 Self::Ws(Box::new(ws))

@@ -56,9 +56,12 @@ struct Args {
     /// Tokens per second of each stream in the paced run.
     #[arg(long, default_value_t = 50.0)]
     paced_rate: f64,
-    /// Seconds the paced run starts new streams for (each lasts about 2 s).
+    /// Seconds the paced run starts new streams for.
     #[arg(long, default_value_t = 4.0)]
     paced_duration: f64,
+    /// Tokens per stream in the paced run (default: two seconds' worth).
+    #[arg(long)]
+    paced_tokens: Option<u32>,
     /// Idle open streams for the memory measurement (0: skip it).
     #[arg(long, default_value_t = 10_000)]
     idle_streams: usize,
@@ -138,7 +141,9 @@ async fn main() {
                 transport,
                 streams: args.paced_streams,
                 rate: args.paced_rate,
-                tokens: (args.paced_rate * 2.0).ceil().max(1.0) as u32,
+                tokens: args
+                    .paced_tokens
+                    .unwrap_or((args.paced_rate * 2.0).ceil().max(1.0) as u32),
                 duration: Duration::from_secs_f64(args.paced_duration),
             });
         }

@@ -1,0 +1,129 @@
+//! Runs `rkllm-bench` briefly against the real server and checks that its
+//! report covers every transport and part with counted results. Nothing
+//! here looks at how fast anything was: speed is the benchmark's output,
+//! not a test's assertion.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The server binary of this build (beside the benchmark's own), built
+/// first if this test runs on its own.
+fn server_binary() -> PathBuf {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_rkllm-bench"));
+    let server = bench.with_file_name("rkllm-server");
+    if !server.exists() {
+        let mut build = Command::new(env!("CARGO"));
+        build.args(["build", "-p", "rkllm-server", "--bin", "rkllm-server"]);
+        if bench.parent().and_then(|d| d.file_name()) == Some("release".as_ref()) {
+            build.arg("--release");
+        }
+        assert!(
+            build.status().expect("run cargo").success(),
+            "cannot build the server"
+        );
+    }
+    server
+}
+
+#[test]
+fn a_short_run_reports_every_transport_with_tokens_latencies_and_memory() {
+    let dir = std::env::temp_dir().join(format!("rkllm-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("report.json");
+    let markdown = dir.join("report.md");
+    let output = Command::new(env!("CARGO_BIN_EXE_rkllm-bench"))
+        .arg("--server-bin")
+        .arg(server_binary())
+        .args(["--streams", "1,3", "--duration", "0.2", "--tokens", "40"])
+        .args([
+            "--paced-streams",
+            "3",
+            "--paced-rate",
+            "200",
+            "--paced-tokens",
+            "10",
+        ])
+        .args([
+            "--paced-duration",
+            "0.2",
+            "--idle-streams",
+            "50",
+            "--buffered-tokens",
+            "3000",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--markdown")
+        .arg(&markdown)
+        .output()
+        .expect("run rkllm-bench");
+    assert!(
+        output.status.success(),
+        "rkllm-bench failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = report["results"].as_array().unwrap();
+    let transports = ["ws", "poll", "long-poll", "mcp", "openai", "stdio"];
+    for transport in transports {
+        for (part, streams) in [("throughput", 1), ("throughput", 3), ("paced", 3)] {
+            let row = results
+                .iter()
+                .find(|r| {
+                    r["part"] == part && r["transport"] == transport && r["streams"] == streams
+                })
+                .unwrap_or_else(|| panic!("no {part} row for {transport} × {streams}"));
+            assert_eq!(row["errors"], 0, "{row}");
+            assert!(
+                row["streams_completed"].as_u64().unwrap() >= streams,
+                "{row}"
+            );
+            // The mock cuts between words, so a stream may stop a token or
+            // two short of its length.
+            let completed = row["streams_completed"].as_u64().unwrap();
+            let per_stream = if part == "paced" { 10 } else { 40 };
+            let tokens = row["tokens"].as_u64().unwrap();
+            assert!(
+                tokens <= completed * per_stream && tokens >= completed * (per_stream - 4),
+                "{row}"
+            );
+            // Every stream contributed latencies (production stamps) and a TTFT.
+            assert!(
+                row["latency"]["count"].as_u64().unwrap() >= completed,
+                "{row}"
+            );
+            assert_eq!(row["ttft"]["count"].as_u64().unwrap(), completed, "{row}");
+            assert!(row["cpu_us_per_token"].as_f64().unwrap() > 0.0, "{row}");
+            assert!(row["rss_bytes"].as_u64().unwrap() > 0, "{row}");
+        }
+    }
+    let memory = &report["memory"];
+    assert!(memory["idle_rss_bytes"].as_u64().unwrap() > 0, "{memory}");
+    assert_eq!(memory["idle_streams"], 50);
+    assert!(memory["bytes_per_idle_stream"].is_number(), "{memory}");
+    let chunks = memory["buffered_chunks"].as_u64().unwrap();
+    assert!((2000..=3000).contains(&chunks), "{memory}");
+    assert!(
+        memory["buffered_text_bytes"].as_u64().unwrap() >= chunks,
+        "{memory}"
+    );
+    let targets = report["targets"].as_array().unwrap();
+    assert!(targets.len() >= 12);
+    assert!(
+        targets.iter().all(|t| t["measured"].is_number()
+            || t["name"].as_str().unwrap().contains("100 unthrottled")),
+        "every target but the 100-stream ones is measured in this run: {targets:?}"
+    );
+    let summary = std::fs::read_to_string(&markdown).unwrap();
+    for heading in [
+        "### Unthrottled mock",
+        "### Paced mock",
+        "### Memory",
+        "### Targets",
+    ] {
+        assert!(summary.contains(heading), "{summary}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
