@@ -286,17 +286,18 @@ impl Stream {
     /// counts the tokens. Returns false when the stream has ended (aborted,
     /// expired, over a limit): the generation should stop.
     pub fn push(&self, delta: &str, tokens: u32) -> bool {
-        self.push_stamped(delta, tokens, self.stamp_now())
+        self.push_stamped(delta, tokens, None)
     }
 
     /// [`Stream::push`] of a delta whose last token was produced at
-    /// `produced_ns` (benchmark mode; see [`Stream::stamp_now`]).
+    /// `produced_ns` (see [`Stream::stamp_now`]); without one, a
+    /// benchmark-mode stream stamps the chunk now.
     pub fn push_stamped(&self, delta: &str, tokens: u32, produced_ns: Option<u64>) -> bool {
         // Every chunk of a benchmark-mode stream has a stamp, no other does.
-        let produced_ns = match (self.shared.timestamps, produced_ns) {
-            (false, _) => None,
-            (true, Some(at)) => Some(at),
-            (true, None) => Some(super::monotonic_ns()),
+        let produced_ns = if self.shared.timestamps {
+            produced_ns.or_else(|| Some(super::monotonic_ns()))
+        } else {
+            None
         };
         let mut over_limit = None;
         {
