@@ -6,9 +6,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use rkllm_server::engine::{EndInfo, FinishReason};
 use rkllm_server::rpc::chunk_notification;
 use rkllm_server::stream::{StreamLimits, StreamManager};
+use rkllm_server::vocab::{EndInfo, FinishReason};
 
 fn limits() -> StreamLimits {
     StreamLimits {

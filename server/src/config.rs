@@ -8,12 +8,12 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 mod sections;
+mod settings;
 mod validate;
 
 pub use sections::{
@@ -21,9 +21,7 @@ pub use sections::{
     StdioSection, StreamsSection, WebSocketSection,
 };
 
-use crate::backend::MockConfig;
-use crate::engine::{EngineLimits, ModelSpec, RequestLimits};
-use crate::stream::StreamLimits;
+pub use crate::transport::lines::Framing;
 
 /// Default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -83,17 +81,6 @@ pub enum RuntimeAbi {
     #[serde(rename = "1.2")]
     #[value(name = "1.2")]
     V1_2,
-}
-
-/// How the stdio and TCP line transports frame messages.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Framing {
-    /// One message per line.
-    #[default]
-    Lines,
-    /// Lines, plus `{id}:{index}:{total}:{data}` frames for large messages.
-    Chunked,
 }
 
 /// Command-line flags; each one also reads `RKLLM_SERVER_<FLAG>`.
@@ -502,88 +489,6 @@ impl Config {
                 })
             })
             .transpose()
-    }
-
-    /// The line transports' settings.
-    pub fn line_options(&self) -> crate::transport::line_session::LineOptions {
-        crate::transport::line_session::LineOptions {
-            transport: "stdio",
-            framing: self.stdio_framing,
-            max_line: self.limits.max_request_bytes,
-            eof_grace: Duration::from_secs(self.stdio_transport.eof_grace_secs),
-        }
-    }
-
-    /// The models to load; the first is the default.
-    pub fn model_specs(&self) -> Vec<ModelSpec> {
-        if let Some(path) = &self.model {
-            let name = path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            return vec![ModelSpec {
-                name,
-                path: Some(path.clone()),
-                template: self.chat_template.resolve().unwrap_or_default(),
-                settings: crate::engine::ModelSettings::default(),
-            }];
-        }
-        if self.models.is_empty() {
-            return vec![ModelSpec {
-                name: DEFAULT_MOCK_MODEL.to_owned(),
-                path: None,
-                template: self.chat_template.resolve().unwrap_or_default(),
-                settings: crate::engine::ModelSettings::default(),
-            }];
-        }
-        // The default model goes first.
-        let mut entries: Vec<&ModelEntry> = self.models.iter().collect();
-        entries.sort_by_key(|m| !m.default);
-        entries
-            .into_iter()
-            .map(|m| ModelSpec {
-                name: m.name.clone(),
-                path: m.path.clone(),
-                template: m
-                    .chat_template
-                    .as_ref()
-                    .unwrap_or(&self.chat_template)
-                    .resolve()
-                    .unwrap_or_default(),
-                settings: m.settings.clone(),
-            })
-            .collect()
-    }
-
-    /// Mock backend settings.
-    pub fn mock_config(&self) -> MockConfig {
-        MockConfig {
-            tokens_per_second: self.mock.tokens_per_second,
-            prefill_ms: self.mock.prefill_ms,
-            lanes: self.mock.lanes,
-        }
-    }
-
-    /// Stream manager limits.
-    pub fn stream_limits(&self) -> StreamLimits {
-        StreamLimits {
-            idle_timeout: Duration::from_secs(self.streams.idle_timeout_secs),
-            max_stream_bytes: self.streams.max_stream_bytes,
-            max_total_bytes: self.streams.max_total_bytes,
-            max_streams: self.streams.max_streams,
-        }
-    }
-
-    /// Engine limits.
-    pub fn engine_limits(&self) -> EngineLimits {
-        EngineLimits {
-            queue_len: self.engine.queue_len,
-            request: RequestLimits {
-                max_prompt_bytes: self.limits.max_prompt_bytes,
-                default_max_tokens: self.limits.default_max_tokens,
-                max_tokens_limit: self.limits.max_tokens,
-            },
-        }
     }
 }
 

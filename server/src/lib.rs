@@ -13,9 +13,10 @@ pub mod engine;
 pub mod metrics;
 pub mod notify;
 pub mod rpc;
-pub mod state;
+pub mod startup;
 pub mod stream;
 pub mod transport;
+pub mod vocab;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +27,7 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
 pub use config::{Cli, Config};
-pub use state::AppState;
+pub use transport::AppState;
 
 /// Time allowed, after shutdown begins, for connections to finish.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
@@ -37,11 +38,13 @@ pub const WORKER_GRACE: Duration = Duration::from_millis(400);
 /// Origin/Host guard and the API keys, `/metrics` behind the API keys,
 /// `/health` and `/ready` open; CORS for the configured origins.
 pub fn app(state: Arc<AppState>) -> Router {
-    let body_limit = state.config.limits.max_request_bytes;
+    let body_limit = state.settings.max_request_bytes;
     let guard =
         axum::middleware::from_fn_with_state(Arc::clone(&state), transport::mcp_http::guard);
-    let keys =
-        axum::middleware::from_fn_with_state(Arc::clone(&state), transport::auth::require_key);
+    let keys = axum::middleware::from_fn_with_state(
+        Arc::clone(&state.api_keys),
+        transport::auth::require_key,
+    );
     let mcp = Router::new()
         .route(
             "/mcp",
@@ -51,7 +54,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route_layer(guard);
     let protected = Router::new()
         .merge(mcp)
-        .route("/metrics", get(metrics::serve))
+        .route("/metrics", get(transport::health::metrics))
         .route("/v1/models", get(transport::openai::models))
         .route(
             "/v1/chat/completions",
@@ -70,7 +73,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/health", get(transport::health::health))
         .route("/ready", get(transport::health::ready))
         .layer(DefaultBodyLimit::max(body_limit));
-    let router = match cors(&state.config.http.cors_origins) {
+    let router = match cors(&state.settings.cors_origins) {
         Some(cors) => router.layer(cors),
         None => router,
     };
@@ -113,7 +116,7 @@ pub async fn run_stdio(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let reaper = state.streams.spawn_reaper();
-    let options = state.config.line_options();
+    let options = state.settings.line;
     let served = transport::stdio::serve_stdio(Arc::clone(&state), output, options);
     tokio::pin!(served);
     tokio::select! {
@@ -130,9 +133,9 @@ pub async fn run_stdio(
 
 /// Serves the line protocol on a TCP listener (`--tcp`) until shutdown.
 pub fn spawn_tcp(listener: TcpListener, state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
-    let options = transport::line_session::LineOptions {
+    let options = transport::lines::LineOptions {
         transport: "tcp",
-        ..state.config.line_options()
+        ..state.settings.line
     };
     tokio::spawn(transport::tcp::serve_tcp(listener, state, options))
 }
@@ -157,7 +160,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let reaper = state.streams.spawn_reaper();
-    let sessions_reaper = transport::mcp_http::McpSessions::spawn_reaper(Arc::clone(&state));
+    let sessions_reaper = state.mcp_sessions.spawn_reaper();
     let server = transport::serve::serve(listener, app(Arc::clone(&state)), Arc::clone(&state));
     tokio::pin!(server);
     tokio::select! {

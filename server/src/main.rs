@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use rkllm_server::{AppState, Cli, Config};
+use rkllm_server::{Cli, Config};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -72,7 +72,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let state = match AppState::new(config) {
+    let state = match rkllm_server::startup::build(&config) {
         Ok(state) => state,
         Err(err) => {
             eprintln!("rkllm-server: cannot start: {err}");

@@ -1,14 +1,13 @@
-//! Prometheus metrics (`GET /metrics`, text format), one process-wide set.
+//! Prometheus metrics (text format), one process-wide set. A leaf: any
+//! layer records into it, and it knows none of them.
 //!
 //! Counters and histograms are updated where things happen (requests,
 //! rejections, aborts, finished generations); gauges of current state
-//! (streams, queue, buffered bytes) are read from the server at scrape time.
+//! (streams, queue, buffered bytes) are handed in at scrape time
+//! ([`Gauges`]) by the `/metrics` handler.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -16,8 +15,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-use crate::state::AppState;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -188,17 +185,29 @@ pub fn generation(
     }
 }
 
-/// The text exposition, with the current state's gauges.
-pub fn render(state: &AppState) -> Result<String, std::fmt::Error> {
+/// Current-state gauges, read by the caller at scrape time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gauges {
+    /// Streams queued or generating.
+    pub active_streams: usize,
+    /// Requests waiting in the models' queues.
+    pub queued_requests: usize,
+    /// Bytes buffered by every stream.
+    pub buffered_bytes: usize,
+    /// Open MCP sessions over HTTP.
+    pub mcp_sessions: usize,
+}
+
+/// The text exposition, with `gauges` as the current state.
+pub fn render(gauges: Gauges) -> Result<String, std::fmt::Error> {
     let m = &*METRICS;
-    m.active_streams
-        .set(i64::try_from(state.streams.active_streams()).unwrap_or(i64::MAX));
-    m.queued_requests
-        .set(i64::try_from(state.engine.queued()).unwrap_or(i64::MAX));
-    m.buffered_bytes
-        .set(i64::try_from(state.streams.total_bytes()).unwrap_or(i64::MAX));
-    m.mcp_sessions
-        .set(i64::try_from(state.mcp_sessions.len()).unwrap_or(i64::MAX));
+    let set = |gauge: &Gauge, value: usize| {
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+    };
+    set(&m.active_streams, gauges.active_streams);
+    set(&m.queued_requests, gauges.queued_requests);
+    set(&m.buffered_bytes, gauges.buffered_bytes);
+    set(&m.mcp_sessions, gauges.mcp_sessions);
     // Encoding reads the registry only; the lock keeps two scrapes from
     // interleaving their gauge updates and output.
     static ENCODE: Mutex<()> = Mutex::new(());
@@ -206,19 +215,4 @@ pub fn render(state: &AppState) -> Result<String, std::fmt::Error> {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &m.registry)?;
     Ok(text)
-}
-
-/// `GET /metrics`.
-pub async fn serve(State(state): State<Arc<AppState>>) -> Response {
-    match render(&state) {
-        Ok(text) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
 }

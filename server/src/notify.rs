@@ -9,7 +9,7 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::state::AppState;
+use crate::transport::AppState;
 
 /// A connection to systemd's notify socket.
 #[derive(Debug)]

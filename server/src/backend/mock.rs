@@ -17,10 +17,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::{
-    ALL_OVERRIDES, Backend, BackendError, ConversationState, FinishReason, Generation, ModelSpec,
-    Plan, Runner, TokenSink, ValidRunRequest,
+use crate::backend::{
+    ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, ModelSpec, Plan, Runner,
+    TokenSink, ValidRunRequest,
 };
+use crate::vocab::FinishReason;
 
 /// Settings of the mock backend (config section `[mock]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -281,7 +282,7 @@ impl MockRunner {
                 message,
             })?;
         // A tool's result (role `tool`) is answered with text, not another call.
-        if directives.tool_call && request.role == crate::engine::Role::User {
+        if directives.tool_call && request.role == crate::backend::Role::User {
             return tool_call(request, sink);
         }
         let seed = seed_of(request);

@@ -1,11 +1,26 @@
-//! Backends: the mock (the default, for development and tests) and the
-//! real RKLLM runtime (`rkllm`, the only module with `unsafe` code).
+//! Backends: what runs a model. The interface the engine drives
+//! ([`Backend`], [`Runner`], [`TokenSink`]), the requests it accepts, chat
+//! templates and conversation reuse, and two implementations: the mock
+//! (the default, for development and tests) and the real RKLLM runtime
+//! (`rkllm`, the only module with `unsafe` code).
+//!
+//! Below the engine: it knows nothing of streams, queues or transports.
 
+mod api;
+mod conversation;
 pub mod mock;
+mod request;
 #[allow(unsafe_code)]
 pub mod rkllm;
+mod sink;
+mod template;
 mod utf8;
 
+pub use api::{ALL_OVERRIDES, Backend, BackendError, Generation, ModelSettings, ModelSpec, Runner};
+pub use conversation::{ConversationState, Plan, Turn};
 pub use mock::{MockBackend, MockConfig};
-pub use rkllm::RkllmBackend;
+pub use request::{Role, Sampling, ValidRunRequest};
+pub use rkllm::{InitSettings, RkllmBackend, RkllmSettings, SamplingValues};
+pub use sink::{TokenOutput, TokenSink};
+pub use template::{ChatTemplate, CustomTemplate};
 pub use utf8::Utf8Assembler;

@@ -1,21 +1,16 @@
 //! The engine: validates requests, queues them per model (bounded FIFO)
 //! and runs one generation at a time per model on that model's own OS
-//! thread (the NPU's rule). It knows nothing of JSON or transports.
+//! thread (the NPU's rule), feeding each request's stream. It knows
+//! nothing of JSON or transports; it drives a [`Backend`] and the stream
+//! manager, both below it.
 
-mod backend;
-mod cancel;
-mod conversation;
-mod outcome;
+mod output;
 mod request;
 mod scheduler;
-mod template;
 
-pub use backend::{
-    ALL_OVERRIDES, Backend, BackendError, Generation, ModelSettings, ModelSpec, Runner, TokenSink,
+pub use crate::backend::{
+    Backend, BackendError, ChatTemplate, CustomTemplate, ModelSettings, ModelSpec, Role, Sampling,
+    Turn, ValidRunRequest,
 };
-pub use cancel::CancelToken;
-pub use conversation::{ConversationState, Plan, Turn};
-pub use outcome::{EndError, EndInfo, FinishReason, Timings, Usage};
-pub use request::{RequestLimits, Role, RunRequest, Sampling, ValidRunRequest, ValidationError};
+pub use request::{RequestLimits, RunRequest, ValidationError};
 pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo};
-pub use template::{ChatTemplate, CustomTemplate};

@@ -16,13 +16,12 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::backend::{Backend, BackendError, ModelSpec, Runner, TokenSink};
-use super::{
-    ChatTemplate, EndInfo, FinishReason, RequestLimits, RunRequest, Timings, ValidRunRequest,
-    ValidationError,
+use super::{RequestLimits, RunRequest, ValidationError};
+use crate::backend::{
+    Backend, BackendError, ChatTemplate, ModelSpec, Role, Runner, TokenSink, ValidRunRequest,
 };
-use crate::rpc::codes;
 use crate::stream::{Stream, StreamError, StreamManager};
+use crate::vocab::{EndErrorKind, EndInfo, FinishReason, Timings};
 
 /// Engine limits (config sections `[engine]` and `[limits]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +72,9 @@ pub struct ModelInfo {
     pub default: bool,
     /// The per-request parameters the backend applies.
     pub overrides: &'static [&'static str],
+    /// The model file, for backends that load one (not on the wire).
+    #[serde(skip)]
+    pub path: Option<std::path::PathBuf>,
 }
 
 struct Job {
@@ -91,6 +93,7 @@ struct Queue {
 
 struct ModelSlot {
     name: String,
+    path: Option<std::path::PathBuf>,
     template: ChatTemplate,
     // Synchronous lock: pushes and pops of a short queue; the worker parks
     // on the condvar, never an async task.
@@ -160,6 +163,7 @@ impl Engine {
         for spec in models {
             let slot = Arc::new(ModelSlot {
                 name: spec.name.clone(),
+                path: spec.path.clone(),
                 template: spec.template.clone(),
                 queue: Mutex::new(Queue::default()),
                 wake: Condvar::new(),
@@ -215,6 +219,7 @@ impl Engine {
                 loaded: slot.loaded.load(Ordering::Acquire),
                 default: i == 0,
                 overrides: self.overrides,
+                path: slot.path.clone(),
             })
             .collect()
     }
@@ -247,7 +252,7 @@ impl Engine {
             // The server renders the chat; the runtime's template is off.
             if let Some(conversation) = request.conversation.take() {
                 request.prompt = slot.template.render(&conversation);
-                request.role = super::Role::User;
+                request.role = Role::User;
             }
             stop = slot.template.stop_strings();
         }
@@ -416,8 +421,8 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
     let stream = &job.stream;
     stream.set_initializing();
     let queue_ms = (Instant::now() - job.enqueued).as_secs_f64() * 1000.0;
-    let mut sink =
-        TokenSink::new(stream, job.request.conversation.is_some()).with_stop(job.stop.clone());
+    let mut sink = TokenSink::new(stream.as_ref(), job.request.conversation.is_some())
+        .with_stop(job.stop.clone());
     let result = catch_unwind(AssertUnwindSafe(|| {
         runner.generate(&job.request, &mut sink)
     }));
@@ -476,8 +481,7 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
         }
         Ok(Err(err)) => {
             tracing::warn!(model = stream.model(), error = %err, "generation failed");
-            stream
-                .end_with(|usage| EndInfo::error(codes::GENERATION_FAILED, err.to_string(), usage));
+            stream.end_with(|usage| EndInfo::error(EndErrorKind::Runtime, err.to_string(), usage));
         }
         Err(_) => {
             tracing::error!(
@@ -486,7 +490,7 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
             );
             stream.end_with(|usage| {
                 EndInfo::error(
-                    codes::GENERATION_FAILED,
+                    EndErrorKind::Internal,
                     "generation failed: internal backend error",
                     usage,
                 )

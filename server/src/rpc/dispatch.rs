@@ -2,121 +2,16 @@
 //! message, routes it to its method and returns the reply to write, plus
 //! any push subscriptions the transport should start after writing it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde_json::Value;
-use tokio::sync::mpsc;
 
+use super::connection::{Connection, Notifier};
+use super::context::{Handled, RequestCtx, Services};
 use super::message::{Incoming, classify, error_response, success_response};
 use super::{RpcError, methods};
-use crate::engine::CancelToken;
-use crate::state::AppState;
 use crate::stream::Consumer;
-
-/// Where a request's notifications (MCP progress, pushed chunks) go: the
-/// connection's outgoing queue, or one HTTP response's SSE stream.
-pub type Notifier = mpsc::Sender<String>;
-
-/// Per-connection protocol state.
-#[derive(Debug)]
-pub struct Connection {
-    transport: &'static str,
-    push: bool,
-    notifier: Option<Notifier>,
-    // Synchronous lock: read or written once per initialize or batch.
-    protocol: Mutex<Option<&'static str>>,
-    // Synchronous lock: one insert or removal per request, one lookup per
-    // `notifications/cancelled`. Keys are the ids' JSON text, so 1 and "1"
-    // differ.
-    in_flight: Mutex<HashMap<String, CancelToken>>,
-    // Synchronous lock: pruned and counted once per new stream.
-    streams: Mutex<Vec<std::sync::Weak<crate::stream::Stream>>>,
-}
-
-impl Connection {
-    /// A connection; `push` when the transport can push notifications
-    /// (WebSocket, stdio), false for HTTP request/response.
-    pub fn new(push: bool) -> Self {
-        Self {
-            transport: "http",
-            push,
-            notifier: None,
-            protocol: Mutex::new(None),
-            in_flight: Mutex::new(HashMap::new()),
-            streams: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Whether this connection has fewer than `limit` unfinished streams.
-    pub fn has_room_for_stream(&self, limit: usize) -> bool {
-        let mut streams = self.streams.lock();
-        streams.retain(|s| s.upgrade().is_some_and(|s| !s.is_ended()));
-        streams.len() < limit
-    }
-
-    /// Counts a stream as this connection's until it ends.
-    pub fn track_stream(&self, stream: &Arc<crate::stream::Stream>) {
-        self.streams.lock().push(Arc::downgrade(stream));
-    }
-
-    /// A push connection of `transport` (for metrics and logs) whose
-    /// notifications go to `notifier`.
-    pub fn with_notifier(transport: &'static str, notifier: Notifier) -> Self {
-        Self {
-            transport,
-            notifier: Some(notifier),
-            ..Self::new(true)
-        }
-    }
-
-    /// The transport's name in metrics and logs.
-    pub fn transport(&self) -> &'static str {
-        self.transport
-    }
-
-    /// Cancels the in-flight request with this id (`notifications/cancelled`).
-    /// Unknown or finished ids are ignored.
-    pub fn cancel_request(&self, id: &Value) -> bool {
-        let token = self.in_flight.lock().get(&id.to_string()).cloned();
-        token.inspect(CancelToken::cancel).is_some()
-    }
-
-    /// Cancels every in-flight request (the connection or session ended).
-    pub fn cancel_all(&self) {
-        let tokens: Vec<CancelToken> = self.in_flight.lock().values().cloned().collect();
-        tokens.iter().for_each(CancelToken::cancel);
-    }
-
-    fn register(&self, id: &Value) -> CancelToken {
-        let token = CancelToken::new();
-        self.in_flight.lock().insert(id.to_string(), token.clone());
-        token
-    }
-
-    fn unregister(&self, id: &Value) {
-        self.in_flight.lock().remove(&id.to_string());
-    }
-
-    /// Whether chunks can be pushed on this connection.
-    pub fn can_push(&self) -> bool {
-        self.push
-    }
-
-    /// The MCP version negotiated by `initialize`, if any.
-    pub fn protocol(&self) -> Option<&'static str> {
-        *self.protocol.lock()
-    }
-
-    pub(super) fn set_protocol(&self, version: &'static str) {
-        *self.protocol.lock() = Some(version);
-    }
-
-    fn batches_allowed(&self) -> bool {
-        self.protocol() == Some("2025-03-26")
-    }
-}
 
 /// What a transport writes back for one incoming message.
 #[derive(Debug, Default)]
@@ -136,27 +31,6 @@ impl Reply {
             subscriptions: Vec::new(),
         }
     }
-}
-
-/// What a method sees of the request it serves.
-#[derive(Debug)]
-pub(super) struct RequestCtx<'a> {
-    /// Where its notifications go, when the transport can carry them.
-    pub notifier: Option<&'a Notifier>,
-    /// Cancelled by `notifications/cancelled`; the response is then dropped.
-    pub cancel: CancelToken,
-    /// The connection the request came on.
-    pub conn: &'a Connection,
-    /// What a generating method reports for the request's log line.
-    pub summary: Mutex<Option<Summary>>,
-}
-
-/// A generation's facts for the request log line.
-#[derive(Debug, Clone)]
-pub(super) struct Summary {
-    pub model: String,
-    pub finish_reason: &'static str,
-    pub tokens: u32,
 }
 
 static NEXT_REQUEST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -181,7 +55,7 @@ fn log_request(
     request_id: u64,
     transport: &'static str,
     method: &str,
-    outcome: &Result<methods::Handled, RpcError>,
+    outcome: &Result<Handled, RpcError>,
     cancelled: bool,
     ctx: &RequestCtx<'_>,
     started: std::time::Instant,
@@ -230,12 +104,12 @@ fn log_request(
 /// Routes messages to methods. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
-    state: Arc<AppState>,
+    state: Arc<Services>,
 }
 
 impl Dispatcher {
-    /// A dispatcher over the server's state.
-    pub fn new(state: Arc<AppState>) -> Self {
+    /// A dispatcher over the services the methods use.
+    pub fn new(state: Arc<Services>) -> Self {
         Self { state }
     }
 
@@ -303,7 +177,7 @@ impl Dispatcher {
                 let started = std::time::Instant::now();
                 let request_id = NEXT_REQUEST.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let ctx = RequestCtx {
-                    notifier: notifier.or(conn.notifier.as_ref()),
+                    notifier: notifier.or(conn.notifier()),
                     cancel: conn.register(&id),
                     conn,
                     summary: Mutex::new(None),
@@ -313,7 +187,7 @@ impl Dispatcher {
                 let cancelled = ctx.cancel.is_cancelled();
                 log_request(
                     request_id,
-                    conn.transport,
+                    conn.transport(),
                     &method,
                     &outcome,
                     cancelled,

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::engine::{EngineError, ValidationError};
 use crate::stream::StreamError;
+use crate::vocab::{EndError, EndErrorKind};
 
 /// JSON-RPC error codes used by the server.
 pub mod codes {
@@ -35,6 +36,22 @@ pub mod codes {
     pub const TOO_LARGE: i64 = -32007;
     /// Unauthorized.
     pub const UNAUTHORIZED: i64 = -32008;
+}
+
+/// The code an end chunk's error carries on the wire: every way a
+/// generation can fail after it started is -32004.
+pub fn end_error_code(kind: EndErrorKind) -> i64 {
+    match kind {
+        EndErrorKind::Runtime | EndErrorKind::Internal | EndErrorKind::BufferLimit => {
+            codes::GENERATION_FAILED
+        }
+    }
+}
+
+impl From<&EndError> for RpcError {
+    fn from(error: &EndError) -> Self {
+        Self::new(end_error_code(error.kind), error.message.clone())
+    }
 }
 
 /// A JSON-RPC error object.

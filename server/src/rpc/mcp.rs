@@ -6,15 +6,13 @@
 //! tool results with `isError: true` (the model can read and correct
 //! them); only an unknown tool or malformed params are JSON-RPC errors.
 
-use std::sync::Arc;
-
 use serde_json::{Map, Value, json};
 
-use super::dispatch::RequestCtx;
-use super::methods::{Handled, run_request, start_private};
+use super::context::{Handled, RequestCtx, Services, done};
+use super::generate::{run_request, start_private, summarize};
 use super::params::Params;
 use super::{RpcError, codes};
-use crate::state::AppState;
+use crate::vocab::FinishReason;
 
 /// The tool's name.
 pub const GENERATE: &str = "generate";
@@ -61,7 +59,7 @@ pub(super) fn tools_list() -> Value {
 
 fn tool_error(message: impl Into<String>) -> Result<Handled, RpcError> {
     let message = message.into();
-    super::methods::done(&json!({
+    done(&json!({
         "content": [{"type": "text", "text": message}],
         "isError": true
     }))
@@ -69,7 +67,7 @@ fn tool_error(message: impl Into<String>) -> Result<Handled, RpcError> {
 
 /// `tools/call`.
 pub(super) async fn tools_call(
-    state: &Arc<AppState>,
+    state: &Services,
     ctx: &RequestCtx<'_>,
     mut p: Params,
 ) -> Result<Handled, RpcError> {
@@ -91,7 +89,7 @@ pub(super) async fn tools_call(
         Some(_) => return tool_error("`arguments` must be an object"),
     };
     let mut args = Params(arguments);
-    let request = match run_request(&mut args, state.config.limits.max_tokens) {
+    let request = match run_request(&mut args, state.limits.max_tokens) {
         Ok(request) => request,
         Err(err) => return tool_error(err.message),
     };
@@ -137,14 +135,14 @@ pub(super) async fn tools_call(
             }
         }
         if let Some(end) = end {
-            super::methods::summarize(ctx, private.stream(), &end);
+            summarize(ctx, private.stream(), &end);
             if let Some(error) = &end.error {
                 return tool_error(format!("generation failed: {}", error.message));
             }
-            if end.finish_reason == crate::engine::FinishReason::Abort {
+            if end.finish_reason == FinishReason::Abort {
                 return tool_error("the generation was aborted");
             }
-            return super::methods::done(&json!({
+            return done(&json!({
                 "content": [{"type": "text", "text": text}],
                 "structuredContent": {"text": text, "finish_reason": end.finish_reason, "usage": end.usage},
                 "isError": false

@@ -3,52 +3,27 @@
 //! Each reads its params into engine types, calls the engine or the stream
 //! manager, and shapes the result; no business logic lives here.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::dispatch::{Connection, RequestCtx};
+use super::connection::Connection;
+use super::context::{Handled, RequestCtx, Services, done, raw};
+use super::generate::{collect, run_request, start_private, submit, summarize};
 use super::message::params_object;
 use super::params::Params;
 use super::wire::ChunkJson;
 use super::{PROTOCOL_VERSIONS, RpcError, codes};
-use crate::engine::{EndInfo, FinishReason, Role, RunRequest, Sampling, Timings, Usage};
-use crate::state::AppState;
-use crate::stream::{Consumer, PollError, PrivateStream, Stream, StreamState};
+use crate::stream::{PollError, StreamState};
+use crate::vocab::{FinishReason, Timings, Usage};
 
 /// Longest long poll.
 pub const MAX_WAIT_MS: u64 = 30_000;
 
-/// A method's result: pre-serialised JSON and an optional subscription.
-pub(super) struct Handled {
-    pub result: Box<RawValue>,
-    pub subscribe: Option<Consumer>,
-}
-
-fn raw(value: &impl Serialize) -> Result<Box<RawValue>, RpcError> {
-    serde_json::to_string(value)
-        .and_then(RawValue::from_string)
-        .map_err(|e| {
-            RpcError::new(
-                codes::INTERNAL_ERROR,
-                format!("cannot encode the result: {e}"),
-            )
-        })
-}
-
-pub(super) fn done(value: &impl Serialize) -> Result<Handled, RpcError> {
-    Ok(Handled {
-        result: raw(value)?,
-        subscribe: None,
-    })
-}
-
 /// Calls `method`; unknown methods are -32601.
 pub(super) async fn call(
-    state: &Arc<AppState>,
+    state: &Services,
     conn: &Connection,
     ctx: &RequestCtx<'_>,
     method: &str,
@@ -70,12 +45,7 @@ pub(super) async fn call(
 
 /// Acts on a notification; nothing is ever answered. Unknown ones and
 /// broken ones are ignored.
-pub(super) fn notify(
-    state: &Arc<AppState>,
-    conn: &Connection,
-    method: &str,
-    params: Option<Value>,
-) {
+pub(super) fn notify(state: &Services, conn: &Connection, method: &str, params: Option<Value>) {
     let Ok(map) = params_object(params) else {
         return;
     };
@@ -115,38 +85,8 @@ fn initialize(conn: &Connection, params: Option<Value>) -> Result<Handled, RpcEr
     }))
 }
 
-pub(super) fn run_request(p: &mut Params, max_tokens_limit: u32) -> Result<RunRequest, RpcError> {
-    let role = match p.opt_str("role")?.as_deref() {
-        None | Some("user") => Role::User,
-        Some("tool") => Role::Tool,
-        Some(other) => {
-            return Err(RpcError::invalid_params(
-                "role",
-                format!("`role` must be \"user\" or \"tool\", got {other:?}"),
-            ));
-        }
-    };
-    Ok(RunRequest {
-        prompt: p.req_str("prompt")?,
-        model: p.opt_str("model")?,
-        max_tokens: p.opt_int("max_tokens", 1, u64::from(max_tokens_limit))?,
-        sampling: Sampling {
-            temperature: p.opt_f64("temperature")?,
-            top_p: p.opt_f64("top_p")?,
-            top_k: p.opt_int("top_k", 0, 1000)?.map(|k| k as u32),
-            repeat_penalty: p.opt_f64("repeat_penalty")?,
-            frequency_penalty: p.opt_f64("frequency_penalty")?,
-            presence_penalty: p.opt_f64("presence_penalty")?,
-        },
-        role,
-        enable_thinking: p.opt_bool("enable_thinking")?,
-        conversation: None,
-        tools: None,
-    })
-}
-
 async fn run(
-    state: &Arc<AppState>,
+    state: &Services,
     conn: &Connection,
     ctx: &RequestCtx<'_>,
     mut p: Params,
@@ -161,7 +101,7 @@ async fn run(
         return poll(state, p).await;
     }
     let streaming = p.opt_bool("stream")?.unwrap_or(false);
-    let request = run_request(&mut p, state.config.limits.max_tokens)?;
+    let request = run_request(&mut p, state.limits.max_tokens)?;
     if streaming {
         let stream = submit(state, ctx, request, !conn.can_push())?;
         let subscribe = conn.can_push().then(|| stream.attach(0));
@@ -176,9 +116,7 @@ async fn run(
     let (text, end) = collect(&mut private.consumer).await?;
     summarize(ctx, private.stream(), &end);
     if let Some(error) = &end.error {
-        return Err(
-            RpcError::new(error.code, error.message.clone()).with_data(json!({ "text": text }))
-        );
+        return Err(RpcError::from(error).with_data(json!({ "text": text })));
     }
     done(&RunResult {
         text: &text,
@@ -196,68 +134,6 @@ struct RunResult<'a> {
     timings: Timings,
 }
 
-/// Submits a request, counting its stream against the connection's limit.
-pub(super) fn submit(
-    state: &Arc<AppState>,
-    ctx: &RequestCtx<'_>,
-    request: RunRequest,
-    polled: bool,
-) -> Result<Arc<Stream>, RpcError> {
-    let limit = state.config.limits.max_streams_per_connection;
-    if !ctx.conn.has_room_for_stream(limit) {
-        return Err(RpcError::new(
-            codes::SERVER_BUSY,
-            format!("server busy: this connection already has {limit} unfinished streams (limits.max_streams_per_connection)"),
-        )
-        .with_data(json!({ "retry_after_ms": 1000 })));
-    }
-    let stream = state.engine.submit(request, polled)?;
-    ctx.conn.track_stream(&stream);
-    Ok(stream)
-}
-
-/// Records a finished generation for the request's log line.
-pub(super) fn summarize(ctx: &RequestCtx<'_>, stream: &Stream, end: &EndInfo) {
-    *ctx.summary.lock() = Some(super::dispatch::Summary {
-        model: stream.model().to_owned(),
-        finish_reason: end.finish_reason.as_str(),
-        tokens: end.usage.completion_tokens,
-    });
-}
-
-/// Starts a generation whose stream only this request reads (a
-/// non-streaming `run`, an MCP `tools/call`): cancelling the request
-/// aborts it, and dropping the result forgets the stream.
-pub(super) fn start_private(
-    state: &Arc<AppState>,
-    ctx: &RequestCtx<'_>,
-    request: RunRequest,
-) -> Result<PrivateStream, RpcError> {
-    let stream = submit(state, ctx, request, false)?;
-    let aborted = Arc::clone(&stream);
-    ctx.cancel.on_cancel(move || {
-        aborted.abort("cancelled");
-    });
-    Ok(PrivateStream::new(&state.streams, stream))
-}
-
-/// Reads a stream to its end; returns the joined text and the end info.
-pub(crate) async fn collect(consumer: &mut Consumer) -> Result<(String, Arc<EndInfo>), RpcError> {
-    let mut text = String::new();
-    loop {
-        let batch = consumer.next_batch().await;
-        if batch.is_empty() {
-            return Err(RpcError::new(codes::STREAM_EXPIRED, "stream expired"));
-        }
-        for chunk in batch {
-            text.push_str(&chunk.delta);
-            if let Some(end) = chunk.end {
-                return Ok((text, end));
-            }
-        }
-    }
-}
-
 fn poll_error(err: PollError) -> RpcError {
     match err {
         PollError::Expired => RpcError::new(codes::STREAM_EXPIRED, "stream expired"),
@@ -268,7 +144,7 @@ fn poll_error(err: PollError) -> RpcError {
     }
 }
 
-async fn poll(state: &Arc<AppState>, mut p: Params) -> Result<Handled, RpcError> {
+async fn poll(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
     let id = p.req_str("stream_id")?;
     let from_seq = p.opt_int("from_seq", 0, u64::MAX)?.unwrap_or(0);
     let wait_ms = p.opt_int("wait_ms", 0, MAX_WAIT_MS)?.unwrap_or(0);
@@ -288,7 +164,7 @@ async fn poll(state: &Arc<AppState>, mut p: Params) -> Result<Handled, RpcError>
     done(&json!({ "stream_id": id, "chunks": chunks, "has_more": batch.has_more }))
 }
 
-fn subscribe(state: &Arc<AppState>, conn: &Connection, mut p: Params) -> Result<Handled, RpcError> {
+fn subscribe(state: &Services, conn: &Connection, mut p: Params) -> Result<Handled, RpcError> {
     let id = p.req_str("stream_id")?;
     let from_seq = p.opt_int("from_seq", 0, u64::MAX)?.unwrap_or(0);
     if !conn.can_push() {
@@ -306,7 +182,7 @@ fn subscribe(state: &Arc<AppState>, conn: &Connection, mut p: Params) -> Result<
     })
 }
 
-fn abort(state: &Arc<AppState>, mut p: Params) -> Result<Handled, RpcError> {
+fn abort(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
     let stream = state.streams.get(&p.req_str("stream_id")?)?;
     if stream.abort("client") {
         done(&json!({ "aborted": true }))
@@ -319,7 +195,7 @@ fn abort(state: &Arc<AppState>, mut p: Params) -> Result<Handled, RpcError> {
     }
 }
 
-fn stream_status(state: &Arc<AppState>, mut p: Params) -> Result<Handled, RpcError> {
+fn stream_status(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
     let stream = state.streams.get(&p.req_str("stream_id")?)?;
     let (stream_state, next_seq) = stream.status();
     let mut result = json!({ "state": stream_state, "next_seq": next_seq });

@@ -1,16 +1,22 @@
 //! JSON-RPC 2.0: message classification, error codes, parameter
-//! extraction and the dispatcher every transport shares.
+//! extraction and the dispatcher every transport shares. Protocol codes
+//! are chosen here, from the typed errors of the layers below.
 
+mod connection;
+mod context;
 mod dispatch;
 mod error;
+mod generate;
 mod mcp;
 mod message;
 mod methods;
 mod params;
 mod wire;
 
-pub use dispatch::{Connection, Dispatcher, Notifier, Reply};
-pub use error::{RpcError, codes};
+pub use connection::{Connection, Notifier};
+pub use context::{RpcLimits, Services};
+pub use dispatch::{Dispatcher, Reply};
+pub use error::{RpcError, codes, end_error_code};
 pub use message::{
     Incoming, PREVIEW_BYTES, classify, error_response, preview, recover_id, success_response,
 };

@@ -4,8 +4,23 @@
 
 use serde::Serialize;
 
-use crate::engine::{EndError, FinishReason, Timings, Usage};
+use super::error::end_error_code;
 use crate::stream::Chunk;
+use crate::vocab::{EndError, FinishReason, Timings, Usage};
+
+/// An end chunk's error as it goes on the wire: `{code, message}`.
+#[derive(Debug)]
+pub struct EndErrorJson<'a>(pub &'a EndError);
+
+impl Serialize for EndErrorJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut s = serializer.serialize_struct("EndError", 2)?;
+        s.serialize_field("code", &end_error_code(self.0.kind))?;
+        s.serialize_field("message", &self.0.message)?;
+        s.end()
+    }
+}
 
 /// A chunk as it goes on the wire.
 #[derive(Debug, Serialize)]
@@ -30,7 +45,7 @@ pub struct ChunkJson<'a> {
     pub timings: Option<&'a Timings>,
     /// End chunk only, on failure.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<&'a EndError>,
+    pub error: Option<EndErrorJson<'a>>,
     /// Benchmark mode only: when the chunk's last token was produced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub produced_ns: Option<u64>,
@@ -48,7 +63,7 @@ impl<'a> ChunkJson<'a> {
             finish_reason: end.map(|e| e.finish_reason),
             usage: end.map(|e| &e.usage),
             timings: end.and_then(|e| e.timings.as_ref()),
-            error: end.and_then(|e| e.error.as_ref()),
+            error: end.and_then(|e| e.error.as_ref()).map(EndErrorJson),
             produced_ns: chunk.produced_ns,
         }
     }

@@ -27,8 +27,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::{Chunk, StreamLimits, StreamState};
-use crate::engine::{CancelToken, EndInfo, FinishReason, Usage};
-use crate::rpc::codes;
+use crate::vocab::{CancelToken, EndErrorKind, EndInfo, FinishReason, Usage};
 
 /// Bookkeeping bytes counted per chunk on top of its text, so that many
 /// tiny chunks cannot dodge the memory limits.
@@ -336,7 +335,7 @@ impl Stream {
                 let usage = inner.usage;
                 self.end_locked(
                     &mut inner,
-                    EndInfo::error(codes::GENERATION_FAILED, message.clone(), usage),
+                    EndInfo::error(EndErrorKind::BufferLimit, message.clone(), usage),
                 );
             }
         }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::engine::EndInfo;
+use crate::vocab::EndInfo;
 
 pub use buffer::{CHUNK_OVERHEAD, Consumer, PollBatch, PollError, Stream};
 pub use id::{STREAM_ID_LEN, is_stream_id, new_stream_id};

@@ -13,7 +13,6 @@ use axum::response::Response;
 
 use super::mcp_http::failure;
 use crate::rpc::{RpcError, codes};
-use crate::state::AppState;
 
 /// The configured API keys.
 pub struct ApiKeys(Vec<Vec<u8>>);
@@ -66,12 +65,11 @@ pub fn bearer(request: &Request) -> Option<&[u8]> {
 
 /// Middleware: 401 unless the request carries a configured key.
 pub async fn require_key(
-    State(state): State<Arc<AppState>>,
+    State(keys): State<Arc<ApiKeys>>,
     request: Request,
     next: Next,
 ) -> Response {
-    if !state.api_keys.enabled() || bearer(&request).is_some_and(|key| state.api_keys.accepts(key))
-    {
+    if !keys.enabled() || bearer(&request).is_some_and(|key| keys.accepts(key)) {
         return next.run(request).await;
     }
     crate::metrics::rejected("unauthorized");

@@ -1,16 +1,17 @@
 //! `GET /health` (the process is alive) and `GET /ready` (every model is
-//! loaded and has room in its queue). Both are open, without API keys, for
-//! supervisors and load balancers.
+//! loaded and has room in its queue), both open, without API keys, for
+//! supervisors and load balancers; and `GET /metrics` (behind the keys).
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::state::AppState;
+use super::state::AppState;
+use crate::metrics;
 
 /// `GET /health`: 200 while the process serves requests.
 pub async fn health() -> Response {
@@ -27,5 +28,26 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
             Json(json!({"ready": false, "reason": reason})),
         )
             .into_response(),
+    }
+}
+
+/// `GET /metrics`: the Prometheus text exposition with the current gauges.
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let gauges = metrics::Gauges {
+        active_streams: state.streams.active_streams(),
+        queued_requests: state.engine.queued(),
+        buffered_bytes: state.streams.total_bytes(),
+        mcp_sessions: state.mcp_sessions.len(),
+    };
+    match metrics::render(gauges) {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }

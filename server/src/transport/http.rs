@@ -23,8 +23,8 @@ use tokio::sync::mpsc;
 
 use super::mcp_http::{SESSION_HEADER, accepts_sse, check_post_headers, failure};
 use super::session::OUTBOUND_QUEUE;
+use super::state::AppState;
 use crate::rpc::{Connection, Dispatcher, RpcError, codes, error_response, recover_id};
-use crate::state::AppState;
 
 fn json_response(status: StatusCode, body: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
@@ -68,7 +68,7 @@ pub async fn post_mcp(
     let body = match body {
         Ok(body) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            let limit = state.config.limits.max_request_bytes;
+            let limit = state.settings.max_request_bytes;
             let error = RpcError::new(
                 codes::TOO_LARGE,
                 format!("request body over the limit of {limit} bytes"),
@@ -106,7 +106,7 @@ pub async fn post_mcp(
         && value.get("method").and_then(Value::as_str) == Some("initialize")
         && value.get("id").is_some();
     let conn = session.map_or_else(|| Arc::new(Connection::new(false)), |s| Arc::clone(&s.conn));
-    let dispatcher = Dispatcher::new(Arc::clone(&state));
+    let dispatcher = state.dispatcher();
 
     if wants_progress_stream(&value) && accepts_sse(&headers) {
         return sse_reply(dispatcher, conn, value);

@@ -10,29 +10,15 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::chunked::{self, FrameAssembler};
-use super::lines::{LineDecoder, LineEvent, preview};
+use super::lines::{Framing, LineDecoder, LineEvent, LineOptions, preview};
 use super::session::{OUTBOUND_QUEUE, Session};
-use crate::config::Framing;
+use super::state::AppState;
 use crate::rpc::{RpcError, codes, recover_id};
-use crate::state::AppState;
 
 /// Incomplete framed messages one session may hold.
 const MAX_PENDING_FRAMES: usize = 64;
 /// A framed message whose chunks stop coming fails after this.
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Settings of a line session.
-#[derive(Debug, Clone, Copy)]
-pub struct LineOptions {
-    /// `"stdio"` or `"tcp"`, for metrics and logs.
-    pub transport: &'static str,
-    /// Plain lines, or chunked frames too.
-    pub framing: Framing,
-    /// Longest line (and framed message) accepted.
-    pub max_line: usize,
-    /// After end of input, how long accepted requests may still run.
-    pub eof_grace: Duration,
-}
 
 /// Starts a writer task that writes each outgoing message as a line (or
 /// as frames, when chunked framing is on and the message is large).

@@ -4,7 +4,13 @@
 //! splits on `\n`, drops a trailing `\r` and a leading BOM, skips blank
 //! lines, and turns a line longer than the limit into one
 //! [`LineEvent::TooLong`], discarding the rest of it up to its newline.
-//! Memory stays bounded by the limit whatever the input.
+//! Memory stays bounded by the limit whatever the input. Also the line
+//! transports' settings ([`LineOptions`], [`Framing`]).
+
+use std::time::Duration;
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
 
 pub use crate::rpc::{PREVIEW_BYTES, preview};
 
@@ -102,6 +108,30 @@ impl LineDecoder {
             out.push(LineEvent::Line(line));
         }
     }
+}
+
+/// How the stdio and TCP line transports frame messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Framing {
+    /// One message per line.
+    #[default]
+    Lines,
+    /// Lines, plus `{id}:{index}:{total}:{data}` frames for large messages.
+    Chunked,
+}
+
+/// Settings of a line session.
+#[derive(Debug, Clone, Copy)]
+pub struct LineOptions {
+    /// `"stdio"` or `"tcp"`, for metrics and logs.
+    pub transport: &'static str,
+    /// Plain lines, or chunked frames too.
+    pub framing: Framing,
+    /// Longest line (and framed message) accepted.
+    pub max_line: usize,
+    /// After end of input, how long accepted requests may still run.
+    pub eof_grace: Duration,
 }
 
 #[cfg(test)]

@@ -16,13 +16,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::compat::{ChatMessage, prompt_from_messages, rfc3339, start_private, turns};
+use super::clock::rfc3339;
+use super::compat::{ChatMessage, prompt_from_messages, start_private, turns};
+use super::state::AppState;
 use super::tools::{ToolCall, ToolCallFilter};
-use crate::engine::{
-    EndInfo, EngineError, FinishReason, ModelInfo, Role, RunRequest, Sampling, Turn,
-    ValidationError,
-};
-use crate::state::AppState;
+use crate::engine::{EngineError, ModelInfo, Role, RunRequest, Sampling, Turn, ValidationError};
+use crate::vocab::{EndInfo, FinishReason};
 
 /// The Ollama API version reported to clients that probe it.
 pub const OLLAMA_VERSION: &str = "0.9.0";
@@ -60,13 +59,7 @@ fn details() -> Value {
 }
 
 fn model_entry(state: &AppState, model: &ModelInfo) -> Value {
-    let path = state
-        .config
-        .model_specs()
-        .into_iter()
-        .find(|m| m.name == model.name)
-        .and_then(|m| m.path);
-    let meta = path.as_ref().and_then(|p| std::fs::metadata(p).ok());
+    let meta = model.path.as_ref().and_then(|p| std::fs::metadata(p).ok());
     let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
     let modified = meta
         .and_then(|m| m.modified().ok())

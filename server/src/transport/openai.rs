@@ -20,13 +20,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::compat::{ChatMessage, prompt_from_messages, start_private, turns, unix_now};
+use super::clock::unix_now;
+use super::compat::{ChatMessage, prompt_from_messages, start_private, turns};
+use super::state::AppState;
 use super::tools::{ToolCall, ToolCallFilter};
-use crate::engine::{
-    EndInfo, EngineError, FinishReason, Role, RunRequest, Sampling, Turn, ValidationError,
-};
-use crate::state::AppState;
+use crate::engine::{EngineError, Role, RunRequest, Sampling, Turn, ValidationError};
 use crate::stream::{PrivateStream, StreamError, new_stream_id};
+use crate::vocab::{EndInfo, FinishReason};
 
 /// An error in OpenAI's shape.
 fn error(

@@ -10,7 +10,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
-use crate::state::AppState;
+use super::state::AppState;
 
 /// Serves `app` on `listener` until the server shuts down; then every
 /// connection finishes its current request and closes. Connections are
@@ -18,9 +18,7 @@ use crate::state::AppState;
 pub async fn serve(listener: TcpListener, app: Router, state: Arc<AppState>) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(
-            state.config.http.header_read_timeout_secs,
-        ))
+        .header_read_timeout(state.settings.header_read_timeout)
         .keep_alive(true);
     let stop = state.shutdown_signal();
     tokio::pin!(stop);

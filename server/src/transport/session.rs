@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
+use super::state::AppState;
 use crate::rpc::{Connection, Dispatcher, RpcError, chunk_notification, error_response};
-use crate::state::AppState;
 use crate::stream::Consumer;
 
 /// Outgoing messages queued per connection before senders wait.
@@ -35,7 +35,7 @@ impl Session {
     /// A session of `transport` (for metrics and logs) writing to `out`.
     pub fn new(state: Arc<AppState>, transport: &'static str, out: mpsc::Sender<String>) -> Self {
         Self {
-            dispatcher: Dispatcher::new(state),
+            dispatcher: state.dispatcher(),
             conn: Arc::new(Connection::with_notifier(transport, out.clone())),
             out,
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),

@@ -7,8 +7,9 @@
 
 use std::sync::Arc;
 
-use super::line_session::{LineOptions, serve_lines, spawn_writer};
-use crate::state::AppState;
+use super::line_session::{serve_lines, spawn_writer};
+use super::lines::LineOptions;
+use super::state::AppState;
 
 /// Takes over fd 1 for the protocol: returns a private copy of it and
 /// points fd 1 at stderr.

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use super::line_session::{LineOptions, serve_lines, spawn_writer};
-use crate::state::AppState;
+use super::line_session::{serve_lines, spawn_writer};
+use super::lines::LineOptions;
+use super::state::AppState;
 
 /// Accepts connections until shutdown; each is served like stdio.
 pub async fn serve_tcp(listener: TcpListener, state: Arc<AppState>, options: LineOptions) {

@@ -18,8 +18,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::session::{OUTBOUND_QUEUE, Session};
+use super::state::AppState;
 use crate::rpc::RpcError;
-use crate::state::AppState;
 
 /// Messages written at most before a flush.
 const WRITE_BATCH: usize = 256;
@@ -29,7 +29,7 @@ const CLOSE_GRACE: Duration = Duration::from_millis(500);
 
 /// Handles `GET /ws` (subprotocol `mcp` accepted).
 pub async fn upgrade(State(state): State<Arc<AppState>>, ws: WebSocketUpgrade) -> Response {
-    let limit = state.config.limits.max_request_bytes;
+    let limit = state.settings.max_request_bytes;
     ws.protocols(["mcp"])
         .max_message_size(limit)
         .max_frame_size(limit)
@@ -40,8 +40,8 @@ async fn serve(socket: WebSocket, state: Arc<AppState>) {
     let _tracked = state.track_connection();
     let (mut sink, mut incoming) = socket.split();
     let (out_tx, mut out_rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
-    let ping_every = Duration::from_secs(state.config.websocket.ping_interval_secs);
-    let idle_limit = Duration::from_secs(state.config.websocket.idle_timeout_secs);
+    let ping_every = state.settings.ws_ping_interval;
+    let idle_limit = state.settings.ws_idle_timeout;
     let writer = tokio::spawn(async move {
         let mut pings =
             tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);

@@ -11,28 +11,43 @@ use rkllm_sys::{v1_2, v1_3_0};
 
 use super::handle::{CallbackSlot, Perf, RawHandle};
 
-/// Init parameters, from the config.
+/// Init parameters (`RKLLMParam`), from the `[rkllm]` config section.
 #[derive(Debug, Clone)]
-pub(super) struct InitSettings {
+pub struct InitSettings {
+    /// Context window.
     pub max_context_len: i32,
+    /// Default cap on generated tokens.
     pub max_new_tokens: i32,
+    /// Tokens kept when the context window slides.
     pub n_keep: i32,
+    /// Default sampling values.
     pub sampling: SamplingValues,
+    /// Leave special tokens out of the text.
     pub skip_special_token: bool,
+    /// CPUs the runtime's threads may use.
     pub cpu_mask: u32,
+    /// Runtime CPU threads.
     pub cpu_threads: i8,
+    /// Keep the embedding table in flash.
     pub embed_flash: bool,
+    /// NPU memory domain.
     pub base_domain_id: i32,
 }
 
 /// Every sampling value, resolved (request override or configured default).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct SamplingValues {
+pub struct SamplingValues {
+    /// Top-k cut-off.
     pub top_k: i32,
+    /// Nucleus mass.
     pub top_p: f32,
+    /// Temperature.
     pub temperature: f32,
+    /// Repetition penalty.
     pub repeat_penalty: f32,
+    /// Frequency penalty.
     pub frequency_penalty: f32,
+    /// Presence penalty.
     pub presence_penalty: f32,
 }
 

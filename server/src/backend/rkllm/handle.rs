@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 
 use super::runtime::Runtime;
 use super::runtime::shared_call;
-use crate::engine::TokenSink;
+use crate::backend::TokenSink;
 
 /// A runtime handle (`LLMHandle`).
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@
 //! Each model's handle is created, run and destroyed on that model's
 //! worker thread ([`ModelHandle`]); other threads reach it only to abort.
 //! Text arrives through the result callback, which may run on any thread,
-//! and goes through the engine's UTF-8 assembly, so a delta never holds
+//! and goes through the sink's UTF-8 assembly, so a delta never holds
 //! half a character whatever pieces the runtime sends.
 
 mod abi;
@@ -12,25 +12,39 @@ mod handle;
 mod runtime;
 
 use std::ffi::CString;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rkllm_sys::version::Abi;
 
+pub use self::abi::{InitSettings, SamplingValues};
 pub use runtime::{LoadError, Runtime};
 
-use self::abi::{InitSettings, RunSettings, SamplingValues};
+use self::abi::RunSettings;
 use self::handle::{CallbackSlot, ModelHandle};
 use self::runtime::{Api, shared_call};
-use crate::config::Config;
-use crate::engine::{
-    ALL_OVERRIDES, Backend, BackendError, ConversationState, FinishReason, Generation, ModelSpec,
-    Plan, Runner, TokenSink, Usage, ValidRunRequest,
+use crate::backend::{
+    ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, ModelSpec, Plan, Runner,
+    TokenSink, ValidRunRequest,
 };
+use crate::vocab::{FinishReason, Usage};
 
 /// Per-request overrides runtimes 1.2.x apply (`max_tokens` by aborting
 /// at the count; sampling is fixed at init).
 const OVERRIDES_1_2: &[&str] = &["max_tokens", "role", "enable_thinking"];
+
+/// What the `rkllm` backend needs to start (built from the `[rkllm]`
+/// config section and the runtime flags).
+#[derive(Debug, Clone)]
+pub struct RkllmSettings {
+    /// The runtime library (a bare name is found by the dynamic loader).
+    pub runtime: PathBuf,
+    /// The ABI to bind; `None` reads it from the library's version.
+    pub abi: Option<Abi>,
+    /// Init parameters, before each model's own settings.
+    pub init: InitSettings,
+}
 
 /// The backend factory: the loaded runtime and the init settings.
 #[derive(Debug)]
@@ -41,34 +55,15 @@ pub struct RkllmBackend {
 }
 
 impl RkllmBackend {
-    /// Loads the runtime library named by the config.
+    /// Loads the runtime library the settings name.
     ///
     /// # Errors
     /// See [`Runtime::load`].
-    pub fn new(config: &Config) -> Result<Self, LoadError> {
-        let runtime = Runtime::load(&config.runtime, config.runtime_abi)?;
-        let r = &config.rkllm;
-        let init = InitSettings {
-            max_context_len: i32::try_from(r.max_context_len).unwrap_or(i32::MAX),
-            max_new_tokens: i32::try_from(config.limits.max_tokens).unwrap_or(i32::MAX),
-            n_keep: r.n_keep,
-            sampling: SamplingValues {
-                top_k: i32::try_from(r.top_k).unwrap_or(0),
-                top_p: r.top_p as f32,
-                temperature: r.temperature as f32,
-                repeat_penalty: r.repeat_penalty as f32,
-                frequency_penalty: r.frequency_penalty as f32,
-                presence_penalty: r.presence_penalty as f32,
-            },
-            skip_special_token: r.skip_special_token,
-            cpu_mask: r.cpu_mask,
-            cpu_threads: i8::try_from(r.cpu_threads).unwrap_or(4),
-            embed_flash: r.embed_flash,
-            base_domain_id: r.base_domain_id,
-        };
+    pub fn new(settings: RkllmSettings) -> Result<Self, LoadError> {
+        let runtime = Runtime::load(&settings.runtime, settings.abi)?;
         Ok(Self {
             runtime: Arc::new(runtime),
-            init,
+            init: settings.init,
             next_run: Arc::new(AtomicU64::new(1)),
         })
     }

@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 use rkllm_sys::version::{Abi, Version, find_version};
 use rkllm_sys::{libloading, v1_2, v1_3_0};
 
-use crate::config::RuntimeAbi;
-
 /// The declarations of one ABI, bound to the loaded library.
 pub(super) enum Api {
     V1_3(v1_3_0::RkllmApi),
@@ -59,12 +57,13 @@ const SUPPORTED: &str = "1.3.0 and 1.2.1 to 1.2.3";
 
 impl Runtime {
     /// Opens the library at `path` (a bare file name is looked up by the
-    /// dynamic loader) and binds the ABI `choice` asks for.
+    /// dynamic loader) and binds the ABI `choice` asks for (`None`: the
+    /// one its version says).
     ///
     /// # Errors
     /// A missing or unloadable library, an unknown version, a flag that
     /// contradicts the file, a missing symbol.
-    pub fn load(path: &Path, choice: RuntimeAbi) -> Result<Self, LoadError> {
+    pub fn load(path: &Path, choice: Option<Abi>) -> Result<Self, LoadError> {
         let bare_name = path.components().count() == 1 && !path.to_string_lossy().contains('/');
         if !bare_name && !path.exists() {
             return Err(LoadError(format!(
@@ -140,13 +139,12 @@ impl Runtime {
     }
 }
 
-fn choose_abi(file: &Path, version: Option<Version>, choice: RuntimeAbi) -> Result<Abi, LoadError> {
+fn choose_abi(
+    file: &Path,
+    version: Option<Version>,
+    wanted: Option<Abi>,
+) -> Result<Abi, LoadError> {
     let detected = version.map(|v| (v, Abi::for_version(v)));
-    let wanted = match choice {
-        RuntimeAbi::Auto => None,
-        RuntimeAbi::V1_3 => Some(Abi::V1_3),
-        RuntimeAbi::V1_2 => Some(Abi::V1_2),
-    };
     match (detected, wanted) {
         (Some((v, None)), _) => Err(LoadError(format!(
             "the RKLLM runtime {} carries version {v}, which this build does not support \
@@ -212,29 +210,29 @@ mod tests {
         patch: 9,
     };
 
-    fn pick(version: Option<Version>, choice: RuntimeAbi) -> Result<Abi, String> {
+    fn pick(version: Option<Version>, choice: Option<Abi>) -> Result<Abi, String> {
         choose_abi(Path::new("/lib/librkllmrt.so"), version, choice).map_err(|e| e.0)
     }
 
     #[test]
     fn auto_follows_the_version_in_the_file() {
-        assert_eq!(pick(Some(V130), RuntimeAbi::Auto), Ok(Abi::V1_3));
-        assert_eq!(pick(Some(V123), RuntimeAbi::Auto), Ok(Abi::V1_2));
+        assert_eq!(pick(Some(V130), None), Ok(Abi::V1_3));
+        assert_eq!(pick(Some(V123), None), Ok(Abi::V1_2));
     }
 
     #[test]
     fn a_flag_that_contradicts_the_file_is_refused() {
-        let err = pick(Some(V130), RuntimeAbi::V1_2).unwrap_err();
+        let err = pick(Some(V130), Some(Abi::V1_2)).unwrap_err();
         assert!(
             err.contains("1.3.0") && err.contains("--runtime-abi"),
             "{err}"
         );
-        assert_eq!(pick(Some(V123), RuntimeAbi::V1_2), Ok(Abi::V1_2));
+        assert_eq!(pick(Some(V123), Some(Abi::V1_2)), Ok(Abi::V1_2));
     }
 
     #[test]
     fn unknown_versions_are_refused_even_with_a_flag() {
-        for choice in [RuntimeAbi::Auto, RuntimeAbi::V1_3] {
+        for choice in [None, Some(Abi::V1_3)] {
             let err = pick(Some(V999), choice).unwrap_err();
             assert!(
                 err.contains("9.9.9") && err.contains("/lib/librkllmrt.so"),
@@ -245,11 +243,7 @@ mod tests {
 
     #[test]
     fn without_a_version_only_an_explicit_flag_is_trusted() {
-        assert!(
-            pick(None, RuntimeAbi::Auto)
-                .unwrap_err()
-                .contains("--runtime-abi")
-        );
-        assert_eq!(pick(None, RuntimeAbi::V1_3), Ok(Abi::V1_3));
+        assert!(pick(None, None).unwrap_err().contains("--runtime-abi"));
+        assert_eq!(pick(None, Some(Abi::V1_3)), Ok(Abi::V1_3));
     }
 }

@@ -4,8 +4,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
-use crate::engine::{EndInfo, FinishReason, Usage};
 use crate::stream::{CHUNK_OVERHEAD, PollError, StreamState};
+use crate::vocab::{EndErrorKind, EndInfo, FinishReason, Usage};
 
 fn limits() -> StreamLimits {
     StreamLimits {
@@ -129,7 +129,8 @@ fn a_stream_over_its_buffer_limit_ends_with_an_error_and_others_are_untouched() 
         .unwrap();
     assert_eq!(end.finish_reason, FinishReason::Error);
     let error = end.error.clone().unwrap();
-    assert_eq!(error.code, -32004);
+    assert_eq!(error.kind, EndErrorKind::BufferLimit);
+    assert_eq!(crate::rpc::end_error_code(error.kind), -32004);
     assert!(error.message.contains("too slow"), "{}", error.message);
     assert!(other.push(ten, 1));
     assert!(!other.cancel_token().is_cancelled());

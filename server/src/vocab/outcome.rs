@@ -1,6 +1,7 @@
 //! What a finished generation reports: why it stopped, how many tokens it
 //! used and how long each phase took. Shared by the engine, the stream
-//! manager (end chunks) and every transport.
+//! manager (end chunks) and every transport. Protocol codes and HTTP
+//! statuses are chosen by each transport from [`EndErrorKind`].
 
 use serde::Serialize;
 
@@ -64,27 +65,36 @@ impl Timings {
     }
 }
 
+/// What made a stream end in error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndErrorKind {
+    /// The runtime reported a failure.
+    Runtime,
+    /// The backend failed internally (a panic caught on the model's thread).
+    Internal,
+    /// The stream outgrew its buffer limit because nobody read it.
+    BufferLimit,
+}
+
 /// The error carried by an end chunk whose `finish_reason` is `error`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndError {
-    /// A JSON-RPC error code from PROTOCOL §4 (-32004 for runtime failures).
-    pub code: i64,
+    /// What failed.
+    pub kind: EndErrorKind,
     /// A message safe to show to the client.
     pub message: String,
 }
 
 /// Everything the end chunk of a stream carries besides `seq` and `delta`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EndInfo {
     /// Why the stream ended.
     pub finish_reason: FinishReason,
     /// Token counts.
     pub usage: Usage,
     /// Phase timings, when the generation ran.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub timings: Option<Timings>,
     /// The failure, when `finish_reason` is `error`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<EndError>,
 }
 
@@ -99,14 +109,14 @@ impl EndInfo {
         }
     }
 
-    /// An error end with the given code and message.
-    pub fn error(code: i64, message: impl Into<String>, usage: Usage) -> Self {
+    /// An error end of the given kind and message.
+    pub fn error(kind: EndErrorKind, message: impl Into<String>, usage: Usage) -> Self {
         Self {
             finish_reason: FinishReason::Error,
             usage,
             timings: None,
             error: Some(EndError {
-                code,
+                kind,
                 message: message.into(),
             }),
         }

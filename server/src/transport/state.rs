@@ -1,31 +1,63 @@
-//! The server's shared state: configuration, stream manager, engine and
-//! the shutdown signal. Built once at start, shared by every transport.
+//! What every transport shares: the engine and stream manager below,
+//! the JSON-RPC services, the transports' own settings and state (API
+//! keys, MCP sessions, open connections) and the shutdown signal. Built
+//! once at start (see `startup`), from settings the configuration gives.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use crate::backend::{MockBackend, RkllmBackend};
-use crate::config::{BackendKind, Config};
-use crate::engine::{Backend, BackendError, Engine, EngineError};
+use super::auth::ApiKeys;
+use super::clock::unix_now;
+use super::lines::LineOptions;
+use super::mcp_session::McpSessions;
+use crate::engine::Engine;
+use crate::rpc::{Dispatcher, RpcLimits, Services};
 use crate::stream::StreamManager;
-use crate::transport::auth::ApiKeys;
-use crate::transport::mcp_http::McpSessions;
+
+/// The transports' settings (config sections `[http]`, `[websocket]`,
+/// `[mcp]`, `[stdio]` and the request size limit).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Largest HTTP body, WebSocket message or line.
+    pub max_request_bytes: usize,
+    /// Time a client has to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// Origins allowed by CORS.
+    pub cors_origins: Vec<String>,
+    /// Host names accepted in `Host` on `/mcp` and `/ws` (`"*"`: any).
+    pub allowed_hosts: Vec<String>,
+    /// Origins accepted in `Origin` on `/mcp` and `/ws` (`"*"`: any).
+    pub allowed_origins: Vec<String>,
+    /// Idle time after which an MCP session ends.
+    pub mcp_session_idle: Duration,
+    /// WebSocket ping period.
+    pub ws_ping_interval: Duration,
+    /// WebSocket silence after which the connection is closed.
+    pub ws_idle_timeout: Duration,
+    /// API keys; none: no authentication.
+    pub api_keys: Vec<String>,
+    /// The line transports (stdio; TCP takes the same with its own name).
+    pub line: LineOptions,
+}
 
 /// Everything a request handler needs.
 #[derive(Debug)]
 pub struct AppState {
-    /// The validated configuration.
-    pub config: Config,
+    /// The transports' settings.
+    pub settings: Settings,
     /// Every stream of the process.
     pub streams: Arc<StreamManager>,
     /// Queues and model workers.
-    pub engine: Engine,
+    pub engine: Arc<Engine>,
+    /// What the JSON-RPC methods work with.
+    pub rpc: Arc<Services>,
     /// MCP sessions over HTTP.
-    pub mcp_sessions: McpSessions,
+    pub mcp_sessions: Arc<McpSessions>,
     /// API keys for the HTTP and WebSocket routes.
-    pub api_keys: ApiKeys,
+    pub api_keys: Arc<ApiKeys>,
     /// When the server started.
     pub started: std::time::SystemTime,
     /// The same, in seconds since the Unix epoch.
@@ -55,39 +87,32 @@ impl Drop for ConnectionGuard {
 }
 
 impl AppState {
-    /// Builds the backend, loads the models and starts their workers.
-    ///
-    /// # Errors
-    /// When a model cannot be loaded or the backend is unavailable.
-    pub fn new(config: Config) -> Result<Arc<Self>, EngineError> {
-        let streams = Arc::new(
-            StreamManager::new(config.stream_limits()).with_timestamps(config.bench.timestamps),
-        );
-        let backend: Arc<dyn Backend> = match config.backend {
-            BackendKind::Mock => Arc::new(MockBackend::new(config.mock_config())),
-            BackendKind::Rkllm => Arc::new(
-                RkllmBackend::new(&config).map_err(|e| BackendError::Unavailable(e.to_string()))?,
-            ),
-        };
-        let engine = Engine::start(
-            backend,
-            &config.model_specs(),
-            config.engine_limits(),
-            Arc::clone(&streams),
-        )?;
-        let mcp_sessions =
-            McpSessions::new(std::time::Duration::from_secs(config.mcp.session_idle_secs));
-        Ok(Arc::new(Self {
-            api_keys: ApiKeys::new(&config.api_keys),
+    /// The state of a server whose engine (with its stream manager) is
+    /// running: adds what the transports keep themselves.
+    pub fn new(engine: Engine, rpc: RpcLimits, settings: Settings) -> Arc<Self> {
+        let engine = Arc::new(engine);
+        let streams = Arc::clone(engine.streams());
+        Arc::new(Self {
+            api_keys: Arc::new(ApiKeys::new(&settings.api_keys)),
             started: std::time::SystemTime::now(),
-            started_unix: crate::transport::compat::unix_now(),
-            mcp_sessions,
-            config,
-            streams,
+            started_unix: unix_now(),
+            mcp_sessions: Arc::new(McpSessions::new(settings.mcp_session_idle)),
+            rpc: Arc::new(Services {
+                engine: Arc::clone(&engine),
+                streams: Arc::clone(&streams),
+                limits: rpc,
+            }),
             engine,
+            streams,
+            settings,
             shutdown: watch::Sender::new(false),
             connections: Arc::default(),
-        }))
+        })
+    }
+
+    /// A dispatcher for one connection's JSON-RPC messages.
+    pub fn dispatcher(&self) -> Dispatcher {
+        Dispatcher::new(Arc::clone(&self.rpc))
     }
 
     /// Starts the shutdown: refuses new streams, ends every open stream

@@ -1,0 +1,141 @@
+//! What a backend offers the engine (mock, rkllm).
+//!
+//! A [`Backend`] is a shared factory; [`Backend::load`] runs on the
+//! model's own worker thread and returns a [`Runner`] that never leaves
+//! that thread. A runner generates one request at a time and reports
+//! tokens through a [`TokenSink`], which assembles whole UTF-8 characters
+//! and hands them to whatever the engine gave it (a stream).
+
+use std::fmt;
+use std::path::PathBuf;
+
+use super::{ChatTemplate, TokenSink, ValidRunRequest};
+use crate::vocab::{FinishReason, Usage};
+
+/// Per-model init settings over the backend's defaults (config
+/// `[[models]]` keys); `None` keeps the default.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSettings {
+    /// Context window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_context_len: Option<u32>,
+    /// Default top-k.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u32>,
+    /// Default nucleus mass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// Default temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Default repetition penalty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_penalty: Option<f64>,
+    /// Default frequency penalty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f64>,
+    /// Default presence penalty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f64>,
+}
+
+/// A model as the config declares it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    /// Name clients use in `model`.
+    pub name: String,
+    /// Model file, for backends that load one.
+    pub path: Option<PathBuf>,
+    /// How chats become input.
+    pub template: ChatTemplate,
+    /// Init settings over the backend's defaults.
+    pub settings: ModelSettings,
+}
+
+/// Why a backend failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The model could not be loaded.
+    #[error("model `{model}` could not be loaded: {message}")]
+    Load {
+        /// Model name.
+        model: String,
+        /// What went wrong, for the operator.
+        message: String,
+    },
+    /// The backend itself cannot run (for example, no usable runtime library).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A generation failed in the runtime.
+    #[error("generation failed in the runtime: {message}")]
+    Runtime {
+        /// The runtime's own return code, when it gave one.
+        code: Option<i32>,
+        /// What went wrong, safe to show to a client.
+        message: String,
+    },
+}
+
+/// How a generation ended, as the runner saw it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Generation {
+    /// `Stop` or `Length` (the engine turns it into `Abort` when cancelled).
+    pub finish_reason: FinishReason,
+    /// Counts from the runtime, when it reports them; otherwise the sink's.
+    pub usage: Option<Usage>,
+    /// Prefill and generation times from the runtime, when it reports them.
+    pub runtime_timings: Option<(f64, f64)>,
+    /// Peak memory the runtime reported, in MB.
+    pub memory_mb: Option<f64>,
+}
+
+/// Every per-request parameter a backend can apply, for `models`.
+pub const ALL_OVERRIDES: &[&str] = &[
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repeat_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "role",
+    "enable_thinking",
+];
+
+/// A factory of runners, shared by all models of one backend kind.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// The backend's name in `models` (`"mock"`, `"rkllm"`).
+    fn kind(&self) -> &'static str;
+
+    /// The per-request parameters this backend applies, for `models`.
+    fn overrides(&self) -> &'static [&'static str];
+
+    /// Generations that may run at once per model, each lane on its own
+    /// worker thread with its own runner. The NPU runs one at a time; only
+    /// the mock offers more, for benchmarks.
+    fn lanes(&self) -> usize {
+        1
+    }
+
+    /// Loads a model. Called on the model's worker thread, which then owns
+    /// the runner for its whole life.
+    ///
+    /// # Errors
+    /// [`BackendError::Load`] when the model cannot be loaded.
+    fn load(&self, model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError>;
+}
+
+/// One loaded model, owned by its worker thread.
+pub trait Runner {
+    /// Generates text for `request`, reporting tokens to `sink`, until the
+    /// model stops, the token cap is reached or `sink` says to stop.
+    ///
+    /// # Errors
+    /// [`BackendError::Runtime`] when the runtime fails.
+    fn generate(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+    ) -> Result<Generation, BackendError>;
+}

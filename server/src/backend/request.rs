@@ -1,0 +1,67 @@
+//! What a backend is asked to run: a request that passed the engine's
+//! validation, with the sampling overrides and the speaker's role.
+
+use serde::Serialize;
+
+use super::Turn;
+
+/// Who speaks in the prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// A user message (the default).
+    #[default]
+    User,
+    /// A tool's result, fed back to the model.
+    Tool,
+}
+
+impl Role {
+    /// The runtime's name for the role.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Tool => "tool",
+        }
+    }
+}
+
+/// Per-run sampling overrides; `None` keeps the model's configured value.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sampling {
+    /// Softmax temperature, 0 to 2.
+    pub temperature: Option<f64>,
+    /// Nucleus sampling mass, above 0 up to 1.
+    pub top_p: Option<f64>,
+    /// Top-k cut-off, 0 (off) to 1000.
+    pub top_k: Option<u32>,
+    /// Repetition penalty, above 0 up to 10.
+    pub repeat_penalty: Option<f64>,
+    /// Frequency penalty, -2 to 2.
+    pub frequency_penalty: Option<f64>,
+    /// Presence penalty, -2 to 2.
+    pub presence_penalty: Option<f64>,
+}
+
+/// A request that passed validation; backends accept nothing else.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidRunRequest {
+    /// The user input (non-empty, within the prompt limit).
+    pub prompt: String,
+    /// Resolved model name.
+    pub model: String,
+    /// Token cap in force (the request's, or the configured default).
+    pub max_tokens: u32,
+    /// Whether the client asked for `max_tokens` itself.
+    pub max_tokens_requested: bool,
+    /// Validated sampling overrides.
+    pub sampling: Sampling,
+    /// Input role.
+    pub role: Role,
+    /// Thinking switch (false when not asked for).
+    pub enable_thinking: bool,
+    /// The chat, for history reuse.
+    pub conversation: Option<Vec<Turn>>,
+    /// Function tools (a JSON array), when the request offers some.
+    pub tools: Option<String>,
+}

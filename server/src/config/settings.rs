@@ -1,0 +1,153 @@
+//! The typed settings each part of the server receives, built from the
+//! one configuration. No part below `startup` reads [`Config`] itself.
+
+use std::time::Duration;
+
+use super::{Config, DEFAULT_MOCK_MODEL, ModelEntry, RuntimeAbi};
+use crate::backend::{InitSettings, MockConfig, RkllmSettings, SamplingValues};
+use crate::engine::{EngineLimits, ModelSettings, ModelSpec, RequestLimits};
+use crate::rpc::RpcLimits;
+use crate::stream::StreamLimits;
+use crate::transport::Settings;
+use crate::transport::lines::LineOptions;
+use rkllm_sys::version::Abi;
+
+impl Config {
+    /// The line transports' settings.
+    pub fn line_options(&self) -> LineOptions {
+        LineOptions {
+            transport: "stdio",
+            framing: self.stdio_framing,
+            max_line: self.limits.max_request_bytes,
+            eof_grace: Duration::from_secs(self.stdio_transport.eof_grace_secs),
+        }
+    }
+
+    /// The models to load; the first is the default.
+    pub fn model_specs(&self) -> Vec<ModelSpec> {
+        if let Some(path) = &self.model {
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            return vec![ModelSpec {
+                name,
+                path: Some(path.clone()),
+                template: self.chat_template.resolve().unwrap_or_default(),
+                settings: ModelSettings::default(),
+            }];
+        }
+        if self.models.is_empty() {
+            return vec![ModelSpec {
+                name: DEFAULT_MOCK_MODEL.to_owned(),
+                path: None,
+                template: self.chat_template.resolve().unwrap_or_default(),
+                settings: ModelSettings::default(),
+            }];
+        }
+        // The default model goes first.
+        let mut entries: Vec<&ModelEntry> = self.models.iter().collect();
+        entries.sort_by_key(|m| !m.default);
+        entries
+            .into_iter()
+            .map(|m| ModelSpec {
+                name: m.name.clone(),
+                path: m.path.clone(),
+                template: m
+                    .chat_template
+                    .as_ref()
+                    .unwrap_or(&self.chat_template)
+                    .resolve()
+                    .unwrap_or_default(),
+                settings: m.settings.clone(),
+            })
+            .collect()
+    }
+
+    /// Mock backend settings.
+    pub fn mock_config(&self) -> MockConfig {
+        MockConfig {
+            tokens_per_second: self.mock.tokens_per_second,
+            prefill_ms: self.mock.prefill_ms,
+            lanes: self.mock.lanes,
+        }
+    }
+
+    /// Stream manager limits.
+    pub fn stream_limits(&self) -> StreamLimits {
+        StreamLimits {
+            idle_timeout: Duration::from_secs(self.streams.idle_timeout_secs),
+            max_stream_bytes: self.streams.max_stream_bytes,
+            max_total_bytes: self.streams.max_total_bytes,
+            max_streams: self.streams.max_streams,
+        }
+    }
+
+    /// Engine limits.
+    pub fn engine_limits(&self) -> EngineLimits {
+        EngineLimits {
+            queue_len: self.engine.queue_len,
+            request: RequestLimits {
+                max_prompt_bytes: self.limits.max_prompt_bytes,
+                default_max_tokens: self.limits.default_max_tokens,
+                max_tokens_limit: self.limits.max_tokens,
+            },
+        }
+    }
+
+    /// The `rkllm` backend's settings: the runtime library, its ABI and
+    /// the `[rkllm]` init parameters.
+    pub fn rkllm_settings(&self) -> RkllmSettings {
+        let r = &self.rkllm;
+        RkllmSettings {
+            runtime: self.runtime.clone(),
+            abi: match self.runtime_abi {
+                RuntimeAbi::Auto => None,
+                RuntimeAbi::V1_3 => Some(Abi::V1_3),
+                RuntimeAbi::V1_2 => Some(Abi::V1_2),
+            },
+            init: InitSettings {
+                max_context_len: i32::try_from(r.max_context_len).unwrap_or(i32::MAX),
+                max_new_tokens: i32::try_from(self.limits.max_tokens).unwrap_or(i32::MAX),
+                n_keep: r.n_keep,
+                sampling: SamplingValues {
+                    top_k: i32::try_from(r.top_k).unwrap_or(0),
+                    top_p: r.top_p as f32,
+                    temperature: r.temperature as f32,
+                    repeat_penalty: r.repeat_penalty as f32,
+                    frequency_penalty: r.frequency_penalty as f32,
+                    presence_penalty: r.presence_penalty as f32,
+                },
+                skip_special_token: r.skip_special_token,
+                cpu_mask: r.cpu_mask,
+                cpu_threads: i8::try_from(r.cpu_threads).unwrap_or(4),
+                embed_flash: r.embed_flash,
+                base_domain_id: r.base_domain_id,
+            },
+        }
+    }
+
+    /// The JSON-RPC methods' limits.
+    pub fn rpc_limits(&self) -> RpcLimits {
+        RpcLimits {
+            max_tokens: self.limits.max_tokens,
+            max_streams_per_connection: self.limits.max_streams_per_connection,
+        }
+    }
+
+    /// The transports' settings.
+    pub fn transport_settings(&self) -> Settings {
+        Settings {
+            max_request_bytes: self.limits.max_request_bytes,
+            header_read_timeout: Duration::from_secs(self.http.header_read_timeout_secs),
+            cors_origins: self.http.cors_origins.clone(),
+            allowed_hosts: self.mcp.allowed_hosts.clone(),
+            allowed_origins: self.mcp.allowed_origins.clone(),
+            mcp_session_idle: Duration::from_secs(self.mcp.session_idle_secs),
+            ws_ping_interval: Duration::from_secs(self.websocket.ping_interval_secs),
+            ws_idle_timeout: Duration::from_secs(self.websocket.idle_timeout_secs),
+            api_keys: self.api_keys.clone(),
+            line: self.line_options(),
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! A stream as the place a backend's tokens go: the engine joins the two
+//! rooms below it, so neither needs to know the other.
+
+use crate::backend::TokenOutput;
+use crate::stream::Stream;
+use crate::vocab::CancelToken;
+
+impl TokenOutput for Stream {
+    fn push(&self, text: &str, tokens: u32, produced_ns: Option<u64>) -> bool {
+        self.push_stamped(text, tokens, produced_ns)
+    }
+
+    fn stamp_now(&self) -> Option<u64> {
+        Stream::stamp_now(self)
+    }
+
+    fn set_prompt_tokens(&self, tokens: u32) {
+        Stream::set_prompt_tokens(self, tokens);
+    }
+
+    fn cancel_token(&self) -> &CancelToken {
+        Stream::cancel_token(self)
+    }
+}
