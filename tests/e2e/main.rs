@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod accounting;
 mod errors;
 mod lifecycle;
 mod mcp;

@@ -118,6 +118,16 @@ pub trait Backend: Send + Sync + fmt::Debug {
         1
     }
 
+    /// Refuses, before it is queued, a request that this backend can tell
+    /// will fail (the mock: a malformed `@mock(...)` directive). The
+    /// message names what is wrong.
+    ///
+    /// # Errors
+    /// A message for the client, about the prompt.
+    fn check(&self, _request: &ValidRunRequest) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Loads a model. Called on the model's worker thread, which then owns
     /// the runner for its whole life.
     ///

@@ -60,6 +60,10 @@ impl Backend for MockBackend {
         self.config.lanes
     }
 
+    fn check(&self, request: &ValidRunRequest) -> Result<(), String> {
+        parse_directives(&request.prompt).map(|_| ())
+    }
+
     fn load(&self, _model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
         Ok(Box::new(MockRunner {
             config: self.config,
@@ -239,6 +243,21 @@ fn next_word(rng: &mut Rng, first: bool, out: &mut Vec<Vec<u8>>) {
     }
 }
 
+/// Keeps the first `tokens` pieces of a word, the last one extended to
+/// the end of the character it would otherwise split.
+fn cut_word(pieces: &mut Vec<Vec<u8>>, tokens: usize) {
+    if tokens == 0 {
+        pieces.clear();
+        return;
+    }
+    let rest: Vec<u8> = pieces.drain(tokens..).flatten().collect();
+    let last = pieces.last_mut().expect("tokens > 0");
+    // Continuation bytes (0b10xx_xxxx) at the start of the rest belong to
+    // the last kept piece's character.
+    let carry = rest.iter().take_while(|&&b| b & 0xC0 == 0x80).count();
+    last.extend_from_slice(&rest[..carry]);
+}
+
 impl Runner for MockRunner {
     /// Emulates history reuse: a chat that continues what this model holds
     /// is "prefilled" (counted in `prompt_tokens`) for its new message
@@ -307,10 +326,13 @@ impl MockRunner {
         loop {
             next_word(&mut rng, first, &mut pieces);
             first = false;
-            // A word is emitted whole or not at all, so a cut never leaves
-            // half a character behind.
-            if emitted + pieces.len() as u64 > limit {
-                break;
+            // At the cap the word is cut after the last token that fits;
+            // that token takes the rest of a character it would split, so
+            // the count is exact and the text stays whole characters.
+            let room = limit - emitted;
+            let cut = pieces.len() as u64 > room;
+            if cut {
+                cut_word(&mut pieces, room as usize);
             }
             for piece in &pieces {
                 if directives.error_after == Some(emitted) {
@@ -332,6 +354,9 @@ impl MockRunner {
                 if !sink.token_bytes(piece) {
                     return Ok(aborted());
                 }
+            }
+            if cut || emitted == limit {
+                break;
             }
         }
         // An error point past the natural end fails at the end.

@@ -21,7 +21,7 @@ use crate::backend::{
     Backend, BackendError, ChatTemplate, ModelSpec, Role, Runner, TokenSink, ValidRunRequest,
 };
 use crate::stream::{Stream, StreamError, StreamManager};
-use crate::vocab::{EndErrorKind, EndInfo, FinishReason, Timings};
+use crate::vocab::{EndErrorKind, EndInfo, FinishReason, Timings, Usage};
 
 /// Engine limits (config sections `[engine]` and `[limits]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,8 +138,7 @@ struct Workers {
 pub struct Engine {
     models: Vec<Arc<ModelSlot>>,
     workers: Arc<Workers>,
-    backend_kind: &'static str,
-    overrides: &'static [&'static str],
+    backend: Arc<dyn Backend>,
     streams: Arc<StreamManager>,
     limits: EngineLimits,
 }
@@ -196,8 +195,7 @@ impl Engine {
         Ok(Self {
             models: slots,
             workers,
-            backend_kind: backend.kind(),
-            overrides: backend.overrides(),
+            backend,
             streams,
             limits,
         })
@@ -215,10 +213,10 @@ impl Engine {
             .enumerate()
             .map(|(i, slot)| ModelInfo {
                 name: slot.name.clone(),
-                backend: self.backend_kind,
+                backend: self.backend.kind(),
                 loaded: slot.loaded.load(Ordering::Acquire),
                 default: i == 0,
-                overrides: self.overrides,
+                overrides: self.backend.overrides(),
                 path: slot.path.clone(),
             })
             .collect()
@@ -257,6 +255,12 @@ impl Engine {
             stop = slot.template.stop_strings();
         }
         let request = request.validate(slot.name.clone(), &self.limits.request)?;
+        self.backend
+            .check(&request)
+            .map_err(|message| ValidationError::Invalid {
+                field: "prompt",
+                message,
+            })?;
         if !slot.loaded.load(Ordering::Acquire) {
             return Err(EngineError::NotLoaded(slot.name.clone()));
         }
@@ -417,6 +421,33 @@ fn worker_loop(slot: &ModelSlot, mut runner: Box<dyn Runner>) {
     }
 }
 
+/// Counts a generation that ran and writes its log line.
+fn record_generation(
+    stream: &Stream,
+    finish_reason: FinishReason,
+    usage: Usage,
+    timings: &Timings,
+    memory_mb: Option<f64>,
+) {
+    crate::metrics::generation(
+        timings.queue_ms,
+        timings.prefill_ms,
+        usage.completion_tokens,
+        timings.tokens_per_second,
+        memory_mb,
+    );
+    tracing::info!(
+        model = stream.model(),
+        finish_reason = finish_reason.as_str(),
+        prompt_tokens = usage.prompt_tokens,
+        completion_tokens = usage.completion_tokens,
+        queue_ms = timings.queue_ms,
+        prefill_ms = timings.prefill_ms,
+        generate_ms = timings.generate_ms,
+        "generation"
+    );
+}
+
 fn run_job(runner: &mut dyn Runner, job: &Job) {
     let stream = &job.stream;
     stream.set_initializing();
@@ -439,8 +470,7 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
             let (prefill_ms, generate_ms) = generation
                 .runtime_timings
                 .unwrap_or((measured_prefill, measured_generate));
-            let memory_mb = generation.memory_mb;
-            stream.end_with(|counted| {
+            let outcome = |counted: Usage| {
                 let usage = generation.usage.unwrap_or(counted);
                 let finish_reason = if cancelled {
                     FinishReason::Abort
@@ -456,28 +486,27 @@ fn run_job(runner: &mut dyn Runner, job: &Job) {
                     tokens_per_second: 0.0,
                 }
                 .with_rate(usage.completion_tokens);
-                crate::metrics::generation(
-                    queue_ms,
-                    prefill_ms,
-                    usage.completion_tokens,
-                    timings.tokens_per_second,
-                    memory_mb,
-                );
-                tracing::info!(
-                    model = stream.model(),
-                    finish_reason = finish_reason.as_str(),
-                    prompt_tokens = usage.prompt_tokens,
-                    completion_tokens = usage.completion_tokens,
-                    queue_ms,
-                    prefill_ms,
-                    generate_ms,
-                    "generation"
-                );
+                (finish_reason, usage, timings)
+            };
+            let mut ended_here = None;
+            stream.end_with(|counted| {
+                let (finish_reason, usage, timings) = outcome(counted);
+                ended_here = Some((finish_reason, usage, timings));
                 EndInfo {
                     timings: Some(timings),
                     ..EndInfo::new(finish_reason, usage)
                 }
             });
+            // A stream aborted (or expired) while it ran ended before the
+            // runner returned: the generation is recorded all the same.
+            let (finish_reason, usage, timings) = ended_here.unwrap_or_else(|| {
+                let end = stream.end_info();
+                let (_, usage, timings) =
+                    outcome(end.as_ref().map(|e| e.usage).unwrap_or_default());
+                let finish_reason = end.map_or(FinishReason::Abort, |e| e.finish_reason);
+                (finish_reason, usage, timings)
+            });
+            record_generation(stream, finish_reason, usage, &timings, generation.memory_mb);
         }
         Ok(Err(err)) => {
             tracing::warn!(model = stream.model(), error = %err, "generation failed");

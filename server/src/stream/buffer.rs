@@ -258,6 +258,11 @@ impl Stream {
         (inner.state, inner.next_seq)
     }
 
+    /// What the end chunk carries, once it exists.
+    pub fn end_info(&self) -> Option<Arc<EndInfo>> {
+        self.inner.lock().end.clone()
+    }
+
     /// True once the end chunk exists.
     pub fn is_ended(&self) -> bool {
         self.inner.lock().end_seq.is_some()
