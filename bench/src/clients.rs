@@ -31,18 +31,21 @@ pub enum Transport {
     Mcp,
     /// OpenAI chat completions with `stream: true` (SSE).
     Openai,
+    /// Ollama `/api/chat`, streamed as NDJSON.
+    Ollama,
     /// JSON-RPC lines on the server's stdin and stdout.
     Stdio,
 }
 
 impl Transport {
     /// Every transport, in report order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Ws,
         Self::Poll,
         Self::LongPoll,
         Self::Mcp,
         Self::Openai,
+        Self::Ollama,
         Self::Stdio,
     ];
 
@@ -54,6 +57,7 @@ impl Transport {
             Self::LongPoll => "long-poll",
             Self::Mcp => "mcp",
             Self::Openai => "openai",
+            Self::Ollama => "ollama",
             Self::Stdio => "stdio",
         }
     }
@@ -257,6 +261,9 @@ impl Client {
                     Transport::Mcp => {
                         mcp_stream(http, base, round, &prompt, spec, &mut totals).await
                     }
+                    Transport::Ollama => {
+                        ollama_stream(http, base, &prompt, spec, &mut totals).await
+                    }
                     _ => openai_stream(http, base, &prompt, spec, &mut totals).await,
                 },
             };
@@ -305,7 +312,13 @@ async fn ws_stream(
     }
 }
 
-async fn post_json(http: &reqwest::Client, url: &str, body: String) -> Result<RpcMsg, String> {
+/// Posts `body`; returns the parsed response and when its bytes arrived
+/// (read before parsing, as every transport's clients do).
+async fn post_json(
+    http: &reqwest::Client,
+    url: &str,
+    body: String,
+) -> Result<(RpcMsg, u64), String> {
     let response = http
         .post(url)
         .header("content-type", "application/json")
@@ -317,7 +330,10 @@ async fn post_json(http: &reqwest::Client, url: &str, body: String) -> Result<Rp
         .bytes()
         .await
         .map_err(|e| format!("POST {url}: {e}"))?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("bad response from {url}: {e}"))
+    let arrived = monotonic_ns();
+    let msg =
+        serde_json::from_slice(&bytes).map_err(|e| format!("bad response from {url}: {e}"))?;
+    Ok((msg, arrived))
 }
 
 async fn poll_stream(
@@ -330,7 +346,7 @@ async fn poll_stream(
 ) -> Result<(), String> {
     let url = format!("{base}/mcp");
     let sent = monotonic_ns();
-    let started = post_json(http, &url, run_request(1, prompt, spec.tokens)).await?;
+    let (started, _) = post_json(http, &url, run_request(1, prompt, spec.tokens)).await?;
     let stream_id = started
         .result
         .and_then(|r| r.stream_id)
@@ -343,8 +359,7 @@ async fn poll_stream(
             params["wait_ms"] = json!(30_000);
         }
         let body = json!({"jsonrpc": "2.0", "id": 2, "method": "run", "params": params});
-        let msg = post_json(http, &url, body.to_string()).await?;
-        let now = monotonic_ns();
+        let (msg, now) = post_json(http, &url, body.to_string()).await?;
         let result = msg
             .result
             .ok_or_else(|| format!("poll failed: {:?}", msg.error))?;
@@ -541,6 +556,73 @@ async fn openai_stream(
     totals.tokens += usage.completion_tokens;
     totals.streams += 1;
     Ok(())
+}
+
+#[derive(Debug, Deserialize)]
+struct OllamaLine {
+    #[serde(default)]
+    produced_ns: Option<u64>,
+    #[serde(default)]
+    done: bool,
+    #[serde(default)]
+    eval_count: Option<u64>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+async fn ollama_stream(
+    http: &reqwest::Client,
+    base: &str,
+    prompt: &str,
+    spec: StreamSpec,
+    totals: &mut Totals,
+) -> Result<(), String> {
+    let body = json!({"model": "mock", "stream": true, "options": {"num_predict": spec.tokens},
+        "messages": [{"role": "user", "content": prompt}]});
+    let sent = monotonic_ns();
+    let mut response = http
+        .post(format!("{base}/api/chat"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| format!("Ollama POST: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!("Ollama POST: {}", response.status()));
+    }
+    let mut first = true;
+    let mut buffer: Vec<u8> = Vec::new();
+    loop {
+        let Some(bytes) = response
+            .chunk()
+            .await
+            .map_err(|e| format!("NDJSON body: {e}"))?
+        else {
+            return Err("the NDJSON body ended early".into());
+        };
+        let now = monotonic_ns();
+        buffer.extend_from_slice(&bytes);
+        let mut start = 0;
+        while let Some(at) = buffer[start..].iter().position(|&b| b == b'\n') {
+            let line: OllamaLine = serde_json::from_slice(&buffer[start..start + at])
+                .map_err(|e| format!("bad Ollama line: {e}"))?;
+            start += at + 1;
+            if let Some(error) = line.error {
+                return Err(format!("Ollama stream failed: {error}"));
+            }
+            if line.done {
+                totals.tokens += line
+                    .eval_count
+                    .ok_or("the last Ollama line had no eval_count")?;
+                totals.streams += 1;
+                return Ok(());
+            }
+            if line.produced_ns.is_some() {
+                totals.chunk(sent, now, line.produced_ns, &mut first);
+            }
+        }
+        buffer.drain(..start);
+    }
 }
 
 /// One stdio connection shared by many streams: a writer, and a reader

@@ -186,6 +186,7 @@ impl Report {
         for (transport, label) in [
             (Transport::Ws, "WebSocket"),
             (Transport::Openai, "OpenAI SSE"),
+            (Transport::Ollama, "Ollama NDJSON"),
         ] {
             for (streams, bound) in [(1, 330_000.0), (100, 500_000.0)] {
                 at_least(
@@ -237,14 +238,21 @@ impl Report {
             "µs",
             paced(Transport::Stdio).map(|l| l.p50_us),
         );
-        at_most(
-            "Time to first token, WebSocket, 1 stream, no prefill: p50".into(),
-            500.0,
-            "µs",
-            self.find("throughput", Transport::Ws, 1)
-                .and_then(|r| r.ttft)
-                .map(|t| t.p50_us),
-        );
+        for (transport, label) in [
+            (Transport::Ws, "WebSocket"),
+            (Transport::Mcp, "MCP Streamable HTTP"),
+            (Transport::Openai, "OpenAI SSE"),
+            (Transport::Ollama, "Ollama NDJSON"),
+        ] {
+            at_most(
+                format!("Time to first token, {label}, 1 stream, no prefill: p50"),
+                500.0,
+                "µs",
+                self.find("throughput", transport, 1)
+                    .and_then(|r| r.ttft)
+                    .map(|t| t.p50_us),
+            );
+        }
         let memory = self.memory.as_ref();
         at_most(
             "Idle server RSS (mock)".into(),

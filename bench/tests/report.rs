@@ -66,7 +66,15 @@ fn a_short_run_reports_every_transport_with_tokens_latencies_and_memory() {
     );
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let results = report["results"].as_array().unwrap();
-    let transports = ["ws", "poll", "long-poll", "mcp", "openai", "stdio"];
+    let transports = [
+        "ws",
+        "poll",
+        "long-poll",
+        "mcp",
+        "openai",
+        "ollama",
+        "stdio",
+    ];
     for transport in transports {
         for (part, streams) in [("throughput", 1), ("throughput", 3), ("paced", 3)] {
             let row = results
@@ -80,15 +88,11 @@ fn a_short_run_reports_every_transport_with_tokens_latencies_and_memory() {
                 row["streams_completed"].as_u64().unwrap() >= streams,
                 "{row}"
             );
-            // The mock cuts between words, so a stream may stop a token or
-            // two short of its length.
+            // Every stream generates exactly its length.
             let completed = row["streams_completed"].as_u64().unwrap();
             let per_stream = if part == "paced" { 10 } else { 40 };
             let tokens = row["tokens"].as_u64().unwrap();
-            assert!(
-                tokens <= completed * per_stream && tokens >= completed * (per_stream - 4),
-                "{row}"
-            );
+            assert_eq!(tokens, completed * per_stream, "{row}");
             // Every stream contributed latencies (production stamps) and a TTFT.
             assert!(
                 row["latency"]["count"].as_u64().unwrap() >= completed,

@@ -3,8 +3,10 @@
 //! streams, and where its notifications go.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -12,9 +14,38 @@ use tokio::sync::mpsc;
 use crate::stream::Stream;
 use crate::vocab::CancelToken;
 
+/// Somewhere messages are written in order: a socket written by the
+/// sending task itself (WebSocket), or a queue a writer task drains
+/// (stdio, TCP, one HTTP response's SSE stream).
+pub trait Outbox: Send + Sync + fmt::Debug {
+    /// Writes `messages` in order, with one flush where the wire has one.
+    /// Returns false once the peer is gone. Waits while the peer is slow,
+    /// which slows the sender instead of losing messages.
+    fn send_all(&self, messages: Vec<String>) -> BoxFuture<'_, bool>;
+
+    /// Writes one message; see [`send_all`](Self::send_all).
+    fn send(&self, message: String) -> BoxFuture<'_, bool> {
+        self.send_all(vec![message])
+    }
+}
+
+/// A bounded queue: full means wait.
+impl Outbox for mpsc::Sender<String> {
+    fn send_all(&self, messages: Vec<String>) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            for message in messages {
+                if mpsc::Sender::send(self, message).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        })
+    }
+}
+
 /// Where a request's notifications (MCP progress, pushed chunks) go: the
-/// connection's outgoing queue, or one HTTP response's SSE stream.
-pub type Notifier = mpsc::Sender<String>;
+/// connection's own outbox, or one HTTP response's SSE stream.
+pub type Notifier = Arc<dyn Outbox>;
 
 /// Per-connection protocol state.
 #[derive(Debug)]

@@ -129,7 +129,7 @@ pub(super) async fn tools_call(
             }
             let note =
                 json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
-            if notifier.send(note.to_string()).await.is_err() {
+            if !notifier.send(note.to_string()).await {
                 // The caller is gone: dropping the consumer aborts the run.
                 return Err(RpcError::new(codes::INTERNAL_ERROR, "the client went away"));
             }

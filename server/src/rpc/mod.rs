@@ -13,7 +13,7 @@ mod methods;
 mod params;
 mod wire;
 
-pub use connection::{Connection, Notifier};
+pub use connection::{Connection, Notifier, Outbox};
 pub use context::{RpcLimits, Services};
 pub use dispatch::{Dispatcher, Reply};
 pub use error::{RpcError, codes, end_error_code};

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use super::mcp_http::{SESSION_HEADER, accepts_sse, check_post_headers, failure};
 use super::session::OUTBOUND_QUEUE;
 use super::state::AppState;
-use crate::rpc::{Connection, Dispatcher, RpcError, codes, error_response, recover_id};
+use crate::rpc::{Connection, Dispatcher, Notifier, RpcError, codes, error_response, recover_id};
 
 fn json_response(status: StatusCode, body: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
@@ -131,9 +131,10 @@ pub async fn post_mcp(
 fn sse_reply(dispatcher: Dispatcher, conn: Arc<Connection>, value: Value) -> Response {
     let (tx, rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
     tokio::spawn(async move {
-        let reply = dispatcher.handle_value(&conn, value, Some(&tx)).await;
+        let notifier: Notifier = Arc::new(tx);
+        let reply = dispatcher.handle_value(&conn, value, Some(&notifier)).await;
         if let Some(message) = reply.message {
-            let _ = tx.send(message).await;
+            notifier.send(message).await;
         }
     });
     let events = futures_util::stream::unfold(rx, |mut rx| async move {

@@ -80,7 +80,7 @@ pub async fn serve_lines<R>(
 ) where
     R: AsyncRead + Unpin,
 {
-    let mut session = Session::new(Arc::clone(&state), options.transport, out);
+    let mut session = Session::new(&state, options.transport, Arc::new(out));
     let mut decoder = LineDecoder::new(options.max_line);
     let mut frames = FrameAssembler::new(options.max_line, MAX_PENDING_FRAMES, FRAME_TIMEOUT);
     let mut buf = vec![0u8; 64 * 1024];

@@ -4,6 +4,7 @@
 //! with a role; durations are integer nanoseconds; `done_reason` is `stop`
 //! or `length`; errors are `{"error": "..."}` with the matching status.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -14,13 +15,13 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::clock::rfc3339;
 use super::compat::{ChatMessage, prompt_from_messages, start_private, turns};
 use super::state::AppState;
 use super::tools::{ToolCall, ToolCallFilter};
 use crate::engine::{EngineError, ModelInfo, Role, RunRequest, Sampling, Turn, ValidationError};
+use crate::stream::PrivateStream;
 use crate::vocab::{EndInfo, FinishReason};
 
 /// The Ollama API version reported to clients that probe it.
@@ -325,6 +326,117 @@ fn default_model(state: &AppState) -> String {
         .unwrap_or_default()
 }
 
+/// A streamed NDJSON body: each batch of the stream becomes the lines of
+/// one body frame.
+struct Ndjson {
+    private: PrivateStream,
+    filter: Option<ToolCallFilter>,
+    api: Api,
+    model: String,
+    started: Instant,
+    done: bool,
+}
+
+impl Ndjson {
+    /// The lines of the next batch: what the batch's chunks show, merged
+    /// into one line (a client that keeps up gets a line per chunk, one
+    /// that falls behind catches up in fewer), then the last line(s) at
+    /// the end. `None` once the stream is over.
+    async fn next_lines(&mut self) -> Option<Vec<u8>> {
+        if self.done {
+            return None;
+        }
+        let batch = self.private.consumer.next_batch().await;
+        if batch.is_empty() {
+            self.done = true;
+            return None;
+        }
+        let mut shown = String::new();
+        let mut produced_ns = None;
+        let mut end = None;
+        for chunk in batch {
+            match &mut self.filter {
+                Some(filter) => shown.push_str(&filter.push(&chunk.delta)),
+                None => shown.push_str(&chunk.delta),
+            }
+            if !chunk.delta.is_empty() {
+                produced_ns = produced_ns.or(chunk.produced_ns);
+            }
+            end = chunk.end;
+        }
+        let mut out = Vec::new();
+        if !shown.is_empty() {
+            write_line(&mut out, self.api, &self.model, &shown, produced_ns);
+        }
+        let Some(end) = end else {
+            return Some(out);
+        };
+        self.done = true;
+        let last = match &end.error {
+            Some(err) => json!({"error": err.message}),
+            None => {
+                let (rest, calls) = self
+                    .filter
+                    .as_mut()
+                    .map(ToolCallFilter::finish)
+                    .unwrap_or_default();
+                if calls.is_empty() {
+                    last_line(self.api, &self.model, &rest, &end, self.started)
+                } else {
+                    let with = with_calls(line(self.api, &self.model, &rest), &calls);
+                    push_value(&mut out, &with);
+                    last_line(self.api, &self.model, "", &end, self.started)
+                }
+            }
+        };
+        push_value(&mut out, &last);
+        Some(out)
+    }
+}
+
+fn push_value(out: &mut Vec<u8>, value: &Value) {
+    if serde_json::to_writer(&mut *out, value).is_ok() {
+        out.push(b'\n');
+    }
+}
+
+/// Writes one streamed text line, serialised directly: `line(api, model,
+/// text)` without a `Value` tree, plus, in benchmark mode, the production
+/// time of its oldest text (`produced_ns`).
+fn write_line(out: &mut Vec<u8>, api: Api, model: &str, text: &str, produced_ns: Option<u64>) {
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        model: &'a str,
+        created_at: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        response: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<Message<'a>>,
+        done: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        produced_ns: Option<u64>,
+    }
+    #[derive(serde::Serialize)]
+    struct Message<'a> {
+        role: &'static str,
+        content: &'a str,
+    }
+    let line = Line {
+        model,
+        created_at: rfc3339(SystemTime::now()),
+        response: (api == Api::Generate).then_some(text),
+        message: (api == Api::Chat).then_some(Message {
+            role: "assistant",
+            content: text,
+        }),
+        done: false,
+        produced_ns,
+    };
+    if serde_json::to_writer(&mut *out, &line).is_ok() {
+        out.push(b'\n');
+    }
+}
+
 fn line(api: Api, model: &str, text: &str) -> Value {
     let now = rfc3339(SystemTime::now());
     match api {
@@ -416,58 +528,50 @@ async fn respond(
             }
         }
     }
-    // NDJSON: a task writes lines; a client that leaves makes its next
-    // send fail, and dropping the generation aborts it.
-    let (tx, mut rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    tokio::spawn(async move {
-        let send = |value: Value| {
-            let mut bytes = value.to_string().into_bytes();
-            bytes.push(b'\n');
-            tx.send(Ok(Bytes::from(bytes)))
-        };
-        loop {
-            let batch = private.consumer.next_batch().await;
-            if batch.is_empty() {
-                return;
-            }
-            for chunk in batch {
-                let shown = match &mut filter {
-                    Some(filter) => filter.push(&chunk.delta),
-                    None => chunk.delta.to_string(),
-                };
-                if let Some(end) = chunk.end {
-                    let last = match &end.error {
-                        Some(err) => json!({"error": err.message}),
-                        None => {
-                            let (rest, calls) = filter
-                                .as_mut()
-                                .map(ToolCallFilter::finish)
-                                .unwrap_or_default();
-                            let text = format!("{shown}{rest}");
-                            if !calls.is_empty()
-                                && send(with_calls(line(api, &model, &text), &calls))
-                                    .await
-                                    .is_err()
-                            {
-                                return;
-                            }
-                            let text = if calls.is_empty() {
-                                text
-                            } else {
-                                String::new()
-                            };
-                            last_line(api, &model, &text, &end, started)
-                        }
-                    };
-                    let _ = send(last).await;
-                    return;
-                }
-                if !shown.is_empty() && send(line(api, &model, &shown)).await.is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    // NDJSON, read by the response body itself: the connection's task
+    // waits on the stream and writes what it finds, with no task in
+    // between. A client that leaves drops the body, which drops the
+    // generation and aborts it.
+    let lines = Ndjson {
+        private,
+        filter,
+        api,
+        model,
+        started,
+        done: false,
+    };
+    let body = Body::from_stream(futures_util::stream::unfold(
+        lines,
+        |mut lines| async move {
+            let bytes = lines.next_lines().await?;
+            Some((Ok::<_, Infallible>(Bytes::from(bytes)), lines))
+        },
+    ));
     ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streamed_line_is_the_line_value_serialised() {
+        for api in [Api::Generate, Api::Chat] {
+            let text = "é \"quoted\"\n";
+            let mut out = Vec::new();
+            write_line(&mut out, api, "mock", text, None);
+            assert_eq!(out.last(), Some(&b'\n'));
+            let mut written: Value = serde_json::from_slice(&out).unwrap();
+            let mut expected = line(api, "mock", text);
+            // Both carry the time they were made.
+            assert!(written["created_at"].as_str().unwrap().ends_with('Z'));
+            written["created_at"] = json!(null);
+            expected["created_at"] = json!(null);
+            assert_eq!(written, expected);
+            let mut stamped = Vec::new();
+            write_line(&mut stamped, api, "mock", text, Some(42));
+            let stamped: Value = serde_json::from_slice(&stamped).unwrap();
+            assert_eq!(stamped["produced_ns"], 42);
+        }
+    }
 }

@@ -16,9 +16,9 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::clock::unix_now;
 use super::compat::{ChatMessage, prompt_from_messages, start_private, turns};
@@ -403,6 +403,103 @@ fn openai_calls(calls: &[ToolCall]) -> Vec<Value> {
         .collect()
 }
 
+/// The events of a streamed completion, made batch by batch.
+struct SseEvents {
+    private: PrivateStream,
+    ids: Ids,
+    filter: Option<ToolCallFilter>,
+    include_usage: bool,
+    started: bool,
+    done: bool,
+}
+
+impl SseEvents {
+    /// The events of the next batch of the stream: what the batch holds
+    /// goes out as one event (a client that keeps up gets every chunk on
+    /// its own; one that falls behind catches up with fewer, larger
+    /// events), then the closing events at the end. In benchmark mode a
+    /// text event carries its oldest text's production time. `None` once
+    /// the stream is over.
+    async fn next_events(&mut self) -> Option<Vec<String>> {
+        if self.done {
+            return None;
+        }
+        let ids = &self.ids;
+        let mut events = Vec::new();
+        if !self.started {
+            self.started = true;
+            if ids.kind == Kind::Chat {
+                events.push(
+                    ids.envelope(true, json!([ids.choice("", None, true)]))
+                        .to_string(),
+                );
+                return Some(events);
+            }
+        }
+        let batch = self.private.consumer.next_batch().await;
+        if batch.is_empty() {
+            self.done = true;
+            return None;
+        }
+        let mut shown = String::new();
+        let mut produced_ns = None;
+        let mut end = None;
+        for chunk in batch {
+            match &mut self.filter {
+                Some(filter) => shown.push_str(&filter.push(&chunk.delta)),
+                None => shown.push_str(&chunk.delta),
+            }
+            if !chunk.delta.is_empty() {
+                produced_ns = produced_ns.or(chunk.produced_ns);
+            }
+            end = chunk.end;
+        }
+        if !shown.is_empty() {
+            events.push(ids.text_event(&shown, produced_ns));
+        }
+        let Some(end) = end else {
+            return Some(events);
+        };
+        self.done = true;
+        if let Some(err) = &end.error {
+            events.push(
+                json!({"error": {"message": err.message, "type": "server_error", "param": null, "code": null}})
+                    .to_string(),
+            );
+        } else {
+            let (rest, calls) = self
+                .filter
+                .as_mut()
+                .map(ToolCallFilter::finish)
+                .unwrap_or_default();
+            if !rest.is_empty() {
+                events.push(
+                    ids.envelope(true, json!([ids.choice(&rest, None, false)]))
+                        .to_string(),
+                );
+            }
+            let mut reason = finish_reason(&end);
+            if !calls.is_empty() {
+                reason = "tool_calls";
+                let delta = json!({"index": 0, "delta": {"tool_calls": openai_calls(&calls)},
+                                   "logprobs": null, "finish_reason": null});
+                events.push(ids.envelope(true, json!([delta])).to_string());
+            }
+            events.push(
+                ids.envelope(true, json!([ids.choice("", Some(reason), false)]))
+                    .to_string(),
+            );
+            if self.include_usage {
+                let mut usage_chunk = ids.envelope(true, json!([]));
+                usage_chunk["usage"] = usage(&end);
+                events.push(usage_chunk.to_string());
+            }
+        }
+        events.push("[DONE]".to_owned());
+        Some(events)
+    }
+}
+
 async fn whole_response(mut private: PrivateStream, ids: Ids) -> Response {
     let mut text = String::new();
     let end = loop {
@@ -466,88 +563,25 @@ async fn whole_response(mut private: PrivateStream, ids: Ids) -> Response {
     Json(body).into_response()
 }
 
-/// Streams the generation as SSE. A task reads the stream and sends events;
-/// when the client disconnects, its next send fails and dropping the
-/// generation aborts it.
-fn stream_response(mut private: PrivateStream, ids: Ids, include_usage: bool) -> Response {
-    let (tx, mut rx) = mpsc::channel::<String>(64);
-    tokio::spawn(async move {
-        let send = |value: Value| tx.send(value.to_string());
-        let mut filter = ids.tools.then(ToolCallFilter::default);
-        if ids.kind == Kind::Chat
-            && send(ids.envelope(true, json!([ids.choice("", None, true)])))
-                .await
-                .is_err()
-        {
-            return;
-        }
-        loop {
-            let batch = private.consumer.next_batch().await;
-            if batch.is_empty() {
-                return;
-            }
-            // What the batch holds goes out as one event: a client that
-            // keeps up gets every chunk on its own; one that falls behind
-            // catches up with fewer, larger events. In benchmark mode the
-            // event carries its oldest text's production time.
-            let mut shown = String::new();
-            let mut produced_ns = None;
-            let mut end = None;
-            for chunk in batch {
-                match &mut filter {
-                    Some(filter) => shown.push_str(&filter.push(&chunk.delta)),
-                    None => shown.push_str(&chunk.delta),
-                }
-                if !chunk.delta.is_empty() {
-                    produced_ns = produced_ns.or(chunk.produced_ns);
-                }
-                end = chunk.end;
-            }
-            if !shown.is_empty() && tx.send(ids.text_event(&shown, produced_ns)).await.is_err() {
-                return;
-            }
-            let Some(end) = end else { continue };
-            if let Some(err) = &end.error {
-                let _ = send(json!({"error": {"message": err.message, "type": "server_error", "param": null, "code": null}})).await;
-            } else {
-                let (rest, calls) = filter
-                    .as_mut()
-                    .map(ToolCallFilter::finish)
-                    .unwrap_or_default();
-                if !rest.is_empty()
-                    && send(ids.envelope(true, json!([ids.choice(&rest, None, false)])))
-                        .await
-                        .is_err()
-                {
-                    return;
-                }
-                let mut reason = finish_reason(&end);
-                if !calls.is_empty() {
-                    reason = "tool_calls";
-                    let delta = json!({"index": 0, "delta": {"tool_calls": openai_calls(&calls)},
-                                           "logprobs": null, "finish_reason": null});
-                    if send(ids.envelope(true, json!([delta]))).await.is_err() {
-                        return;
-                    }
-                }
-                let last = ids.envelope(true, json!([ids.choice("", Some(reason), false)]));
-                if send(last).await.is_err() {
-                    return;
-                }
-                if include_usage {
-                    let mut usage_chunk = ids.envelope(true, json!([]));
-                    usage_chunk["usage"] = usage(&end);
-                    let _ = send(usage_chunk).await;
-                }
-            }
-            let _ = tx.send("[DONE]".to_owned()).await;
-            return;
-        }
-    });
-    let events = futures_util::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx)
-            .map(|m| m.map(|data| Ok::<_, Infallible>(Event::default().data(data))))
-    });
+/// Streams the generation as SSE, read by the response body itself: the
+/// connection's task waits on the stream and writes the events it makes,
+/// with no task in between. A client that disconnects drops the body,
+/// which drops the generation and aborts it.
+fn stream_response(private: PrivateStream, ids: Ids, include_usage: bool) -> Response {
+    let events = SseEvents {
+        filter: ids.tools.then(ToolCallFilter::default),
+        private,
+        ids,
+        include_usage,
+        started: false,
+        done: false,
+    };
+    let events = futures_util::stream::unfold(events, |mut events| async move {
+        let batch = events.next_events().await?;
+        Some((futures_util::stream::iter(batch), events))
+    })
+    .flatten()
+    .map(|data| Ok::<_, Infallible>(Event::default().data(data)));
     let mut response = Sse::new(events)
         .keep_alive(
             KeepAlive::new()

@@ -2,18 +2,20 @@
 //! one task per request, so `ping`, `abort` and `notifications/cancelled`
 //! are served while a generation runs; a bound on requests in flight
 //! (reading pauses when it is reached, which backpressures the peer); one
-//! outgoing queue, bounded, so a slow reader slows the pushers instead of
-//! losing messages. Ending the session drops its tasks, which detaches
+//! outbox, bounded, so a slow reader slows the pushers instead of losing
+//! messages. Ending the session drops its tasks, which detaches
 //! their stream consumers and aborts the generations nobody else reads.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::state::AppState;
-use crate::rpc::{Connection, Dispatcher, RpcError, chunk_notification, error_response};
+use crate::rpc::{
+    Connection, Dispatcher, Notifier, Outbox, RpcError, chunk_notification, error_response,
+};
 use crate::stream::Consumer;
 
 /// Outgoing messages queued per connection before senders wait.
@@ -26,17 +28,17 @@ pub const MAX_IN_FLIGHT: usize = 64;
 pub struct Session {
     dispatcher: Dispatcher,
     conn: Arc<Connection>,
-    out: mpsc::Sender<String>,
+    out: Notifier,
     in_flight: Arc<Semaphore>,
     tasks: JoinSet<()>,
 }
 
 impl Session {
     /// A session of `transport` (for metrics and logs) writing to `out`.
-    pub fn new(state: Arc<AppState>, transport: &'static str, out: mpsc::Sender<String>) -> Self {
+    pub fn new(state: &AppState, transport: &'static str, out: Notifier) -> Self {
         Self {
             dispatcher: state.dispatcher(),
-            conn: Arc::new(Connection::with_notifier(transport, out.clone())),
+            conn: Arc::new(Connection::with_notifier(transport, Arc::clone(&out))),
             out,
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             tasks: JoinSet::new(),
@@ -51,25 +53,25 @@ impl Session {
         let (dispatcher, conn, out) = (
             self.dispatcher.clone(),
             Arc::clone(&self.conn),
-            self.out.clone(),
+            Arc::clone(&self.out),
         );
         self.tasks.spawn(async move {
             let reply = dispatcher.handle_text(&conn, &text).await;
             if let Some(message) = reply.message {
-                if out.send(message).await.is_err() {
+                if !out.send(message).await {
                     return;
                 }
             }
             drop(permit);
             for consumer in reply.subscriptions {
-                push(consumer, &out).await;
+                push(consumer, out.as_ref()).await;
             }
         });
     }
 
     /// Sends an error the transport itself found (bad line, bad frame).
     pub async fn send_error(&self, id: &serde_json::Value, error: &RpcError) -> bool {
-        self.out.send(error_response(id, error)).await.is_ok()
+        self.out.send(error_response(id, error)).await
     }
 
     /// Resolves when one of the session's tasks finishes (never while it
@@ -95,23 +97,23 @@ impl Session {
 }
 
 /// Pushes a stream's chunks as `run` notifications until its end chunk, or
-/// until the connection goes away.
-pub async fn push(mut consumer: Consumer, out: &mpsc::Sender<String>) {
+/// until the connection goes away. Each batch the stream has ready is
+/// written by this task, with one flush: no other task stands between a
+/// new chunk and the wire.
+pub async fn push(mut consumer: Consumer, out: &dyn Outbox) {
     let stream = Arc::clone(consumer.stream());
     loop {
         let batch = consumer.next_batch().await;
-        if batch.is_empty() {
+        let Some(last) = batch.last() else {
             return;
-        }
-        for chunk in &batch {
-            if out
-                .send(chunk_notification(stream.id(), chunk))
-                .await
-                .is_err()
-                || chunk.end.is_some()
-            {
-                return;
-            }
+        };
+        let ended = last.end.is_some();
+        let messages = batch
+            .iter()
+            .map(|chunk| chunk_notification(stream.id(), chunk))
+            .collect();
+        if !out.send_all(messages).await || ended {
+            return;
         }
     }
 }

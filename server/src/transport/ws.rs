@@ -3,26 +3,25 @@
 //! MCP (subprotocol `mcp`) with progress notifications.
 //!
 //! Per connection: a reader loop feeding a [`Session`] (one task per
-//! request) and one writer task fed by the session's bounded queue. When
-//! the socket closes, the session ends, which aborts the generations only
-//! this connection consumed.
+//! request); every task writes to the socket itself, under one lock
+//! (no writer task in between). When the socket closes, the session
+//! ends, which aborts the generations only this connection consumed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
+use futures_util::future::BoxFuture;
+use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
-use tokio::sync::mpsc;
 
-use super::session::{OUTBOUND_QUEUE, Session};
+use super::session::Session;
 use super::state::AppState;
-use crate::rpc::RpcError;
-
-/// Messages written at most before a flush.
-const WRITE_BATCH: usize = 256;
+use crate::rpc::{Notifier, Outbox, RpcError};
 
 /// How long a closing connection waits for its pushers to send end chunks.
 const CLOSE_GRACE: Duration = Duration::from_millis(500);
@@ -36,46 +35,67 @@ pub async fn upgrade(State(state): State<Arc<AppState>>, ws: WebSocketUpgrade) -
         .on_upgrade(move |socket| serve(socket, state))
 }
 
-async fn serve(socket: WebSocket, state: Arc<AppState>) {
-    let _tracked = state.track_connection();
-    let (mut sink, mut incoming) = socket.split();
-    let (out_tx, mut out_rx) = mpsc::channel::<String>(OUTBOUND_QUEUE);
-    let ping_every = state.settings.ws_ping_interval;
-    let idle_limit = state.settings.ws_idle_timeout;
-    let writer = tokio::spawn(async move {
-        let mut pings =
-            tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
-        loop {
-            tokio::select! {
-                text = out_rx.recv() => match text {
-                    Some(text) => {
-                        // Everything already queued goes out with one flush.
-                        let mut queued = Some(text);
-                        let mut sent = 0;
-                        while let Some(text) = queued {
-                            if sink.feed(Message::Text(Utf8Bytes::from(text))).await.is_err() {
-                                return;
-                            }
-                            sent += 1;
-                            queued = if sent < WRITE_BATCH { out_rx.try_recv().ok() } else { None };
-                        }
-                        if sink.flush().await.is_err() {
-                            return;
-                        }
-                    }
-                    None => break,
-                },
-                _ = pings.tick() => {
-                    if sink.send(Message::Ping(Default::default())).await.is_err() {
-                        return;
-                    }
-                }
+/// The sending half of a WebSocket, written by whichever task has
+/// something to send (a reply, a batch of chunks, a progress note, a
+/// ping), so a chunk goes from the task that read it to the wire without
+/// a hand-off. The lock is async: a slow reader makes writers wait, which
+/// slows the pushers instead of losing messages.
+#[derive(Debug)]
+struct SocketOutbox {
+    sink: tokio::sync::Mutex<SplitSink<WebSocket, Message>>,
+}
+
+impl SocketOutbox {
+    async fn write(&self, messages: Vec<Message>) -> bool {
+        let mut sink = self.sink.lock().await;
+        for message in messages {
+            if sink.feed(message).await.is_err() {
+                return false;
             }
         }
-        let _ = sink.send(Message::Close(None)).await;
-    });
+        sink.flush().await.is_ok()
+    }
+}
 
-    let mut session = Session::new(Arc::clone(&state), "ws", out_tx);
+impl Outbox for SocketOutbox {
+    fn send_all(&self, messages: Vec<String>) -> BoxFuture<'_, bool> {
+        Box::pin(
+            self.write(
+                messages
+                    .into_iter()
+                    .map(|text| Message::Text(Utf8Bytes::from(text)))
+                    .collect(),
+            ),
+        )
+    }
+}
+
+async fn serve(socket: WebSocket, state: Arc<AppState>) {
+    let _tracked = state.track_connection();
+    let (sink, mut incoming) = socket.split();
+    let outbox = Arc::new(SocketOutbox {
+        sink: tokio::sync::Mutex::new(sink),
+    });
+    let ping_every = state.settings.ws_ping_interval;
+    let idle_limit = state.settings.ws_idle_timeout;
+    // Pings go out from their own task, so a reader stuck behind a slow
+    // write never delays reading.
+    let pinger = {
+        let outbox = Arc::clone(&outbox);
+        tokio::spawn(async move {
+            let mut pings =
+                tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+            loop {
+                pings.tick().await;
+                if !outbox.write(vec![Message::Ping(Bytes::new())]).await {
+                    return;
+                }
+            }
+        })
+    };
+
+    let out: Notifier = Arc::clone(&outbox) as Arc<dyn Outbox>;
+    let mut session = Session::new(&state, "ws", out);
     let shutdown = state.shutdown_signal();
     tokio::pin!(shutdown);
     let mut shutting_down = false;
@@ -121,5 +141,6 @@ async fn serve(socket: WebSocket, state: Arc<AppState>) {
             Duration::ZERO
         })
         .await;
-    let _ = writer.await;
+    pinger.abort();
+    let _ = outbox.write(vec![Message::Close(None)]).await;
 }
