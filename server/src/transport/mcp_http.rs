@@ -1,5 +1,6 @@
-//! MCP Streamable HTTP on `/mcp`: sessions, the header checks and the
-//! Origin/Host allow-list (PROTOCOL §6).
+//! MCP Streamable HTTP on `/mcp`: the header checks and the Origin/Host
+//! allow-list (PROTOCOL §6). The sessions themselves live in
+//! `mcp_session`.
 //!
 //! - `initialize` without a session id opens a session and returns its id
 //!   in `Mcp-Session-Id`; later requests carrying the id share the
