@@ -62,6 +62,11 @@ struct Args {
     /// Tokens per stream in the paced run (default: two seconds' worth).
     #[arg(long)]
     paced_tokens: Option<u32>,
+    /// Start every paced client at once, so that all streams' tokens come
+    /// due at the same instants (by default client i starts i/N of a token
+    /// interval late, as independent clients would).
+    #[arg(long)]
+    paced_aligned: bool,
     /// Idle open streams for the memory measurement (0: skip it).
     #[arg(long, default_value_t = 10_000)]
     idle_streams: usize,
@@ -166,10 +171,19 @@ async fn main() {
                     scenario,
                     Target::Running(url.clone(), args.pid),
                     poll_interval,
+                    args.paced_aligned,
                 )
                 .await
             }
-            None => run_scenario(scenario, Target::Start(binary.clone()), poll_interval).await,
+            None => {
+                run_scenario(
+                    scenario,
+                    Target::Start(binary.clone()),
+                    poll_interval,
+                    args.paced_aligned,
+                )
+                .await
+            }
         };
         match result {
             Ok(result) => {
@@ -220,6 +234,7 @@ async fn run_scenario(
     scenario: Scenario,
     target: Target,
     poll_interval: Duration,
+    aligned: bool,
 ) -> Result<RunResult, String> {
     let setup = ServerSetup {
         rate: scenario.rate,
@@ -260,10 +275,25 @@ async fn run_scenario(
     let cpu_before = pid.and_then(cpu_ns);
     let started = Instant::now();
     let deadline = started + scenario.duration;
+    // Paced clients start spread over one token interval unless asked to
+    // start together: N clients started at once produce their tokens in
+    // bursts of N, and the latency then measures the queueing of a burst.
+    let spread = if scenario.rate > 0.0 && !aligned {
+        Duration::from_secs_f64(1.0 / scenario.rate)
+    } else {
+        Duration::ZERO
+    };
+    let count = scenario.streams.max(1) as u32;
     let tasks: Vec<_> = clients
         .into_iter()
         .enumerate()
-        .map(|(i, client)| tokio::spawn(client.run(i, spec, deadline)))
+        .map(|(i, client)| {
+            let offset = spread * i as u32 / count;
+            tokio::spawn(async move {
+                tokio::time::sleep(offset).await;
+                client.run(i, spec, deadline).await
+            })
+        })
         .collect();
     let mut totals = Totals::default();
     for task in tasks {
