@@ -9,7 +9,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use clap::{Parser, ValueEnum};
+use clap::builder::BoolishValueParser;
+use clap::{CommandFactory, Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 mod sections;
@@ -91,7 +92,8 @@ pub enum RuntimeAbi {
     about = "Streaming token generation on Rockchip NPUs"
 )]
 pub struct Cli {
-    /// TOML config file (see config/rkllm-server.toml).
+    /// TOML config file. Without it, /etc/rkllm-server/config.toml is read
+    /// when it exists (the installed package's); otherwise the defaults.
     #[arg(long, env = "RKLLM_SERVER_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Address to listen on for HTTP and WebSocket.
@@ -110,7 +112,7 @@ pub struct Cli {
     #[arg(long, env = "RKLLM_SERVER_RUNTIME_ABI", value_enum)]
     pub runtime_abi: Option<RuntimeAbi>,
     /// Serve JSON-RPC/MCP on stdin/stdout instead of HTTP.
-    #[arg(long, env = "RKLLM_SERVER_STDIO")]
+    #[arg(long, env = "RKLLM_SERVER_STDIO", value_parser = BoolishValueParser::new())]
     pub stdio: bool,
     /// Framing of the stdio and TCP transports: lines or chunked.
     #[arg(long, env = "RKLLM_SERVER_STDIO_FRAMING", value_enum)]
@@ -137,7 +139,7 @@ pub struct Cli {
     #[arg(long, env = "RKLLM_SERVER_MOCK_LANES", value_name = "N")]
     pub mock_lanes: Option<usize>,
     /// Stamp chunks with the time their token was produced (benchmarks).
-    #[arg(long, env = "RKLLM_SERVER_BENCH_TIMESTAMPS")]
+    #[arg(long, env = "RKLLM_SERVER_BENCH_TIMESTAMPS", value_parser = BoolishValueParser::new())]
     pub bench_timestamps: bool,
     /// Log filter: error, warn, info, debug, trace, or a tracing directive.
     #[arg(long, env = "RKLLM_SERVER_LOG_LEVEL", value_name = "LEVEL")]
@@ -148,6 +150,65 @@ pub struct Cli {
     /// Validate the configuration (and that model files exist) and exit.
     #[arg(long)]
     pub check_config: bool,
+}
+
+impl Cli {
+    /// Parses the command line and the `RKLLM_SERVER_*` variables, or
+    /// exits with clap's message (status 2). A bad value that came from a
+    /// variable is reported naming the variable, not the flag.
+    pub fn parse_or_exit() -> Self {
+        match Self::try_parse() {
+            Ok(cli) => cli,
+            Err(err) => {
+                if let Some(message) = variable_error(&err) {
+                    eprintln!("rkllm-server: {message}");
+                    std::process::exit(2);
+                }
+                err.exit()
+            }
+        }
+    }
+}
+
+/// The message for a value clap refused, when the value came from the
+/// flag's environment variable (the flag itself is not on the command line).
+fn variable_error(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        err.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let on_command_line = std::env::args()
+        .skip(1)
+        .any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    if on_command_line {
+        return None;
+    }
+    let command = Cli::command();
+    let variable = command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))?
+        .get_env()?
+        .to_str()?
+        .to_owned();
+    let value = std::env::var(&variable).ok()?;
+    let detail = match (
+        err.get(ContextKind::ValidValue),
+        std::error::Error::source(err),
+    ) {
+        (Some(ContextValue::Strings(valid)), _) => format!("expected one of {}", valid.join(", ")),
+        (_, Some(source)) => source.to_string(),
+        _ => "not a valid value".to_owned(),
+    };
+    Some(format!(
+        "invalid value {value:?} in the environment variable {variable} (the variable of --{long}): {detail}"
+    ))
 }
 
 /// A model entry of the config file.
@@ -209,6 +270,9 @@ impl TemplateSetting {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// The file this configuration was read from, if any (not a key).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
     /// HTTP/WebSocket listen address.
     pub listen: String,
     /// Backend kind.
@@ -260,6 +324,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
+            source: None,
             listen: DEFAULT_LISTEN.to_owned(),
             backend: BackendKind::default(),
             model: None,
@@ -314,6 +379,50 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// An error in a configuration that was read from a file.
+    #[error("{inner} (configuration read from {path})")]
+    InFile {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        inner: Box<ConfigError>,
+    },
+}
+
+impl ConfigError {
+    /// Names `file` in the error, when the configuration came from one.
+    #[must_use]
+    pub fn in_file(self, file: Option<&Path>) -> Self {
+        match (self, file) {
+            (err @ (Self::Read { .. } | Self::Parse { .. } | Self::InFile { .. }), _)
+            | (err, None) => err,
+            (err, Some(path)) => Self::InFile {
+                path: path.to_owned(),
+                inner: Box::new(err),
+            },
+        }
+    }
+}
+
+/// `HOST:PORT` or `IP:PORT` as a socket address (the first a host name
+/// resolves to).
+fn resolve(key: &'static str, value: &str, example: &str) -> Result<SocketAddr, ConfigError> {
+    if let Ok(addr) = value.parse() {
+        return Ok(addr);
+    }
+    let expected = || format!("expected HOST:PORT such as {example}, got {value:?}");
+    let Some((host, port)) = value.rsplit_once(':') else {
+        return Err(invalid(key, expected()));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(invalid(key, expected()));
+    }
+    match std::net::ToSocketAddrs::to_socket_addrs(value) {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| invalid(key, format!("host {host:?} has no address"))),
+        Err(e) => Err(invalid(key, format!("cannot resolve {host:?}: {e}"))),
+    }
 }
 
 fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
@@ -330,14 +439,20 @@ impl Config {
     /// An unreadable file, bad TOML, or an invalid value (named by key).
     pub fn load(cli: Cli) -> Result<Self, ConfigError> {
         let default_file = Path::new(DEFAULT_CONFIG_FILE);
-        let mut config = match &cli.config {
+        let file = match &cli.config {
+            Some(path) => Some(path.clone()),
+            None if default_file.is_file() => Some(default_file.to_owned()),
+            None => None,
+        };
+        let mut config = match &file {
             Some(path) => Self::from_file(path)?,
-            None if default_file.is_file() => Self::from_file(default_file)?,
             None => Self::default(),
         };
+        config.source.clone_from(&file);
         config.apply(cli);
-        config.load_key_file()?;
-        config.validate()?;
+        let named = |e: ConfigError| e.in_file(file.as_deref());
+        config.load_key_file().map_err(named)?;
+        config.validate().map_err(named)?;
         Ok(config)
     }
 
@@ -457,37 +572,23 @@ impl Config {
         }
     }
 
-    /// The listen address.
+    /// The listen address; a host name (`localhost:8080`) is resolved,
+    /// and its first address is used.
     ///
     /// # Errors
-    /// When `listen` is not `IP:PORT`.
+    /// When `listen` is not `HOST:PORT` or the host does not resolve.
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.listen.parse().map_err(|_| {
-            invalid(
-                "listen",
-                format!(
-                    "expected IP:PORT such as 127.0.0.1:8080, got {:?}",
-                    self.listen
-                ),
-            )
-        })
+        resolve("listen", &self.listen, "127.0.0.1:8080")
     }
 
-    /// The TCP address of the line protocol, if any.
+    /// The TCP address of the line protocol, if any (host names resolved).
     ///
     /// # Errors
-    /// When `tcp` is not `IP:PORT`.
+    /// When `tcp` is not `HOST:PORT` or the host does not resolve.
     pub fn tcp_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
         self.tcp
             .as_deref()
-            .map(|tcp| {
-                tcp.parse().map_err(|_| {
-                    invalid(
-                        "tcp",
-                        format!("expected IP:PORT such as 127.0.0.1:7070, got {tcp:?}"),
-                    )
-                })
-            })
+            .map(|tcp| resolve("tcp", tcp, "127.0.0.1:7070"))
             .transpose()
     }
 }

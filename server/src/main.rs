@@ -4,13 +4,12 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use rkllm_server::{Cli, Config};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_or_exit();
     let (print_config, check_config) = (cli.print_config, cli.check_config);
     let config = match Config::load(cli) {
         Ok(config) => config,
@@ -32,13 +31,9 @@ async fn main() -> ExitCode {
         };
     }
     if check_config {
-        return match config.check_files() {
-            Ok(()) => {
-                let models = config.model_specs().len();
-                println!(
-                    "configuration OK: backend {:?}, {models} model(s), listen {}",
-                    config.backend, config.listen
-                );
+        return match rkllm_server::startup::check(&config) {
+            Ok(summary) => {
+                println!("{summary}");
                 ExitCode::SUCCESS
             }
             Err(err) => {
@@ -65,10 +60,17 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    match &config.source {
+        Some(file) => tracing::info!(file = %file.display(), "configuration read"),
+        None => tracing::info!(
+            "no configuration file ({} does not exist): defaults, environment and flags",
+            rkllm_server::config::DEFAULT_CONFIG_FILE
+        ),
+    }
     let (addr, tcp_addr) = match (config.listen_addr(), config.tcp_addr()) {
         (Ok(addr), Ok(tcp)) => (addr, tcp),
         (Err(err), _) | (_, Err(err)) => {
-            eprintln!("rkllm-server: {err}");
+            eprintln!("rkllm-server: {}", err.in_file(config.source.as_deref()));
             return ExitCode::from(2);
         }
     };

@@ -38,3 +38,32 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
         config.transport_settings(),
     ))
 }
+
+/// What `--check-config` checks beyond the values themselves, as start-up
+/// would but without loading a model: that model files exist and, for the
+/// `rkllm` backend, that the runtime library loads with a supported
+/// version and every symbol. Returns a one-line summary.
+///
+/// # Errors
+/// What start-up would stop on, as a message.
+pub fn check(config: &Config) -> Result<String, String> {
+    config
+        .check_files()
+        .map_err(|e| e.in_file(config.source.as_deref()).to_string())?;
+    let models = config.model_specs().len();
+    let backend = match config.backend {
+        BackendKind::Mock => "mock".to_owned(),
+        BackendKind::Rkllm => {
+            let backend = RkllmBackend::new(config.rkllm_settings()).map_err(|e| e.to_string())?;
+            format!("rkllm, {}", backend.describe())
+        }
+    };
+    let file = config
+        .source
+        .as_ref()
+        .map_or_else(|| "no file".to_owned(), |p| p.display().to_string());
+    Ok(format!(
+        "configuration OK ({file}): backend {backend}, {models} model(s), listen {}",
+        config.listen
+    ))
+}

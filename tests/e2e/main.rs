@@ -5,6 +5,7 @@ mod harness;
 
 mod accounting;
 mod errors;
+mod first_hour;
 mod lifecycle;
 mod mcp;
 mod production;

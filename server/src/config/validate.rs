@@ -242,11 +242,12 @@ impl Config {
                 ),
             ));
         }
-        if tracing_subscriber::EnvFilter::try_new(&self.log_level).is_err() {
+        if !log_filter_is_valid(&self.log_level) {
             return Err(invalid(
                 "log_level",
                 format!(
-                    "must be error, warn, info, debug, trace or a tracing filter, got {:?}",
+                    "must be off, error, warn, info, debug or trace, or a list of TARGET=LEVEL \
+                     directives such as warn,rkllm_server=debug; got {:?}",
                     self.log_level
                 ),
             ));
@@ -309,4 +310,25 @@ impl Config {
         }
         Ok(())
     }
+}
+
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// A level, or comma-separated directives each of which is a level or
+/// `TARGET=LEVEL`. A bare word that is no level (`verbose`) would be read
+/// by the tracing filter as a target name and silence every log, so it is
+/// refused.
+fn log_filter_is_valid(filter: &str) -> bool {
+    let directive_ok = |d: &str| {
+        let level = d.rsplit_once('=').map_or(
+            d,
+            |(target, level)| {
+                if target.trim().is_empty() { "" } else { level }
+            },
+        );
+        LEVELS.iter().any(|l| l.eq_ignore_ascii_case(level.trim()))
+    };
+    !filter.trim().is_empty()
+        && filter.split(',').all(|d| directive_ok(d.trim()))
+        && tracing_subscriber::EnvFilter::try_new(filter).is_ok()
 }

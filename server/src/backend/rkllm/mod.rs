@@ -88,7 +88,8 @@ impl RkllmBackend {
         init
     }
 
-    fn describe(&self) -> String {
+    /// The runtime's path and version, for messages.
+    pub fn describe(&self) -> String {
         format!(
             "runtime {} (version {})",
             self.runtime.path().display(),
