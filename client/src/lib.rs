@@ -42,8 +42,38 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// A transport failure, with every cause in the error's chain (a
+    /// refused connection shows as such, not as "error sending request").
     pub(crate) fn transport(err: impl std::fmt::Display) -> Self {
         Self::Transport(err.to_string())
+    }
+
+    pub(crate) fn transport_chain(err: &(dyn std::error::Error + 'static)) -> Self {
+        let mut text = err.to_string();
+        let mut source = err.source();
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !text.contains(&cause_text) {
+                text.push_str(": ");
+                text.push_str(&cause_text);
+            }
+            source = cause.source();
+        }
+        Self::Transport(text)
+    }
+
+    /// Whether the server refused the request for want of a valid API key.
+    pub fn is_unauthorized(&self) -> bool {
+        match self {
+            Self::Rpc { code, .. } => *code == -32008,
+            Self::Transport(text) => text.contains("401"),
+            Self::Protocol(_) => false,
+        }
+    }
+
+    /// Whether nothing listens at the address.
+    pub fn is_connection_refused(&self) -> bool {
+        matches!(self, Self::Transport(text) if text.to_ascii_lowercase().contains("connection refused"))
     }
 }
 
@@ -65,7 +95,27 @@ impl Client {
         args: &[String],
         env: &[(String, String)],
     ) -> Result<Self, ClientError> {
-        Ok(Self::with(Transport::spawn(program, args, env)?))
+        Ok(Self::with(Transport::spawn(program, args, env, false)?))
+    }
+
+    /// Like [`spawn`](Self::spawn), but the child's stderr (its logs) is
+    /// kept aside instead of mixed into the terminal: its last lines are
+    /// available from [`stderr_tail`](Self::stderr_tail), for an error.
+    ///
+    /// # Errors
+    /// When the program cannot be started.
+    pub fn spawn_quiet(
+        program: &str,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Result<Self, ClientError> {
+        Ok(Self::with(Transport::spawn(program, args, env, true)?))
+    }
+
+    /// The last lines a child started with [`spawn_quiet`](Self::spawn_quiet)
+    /// wrote on its stderr (empty for other transports).
+    pub fn stderr_tail(&self) -> Vec<String> {
+        self.transport.stderr_tail()
     }
 
     /// Connects to a server's WebSocket endpoint (`ws://host:port/ws`).
@@ -73,12 +123,30 @@ impl Client {
     /// # Errors
     /// When the connection fails.
     pub async fn connect_ws(url: &str) -> Result<Self, ClientError> {
-        Ok(Self::with(Transport::connect_ws(url).await?))
+        Self::connect_ws_with_key(url, None).await
+    }
+
+    /// Connects to a server's WebSocket endpoint, sending `api_key` as
+    /// `Authorization: Bearer`.
+    ///
+    /// # Errors
+    /// When the connection fails or the key is refused.
+    pub async fn connect_ws_with_key(
+        url: &str,
+        api_key: Option<&str>,
+    ) -> Result<Self, ClientError> {
+        Ok(Self::with(Transport::connect_ws(url, api_key).await?))
     }
 
     /// Talks to a server's HTTP endpoint (`http://host:port/mcp`).
     pub fn http(url: &str) -> Self {
-        Self::with(Transport::http(url))
+        Self::http_with_key(url, None)
+    }
+
+    /// Talks to a server's HTTP endpoint, sending `api_key` as
+    /// `Authorization: Bearer` with every request.
+    pub fn http_with_key(url: &str, api_key: Option<&str>) -> Self {
+        Self::with(Transport::http(url, api_key))
     }
 
     fn with(transport: Transport) -> Self {
@@ -122,7 +190,11 @@ impl Client {
             .transport
             .exchange(&message, &mut on_notification)
             .await?;
-        if response.get("id") != Some(&json!(id)) {
+        // An error the server could not tie to the request (a refused key,
+        // an oversized body over HTTP) comes with a null id.
+        let unattributed_error =
+            response.get("id") == Some(&Value::Null) && response.get("error").is_some();
+        if response.get("id") != Some(&json!(id)) && !unattributed_error {
             return Err(ClientError::Protocol(format!(
                 "expected the response to {id}, got {response}"
             )));

@@ -1,6 +1,8 @@
 //! The three transports of [`crate::Client`].
 
+use std::collections::VecDeque;
 use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
@@ -8,6 +10,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::{CLOSE_WAIT, ClientError};
@@ -28,7 +31,12 @@ pub(crate) struct StdioChild {
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     line: String,
+    /// The child's last lines on stderr, when they are kept, not shown.
+    stderr_tail: Option<Arc<Mutex<VecDeque<String>>>>,
 }
+
+/// Lines of a quiet child's stderr kept for an error message.
+const STDERR_LINES: usize = 40;
 
 pub(crate) struct WsConn {
     socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
@@ -39,6 +47,7 @@ pub(crate) struct HttpConn {
     url: String,
     session: Option<String>,
     protocol: Option<String>,
+    api_key: Option<String>,
 }
 
 pub(crate) enum Transport {
@@ -67,17 +76,24 @@ fn is_response(message: &Value) -> bool {
 }
 
 impl Transport {
+    /// Starts the child; with `quiet`, its stderr is kept (the last
+    /// lines, for [`Self::stderr_tail`]) instead of passed through.
     pub(crate) fn spawn(
         program: &str,
         args: &[String],
         env: &[(String, String)],
+        quiet: bool,
     ) -> Result<Self, ClientError> {
         let mut child = tokio::process::Command::new(program)
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if quiet {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| ClientError::Transport(format!("cannot start {program}: {e}")))?;
@@ -86,27 +102,66 @@ impl Transport {
             .stdout
             .take()
             .ok_or_else(|| ClientError::transport("no stdout"))?;
+        let stderr_tail = child.stderr.take().map(|stderr| {
+            let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_LINES)));
+            let keep = Arc::clone(&tail);
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let mut tail = keep
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if tail.len() == STDERR_LINES {
+                        tail.pop_front();
+                    }
+                    tail.push_back(line);
+                }
+            });
+            tail
+        });
         Ok(Self::Stdio(Box::new(StdioChild {
             child,
             stdin,
             stdout: BufReader::new(stdout),
             line: String::new(),
+            stderr_tail,
         })))
     }
 
-    pub(crate) async fn connect_ws(url: &str) -> Result<Self, ClientError> {
-        let (socket, _) = tokio_tungstenite::connect_async(url)
+    /// The last lines a quiet child wrote on stderr.
+    pub(crate) fn stderr_tail(&self) -> Vec<String> {
+        match self {
+            Self::Stdio(child) => child.stderr_tail.as_ref().map_or_else(Vec::new, |tail| {
+                let tail = tail
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                tail.iter().cloned().collect()
+            }),
+            Self::Ws(_) | Self::Http(_) => Vec::new(),
+        }
+    }
+
+    pub(crate) async fn connect_ws(url: &str, api_key: Option<&str>) -> Result<Self, ClientError> {
+        let mut request = url.into_client_request().map_err(ClientError::transport)?;
+        if let Some(key) = api_key {
+            let value = format!("Bearer {key}")
+                .parse()
+                .map_err(|_| ClientError::transport("the API key is not a valid header value"))?;
+            request.headers_mut().insert("authorization", value);
+        }
+        let (socket, _) = tokio_tungstenite::connect_async(request)
             .await
-            .map_err(ClientError::transport)?;
+            .map_err(|e| ClientError::transport_chain(&e))?;
         Ok(Self::Ws(Box::new(WsConn { socket })))
     }
 
-    pub(crate) fn http(url: &str) -> Self {
+    pub(crate) fn http(url: &str, api_key: Option<&str>) -> Self {
         Self::Http(HttpConn {
             client: reqwest::Client::new(),
             url: url.to_owned(),
             session: None,
             protocol: None,
+            api_key: api_key.map(str::to_owned),
         })
     }
 
@@ -242,12 +297,14 @@ impl Transport {
             }
             Self::Http(http) => {
                 if let Some(session) = &http.session {
-                    let _ = http
+                    let mut request = http
                         .client
                         .delete(&http.url)
-                        .header("mcp-session-id", session)
-                        .send()
-                        .await;
+                        .header("mcp-session-id", session);
+                    if let Some(key) = &http.api_key {
+                        request = request.bearer_auth(key);
+                    }
+                    let _ = request.send().await;
                 }
                 Ok(None)
             }
@@ -275,7 +332,13 @@ impl HttpConn {
         if let Some(protocol) = &self.protocol {
             request = request.header("mcp-protocol-version", protocol);
         }
-        let mut response = request.send().await.map_err(ClientError::transport)?;
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| ClientError::transport_chain(&e))?;
         if let Some(session) = response
             .headers()
             .get("mcp-session-id")

@@ -72,7 +72,12 @@ pub fn app(state: Arc<AppState>) -> Router {
         .merge(protected)
         .route("/health", get(transport::health::health))
         .route("/ready", get(transport::health::ready))
-        .layer(DefaultBodyLimit::max(body_limit));
+        .fallback(transport::errors::not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            body_limit,
+            transport::errors::api_shapes,
+        ));
     let router = match cors(&state.settings.cors_origins) {
         Some(cors) => router.layer(cors),
         None => router,

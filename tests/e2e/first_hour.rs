@@ -180,3 +180,241 @@ fn a_host_name_is_accepted_as_the_listen_address() {
         "{stderr}"
     );
 }
+
+async fn send(
+    server: &Server,
+    method: reqwest::Method,
+    path: &str,
+    key: Option<&str>,
+    body: Option<String>,
+) -> (u16, serde_json::Value) {
+    let mut request = server
+        .http
+        .request(method, format!("http://{}{path}", server.addr))
+        .header("content-type", "application/json");
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    if let Some(body) = body {
+        request = request.body(body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    let value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {text:?}"));
+    (status, value)
+}
+
+fn is_openai_error(body: &serde_json::Value) -> bool {
+    body["error"]["message"].is_string() && body["error"]["type"].is_string()
+}
+
+fn is_ollama_error(body: &serde_json::Value) -> bool {
+    body["error"].is_string()
+}
+
+#[tokio::test]
+async fn each_api_answers_errors_in_its_own_shape() {
+    use reqwest::Method;
+    let server = Server::start(
+        &crate::harness::mock_config(
+            0.0,
+            0,
+            "[limits]\nmax_request_bytes = 4096\nmax_prompt_bytes = 2048\n",
+        ),
+        &["--api-key", "k1"],
+    );
+    // Unauthorized.
+    let (status, body) = send(&server, Method::GET, "/v1/models", None, None).await;
+    assert_eq!(status, 401);
+    assert!(is_openai_error(&body), "{body}");
+    assert_eq!(body["error"]["type"], "authentication_error");
+    let (status, body) = send(&server, Method::GET, "/api/tags", None, None).await;
+    assert_eq!(status, 401);
+    assert!(is_ollama_error(&body), "{body}");
+    let (status, body) = send(&server, Method::POST, "/mcp", None, Some("{}".into())).await;
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["code"], -32008, "{body}");
+
+    // Too large, naming the limit's key.
+    let big = format!(
+        "{{\"model\":\"mock\",\"prompt\":\"{}\",\"messages\":[]}}",
+        "x".repeat(8000)
+    );
+    let key = Some("k1");
+    let (status, body) = send(
+        &server,
+        Method::POST,
+        "/v1/chat/completions",
+        key,
+        Some(big.clone()),
+    )
+    .await;
+    assert_eq!(status, 413);
+    assert!(is_openai_error(&body), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limits.max_request_bytes")
+    );
+    let (status, body) = send(&server, Method::POST, "/api/generate", key, Some(big)).await;
+    assert_eq!(status, 413);
+    assert!(is_ollama_error(&body), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("limits.max_request_bytes")
+    );
+
+    // Unsupported and unknown endpoints, and a wrong method.
+    let (status, body) = send(
+        &server,
+        Method::POST,
+        "/api/pull",
+        key,
+        Some("{\"model\":\"x\"}".into()),
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert!(is_ollama_error(&body), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("[[models]]"),
+        "{body}"
+    );
+    let (status, body) = send(&server, Method::GET, "/v1/nothing", key, None).await;
+    assert_eq!(status, 404);
+    assert!(is_openai_error(&body), "{body}");
+    let (status, body) = send(&server, Method::GET, "/api/chat", key, None).await;
+    assert_eq!(status, 405);
+    assert!(is_ollama_error(&body), "{body}");
+}
+
+#[tokio::test]
+async fn unknown_parameters_are_refused_on_json_rpc_and_ignored_by_the_compatible_apis() {
+    let server = Server::start(&crate::harness::mock_config(0.0, 0, ""), &[]);
+    let response = server
+        .call("run", serde_json::json!({"prompt": "hi", "max_token": 3}))
+        .await;
+    assert_eq!(response["error"]["code"], -32602, "{response}");
+    assert_eq!(
+        response["error"]["data"]["field"], "max_token",
+        "{response}"
+    );
+    assert!(
+        response["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens")
+    );
+    for (method, params) in [
+        (
+            "abort",
+            serde_json::json!({"stream_id": "abcdefghijklmnop", "force": true}),
+        ),
+        (
+            "stream_status",
+            serde_json::json!({"stream_id": "abcdefghijklmnop", "x": 1}),
+        ),
+        ("models", serde_json::json!({"all": true})),
+    ] {
+        let response = server.call(method, params).await;
+        assert_eq!(response["error"]["code"], -32602, "{method}: {response}");
+    }
+    // MCP's `_meta` is allowed anywhere.
+    server
+        .ok(
+            "run",
+            serde_json::json!({"prompt": "hi @mock(length=2)", "_meta": {"x": 1}}),
+        )
+        .await;
+    // The tool reports a bad argument as a tool error naming it.
+    let result = server
+        .ok(
+            "tools/call",
+            serde_json::json!({"name": "generate", "arguments": {"prompt": "hi", "max_token": 2}}),
+        )
+        .await;
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("max_token")
+    );
+
+    let (status, _) = send(
+        &server,
+        reqwest::Method::POST,
+        "/v1/chat/completions",
+        None,
+        Some(r#"{"model":"mock","messages":[{"role":"user","content":"hi @mock(length=2)"}],"seed":1}"#.into()),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn messages_name_the_key_to_raise_and_what_there_is() {
+    let server = Server::start(
+        &crate::harness::mock_config(
+            0.0,
+            0,
+            "[limits]\nmax_prompt_bytes = 64\nmax_tokens = 100\ndefault_max_tokens = 50\n",
+        ),
+        &[],
+    );
+    let message = |response: serde_json::Value| {
+        response["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let long = server
+        .call("run", serde_json::json!({"prompt": "x".repeat(100)}))
+        .await;
+    assert!(message(long).contains("limits.max_prompt_bytes"));
+    let many = server
+        .call(
+            "run",
+            serde_json::json!({"prompt": "x", "max_tokens": 1000}),
+        )
+        .await;
+    assert_eq!(many["error"]["code"], -32602, "{many}");
+    assert!(message(many).contains("limits.max_tokens"));
+    let nope = server
+        .call("run", serde_json::json!({"prompt": "x", "model": "nope"}))
+        .await;
+    assert_eq!(nope["error"]["code"], -32003, "{nope}");
+    assert!(message(nope).contains("mock"), "the models are listed");
+    let generate = server
+        .call("generate", serde_json::json!({"prompt": "x"}))
+        .await;
+    assert_eq!(generate["error"]["code"], -32601, "{generate}");
+    assert!(message(generate).contains("tools/call"));
+
+    let (status, body) = send(
+        &server,
+        reqwest::Method::POST,
+        "/api/generate",
+        None,
+        Some(r#"{"model":"nope","prompt":"x","stream":false}"#.into()),
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert!(body["error"].as_str().unwrap().contains("mock"), "{body}");
+
+    let (status, body) = send(
+        &server,
+        reqwest::Method::POST,
+        "/api/show",
+        None,
+        Some(r#"{"model":"mock"}"#.into()),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let capabilities = body["capabilities"].as_array().unwrap();
+    assert!(capabilities.contains(&serde_json::json!("tools")), "{body}");
+}

@@ -49,6 +49,18 @@ enum Command {
         /// Model name.
         #[arg(long)]
         model: Option<String>,
+        /// API key, sent as `Authorization: Bearer KEY` (HTTP and WebSocket).
+        #[arg(
+            long,
+            env = "RKLLM_API_KEY",
+            value_name = "KEY",
+            hide_env_values = true
+        )]
+        api_key: Option<String>,
+        /// With stdio: show the server's own log lines as they come (by
+        /// default they are kept aside and shown only if something fails).
+        #[arg(long)]
+        server_logs: bool,
         /// The server command to spawn for stdio.
         #[arg(last = true)]
         server: Vec<String>,
@@ -64,6 +76,8 @@ async fn main() -> ExitCode {
         url,
         max_tokens,
         model,
+        api_key,
+        server_logs,
         server,
     } = Cli::parse().command;
     let kind = transport.unwrap_or(if server.is_empty() {
@@ -78,40 +92,112 @@ async fn main() -> ExitCode {
     if let Some(model) = model {
         params["model"] = json!(model);
     }
-    match run(kind, url, server, params, stream).await {
+    let target = Target {
+        kind,
+        url,
+        api_key,
+        server,
+        server_logs,
+    };
+    let shown = target.shown_url();
+    let mut logs = Vec::new();
+    match run(&target, params, stream, &mut logs).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("rkllm-client: {err}");
+            eprintln!(
+                "rkllm-client: {}",
+                explain(&err, &shown, target.api_key.is_some())
+            );
+            if !logs.is_empty() {
+                eprintln!("rkllm-client: the server's last log lines:");
+                for line in logs {
+                    eprintln!("  {line}");
+                }
+            }
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run(
+/// Where and how to reach the server.
+struct Target {
     kind: TransportKind,
     url: Option<String>,
+    api_key: Option<String>,
     server: Vec<String>,
+    server_logs: bool,
+}
+
+impl Target {
+    fn shown_url(&self) -> String {
+        match self.kind {
+            TransportKind::Stdio => self.server.join(" "),
+            TransportKind::Ws => self.url.clone().unwrap_or_else(|| DEFAULT_WS.to_owned()),
+            TransportKind::Http => self.url.clone().unwrap_or_else(|| DEFAULT_HTTP.to_owned()),
+        }
+    }
+}
+
+const DEFAULT_HTTP: &str = "http://127.0.0.1:8080/mcp";
+const DEFAULT_WS: &str = "ws://127.0.0.1:8080/ws";
+
+/// The error in words that say what to do.
+fn explain(err: &ClientError, server: &str, sent_key: bool) -> String {
+    if err.is_unauthorized() {
+        return if sent_key {
+            format!(
+                "unauthorized: {server} refused the API key; check --api-key (or RKLLM_API_KEY)"
+            )
+        } else {
+            format!(
+                "unauthorized: {server} needs an API key: pass --api-key KEY or set RKLLM_API_KEY"
+            )
+        };
+    }
+    if err.is_connection_refused() {
+        return format!(
+            "cannot connect to {server}: connection refused. Is rkllm-server running there? \
+             Start it with `rkllm-server`, or pass --url"
+        );
+    }
+    err.to_string()
+}
+
+/// Runs the request; on failure, `logs` gets the last lines a quiet stdio
+/// server wrote.
+async fn run(
+    target: &Target,
     params: Value,
     stream: bool,
+    logs: &mut Vec<String>,
 ) -> Result<(), ClientError> {
-    let mut client = match kind {
+    let key = target.api_key.as_deref();
+    let mut client = match target.kind {
         TransportKind::Stdio => {
-            let (program, args) = server.split_first().ok_or_else(|| {
+            let (program, args) = target.server.split_first().ok_or_else(|| {
                 ClientError::Transport("stdio needs the server command after `--`".into())
             })?;
-            Client::spawn(program, args, &[])?
+            if target.server_logs {
+                Client::spawn(program, args, &[])?
+            } else {
+                Client::spawn_quiet(program, args, &[])?
+            }
         }
         TransportKind::Ws => {
-            Client::connect_ws(url.as_deref().unwrap_or("ws://127.0.0.1:8080/ws")).await?
+            Client::connect_ws_with_key(target.url.as_deref().unwrap_or(DEFAULT_WS), key).await?
         }
-        TransportKind::Http => Client::http(url.as_deref().unwrap_or("http://127.0.0.1:8080/mcp")),
+        TransportKind::Http => {
+            Client::http_with_key(target.url.as_deref().unwrap_or(DEFAULT_HTTP), key)
+        }
     };
-    client.initialize().await?;
-    let result = if stream {
-        stream_run(&mut client, kind, params).await
-    } else {
-        whole_run(&mut client, params).await
+    let result = match client.initialize().await {
+        Ok(_) if stream => stream_run(&mut client, target.kind, params).await,
+        Ok(_) => whole_run(&mut client, params).await,
+        Err(err) => Err(err),
     };
+    if result.is_err() {
+        *logs = client.stderr_tail();
+    }
     let closed = client.close().await;
     result?;
     closed.map(|_| ())

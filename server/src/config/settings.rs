@@ -130,7 +130,6 @@ impl Config {
     /// The JSON-RPC methods' limits.
     pub fn rpc_limits(&self) -> RpcLimits {
         RpcLimits {
-            max_tokens: self.limits.max_tokens,
             max_streams_per_connection: self.limits.max_streams_per_connection,
         }
     }

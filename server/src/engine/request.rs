@@ -61,8 +61,13 @@ pub enum ValidationError {
         message: String,
     },
     /// No model has this name.
-    #[error("model `{0}` is not available")]
-    UnknownModel(String),
+    #[error("model `{name}` is not available; the models are: {}", available.join(", "))]
+    UnknownModel {
+        /// The name asked for.
+        name: String,
+        /// The models there are.
+        available: Vec<String>,
+    },
 }
 
 fn invalid(field: &'static str, message: String) -> ValidationError {
@@ -104,7 +109,7 @@ impl RunRequest {
             return Err(ValidationError::TooLarge {
                 field: "prompt",
                 message: format!(
-                    "`prompt` must be at most {} bytes, got {}",
+                    "`prompt` must be at most {} bytes (limits.max_prompt_bytes), got {}",
                     limits.max_prompt_bytes,
                     self.prompt.len()
                 ),
@@ -117,7 +122,7 @@ impl RunRequest {
                 return Err(invalid(
                     "max_tokens",
                     format!(
-                        "`max_tokens` must be between 1 and {}, got {n}",
+                        "`max_tokens` must be between 1 and {} (limits.max_tokens), got {n}",
                         limits.max_tokens_limit
                     ),
                 ));
@@ -171,7 +176,7 @@ mod tests {
             ValidationError::Invalid { field, .. } | ValidationError::TooLarge { field, .. } => {
                 field
             }
-            ValidationError::UnknownModel(_) => "model",
+            ValidationError::UnknownModel { .. } => "model",
         }
     }
 

@@ -39,7 +39,9 @@ pub enum EngineError {
     #[error(transparent)]
     Invalid(#[from] ValidationError),
     /// The model's queue is full.
-    #[error("server busy: the queue of model `{model}` is full ({queue_len} waiting)")]
+    #[error(
+        "server busy: the queue of model `{model}` is full ({queue_len} waiting, engine.queue_len)"
+    )]
     QueueFull {
         /// Model name.
         model: String,
@@ -222,17 +224,21 @@ impl Engine {
             .collect()
     }
 
+    fn unknown_model(&self, name: &str) -> ValidationError {
+        ValidationError::UnknownModel {
+            name: name.to_owned(),
+            available: self.models.iter().map(|slot| slot.name.clone()).collect(),
+        }
+    }
+
     fn slot(&self, name: Option<&str>) -> Result<&Arc<ModelSlot>, ValidationError> {
         match name {
-            None => self
-                .models
-                .first()
-                .ok_or_else(|| ValidationError::UnknownModel(String::new())),
+            None => self.models.first().ok_or_else(|| self.unknown_model("")),
             Some(name) => self
                 .models
                 .iter()
                 .find(|slot| slot.name == name)
-                .ok_or_else(|| ValidationError::UnknownModel(name.to_owned())),
+                .ok_or_else(|| self.unknown_model(name)),
         }
     }
 

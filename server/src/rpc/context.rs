@@ -16,8 +16,6 @@ use crate::vocab::CancelToken;
 /// The JSON-RPC methods' limits (config section `[limits]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RpcLimits {
-    /// Largest `max_tokens` a request may ask for.
-    pub max_tokens: u32,
     /// Unfinished streams one connection may hold.
     pub max_streams_per_connection: usize,
 }

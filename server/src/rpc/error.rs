@@ -94,11 +94,17 @@ impl RpcError {
         Self::new(codes::INVALID_REQUEST, format!("Invalid request: {detail}"))
     }
 
-    /// -32601.
+    /// -32601. A tool's name used as a method gets a hint.
     pub fn method_not_found(method: &str) -> Self {
+        let hint = if method == "generate" {
+            ": `generate` is an MCP tool; call it with `tools/call` \
+             {\"name\": \"generate\", \"arguments\": {\"prompt\": ...}}, or use the method `run`"
+        } else {
+            ""
+        };
         Self::new(
             codes::METHOD_NOT_FOUND,
-            format!("Method not found: {method}"),
+            format!("Method not found: {method}{hint}"),
         )
     }
 
@@ -130,7 +136,7 @@ impl From<ValidationError> for RpcError {
             ValidationError::TooLarge { field, .. } => {
                 Self::new(codes::TOO_LARGE, err.to_string()).with_data(json!({ "field": field }))
             }
-            ValidationError::UnknownModel(name) => {
+            ValidationError::UnknownModel { name, .. } => {
                 Self::new(codes::MODEL_UNAVAILABLE, err.to_string())
                     .with_data(json!({ "model": name }))
             }

@@ -13,7 +13,7 @@ use crate::engine::{Role, RunRequest, Sampling};
 use crate::stream::{Consumer, PrivateStream, Stream};
 use crate::vocab::EndInfo;
 
-pub(super) fn run_request(p: &mut Params, max_tokens_limit: u32) -> Result<RunRequest, RpcError> {
+pub(super) fn run_request(p: &mut Params) -> Result<RunRequest, RpcError> {
     let role = match p.opt_str("role")?.as_deref() {
         None | Some("user") => Role::User,
         Some("tool") => Role::Tool,
@@ -27,7 +27,7 @@ pub(super) fn run_request(p: &mut Params, max_tokens_limit: u32) -> Result<RunRe
     Ok(RunRequest {
         prompt: p.req_str("prompt")?,
         model: p.opt_str("model")?,
-        max_tokens: p.opt_int("max_tokens", 1, u64::from(max_tokens_limit))?,
+        max_tokens: p.opt_int("max_tokens", 0, u64::MAX)?,
         sampling: Sampling {
             temperature: p.opt_f64("temperature")?,
             top_p: p.opt_f64("top_p")?,

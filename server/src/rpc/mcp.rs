@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::context::{Handled, RequestCtx, Services, done};
 use super::generate::{run_request, start_private, summarize};
-use super::params::Params;
+use super::params::{GENERATION_FIELDS, Params};
 use super::{RpcError, codes};
 use crate::vocab::FinishReason;
 
@@ -89,7 +89,10 @@ pub(super) async fn tools_call(
         Some(_) => return tool_error("`arguments` must be an object"),
     };
     let mut args = Params(arguments);
-    let request = match run_request(&mut args, state.limits.max_tokens) {
+    if let Err(err) = args.only(GENERATE, &[GENERATION_FIELDS]) {
+        return tool_error(err.message);
+    }
+    let request = match run_request(&mut args) {
         Ok(request) => request,
         Err(err) => return tool_error(err.message),
     };

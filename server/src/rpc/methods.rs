@@ -12,7 +12,7 @@ use super::connection::Connection;
 use super::context::{Handled, RequestCtx, Services, done, raw};
 use super::generate::{collect, run_request, start_private, submit, summarize};
 use super::message::params_object;
-use super::params::Params;
+use super::params::{GENERATION_FIELDS, Params};
 use super::wire::ChunkJson;
 use super::{PROTOCOL_VERSIONS, RpcError, codes};
 use crate::stream::{PollError, StreamState};
@@ -38,7 +38,10 @@ pub(super) async fn call(
         "subscribe" => subscribe(state, conn, Params(params_object(params)?)),
         "abort" => abort(state, Params(params_object(params)?)),
         "stream_status" => stream_status(state, Params(params_object(params)?)),
-        "models" => done(&json!({ "models": state.engine.models() })),
+        "models" => {
+            Params(params_object(params)?).only("models", &[])?;
+            done(&json!({ "models": state.engine.models() }))
+        }
         other => Err(RpcError::method_not_found(other)),
     }
 }
@@ -91,6 +94,13 @@ async fn run(
     ctx: &RequestCtx<'_>,
     mut p: Params,
 ) -> Result<Handled, RpcError> {
+    p.only(
+        "run",
+        &[
+            GENERATION_FIELDS,
+            &["stream", "stream_id", "from_seq", "wait_ms"],
+        ],
+    )?;
     if p.has("stream_id") {
         if p.has("prompt") {
             return Err(RpcError::invalid_params(
@@ -101,7 +111,7 @@ async fn run(
         return poll(state, p).await;
     }
     let streaming = p.opt_bool("stream")?.unwrap_or(false);
-    let request = run_request(&mut p, state.limits.max_tokens)?;
+    let request = run_request(&mut p)?;
     if streaming {
         let stream = submit(state, ctx, request, !conn.can_push())?;
         let subscribe = conn.can_push().then(|| stream.attach(0));
@@ -165,6 +175,7 @@ async fn poll(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
 }
 
 fn subscribe(state: &Services, conn: &Connection, mut p: Params) -> Result<Handled, RpcError> {
+    p.only("subscribe", &[&["stream_id", "from_seq"]])?;
     let id = p.req_str("stream_id")?;
     let from_seq = p.opt_int("from_seq", 0, u64::MAX)?.unwrap_or(0);
     if !conn.can_push() {
@@ -183,6 +194,7 @@ fn subscribe(state: &Services, conn: &Connection, mut p: Params) -> Result<Handl
 }
 
 fn abort(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
+    p.only("abort", &[&["stream_id"]])?;
     let stream = state.streams.get(&p.req_str("stream_id")?)?;
     if stream.abort("client") {
         done(&json!({ "aborted": true }))
@@ -196,6 +208,7 @@ fn abort(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
 }
 
 fn stream_status(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
+    p.only("stream_status", &[&["stream_id"]])?;
     let stream = state.streams.get(&p.req_str("stream_id")?)?;
     let (stream_state, next_seq) = stream.status();
     let mut result = json!({ "state": stream_state, "next_seq": next_seq });

@@ -21,7 +21,49 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// The parameters of generating a text (`run`, the `generate` tool).
+pub(super) const GENERATION_FIELDS: &[&str] = &[
+    "prompt",
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repeat_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "role",
+    "enable_thinking",
+];
+
 impl Params {
+    /// Refuses a parameter `method` does not take (`_meta`, which MCP
+    /// allows on any request, is always accepted): a misspelt
+    /// `max_token` must not silently fall back to the default.
+    pub fn only(&self, method: &str, known: &[&[&str]]) -> Result<(), RpcError> {
+        let unknown = self
+            .0
+            .keys()
+            .find(|k| *k != "_meta" && !known.iter().any(|set| set.contains(&k.as_str())));
+        match unknown {
+            None => Ok(()),
+            Some(field) => {
+                let mut names: Vec<&str> =
+                    known.iter().flat_map(|set| set.iter().copied()).collect();
+                names.sort_unstable();
+                let takes = if names.is_empty() {
+                    "it takes none".to_owned()
+                } else {
+                    format!("it takes {}", names.join(", "))
+                };
+                Err(RpcError::invalid_params(
+                    field,
+                    format!("unknown parameter `{field}` for `{method}`; {takes}"),
+                ))
+            }
+        }
+    }
+
     fn present(&self, field: &str) -> Option<&Value> {
         self.0.get(field).filter(|v| !v.is_null())
     }

@@ -320,7 +320,7 @@ impl Stream {
             let limits = &self.shared.limits;
             if inner.bytes + cost > limits.max_stream_bytes {
                 over_limit = Some(format!(
-                    "consumer too slow: the stream's buffer limit of {} bytes was reached",
+                    "consumer too slow: the stream's buffer limit of {} bytes (streams.max_stream_bytes) was reached",
                     limits.max_stream_bytes
                 ));
             } else if self.shared.total_bytes.fetch_add(cost, Ordering::AcqRel) + cost
@@ -328,7 +328,7 @@ impl Stream {
             {
                 self.shared.total_bytes.fetch_sub(cost, Ordering::AcqRel);
                 over_limit = Some(format!(
-                    "consumer too slow: the server's buffer limit of {} bytes was reached",
+                    "consumer too slow: the server's buffer limit of {} bytes (streams.max_total_bytes) was reached",
                     limits.max_total_bytes
                 ));
             } else {

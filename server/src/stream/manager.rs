@@ -29,7 +29,7 @@ pub enum StreamError {
     #[error("stream expired: nobody consumed it for longer than the idle timeout")]
     Expired,
     /// The concurrent-stream limit is reached.
-    #[error("too many concurrent streams (limit {limit})")]
+    #[error("too many concurrent streams (limit {limit}, streams.max_streams)")]
     TooMany {
         /// The configured limit.
         limit: usize,

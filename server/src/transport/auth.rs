@@ -1,7 +1,8 @@
 //! API keys: when keys are configured, every protected route (`/mcp`,
 //! `/ws`, `/metrics`, the OpenAI/Ollama APIs) needs
-//! `Authorization: Bearer <key>`; a missing or wrong key gets 401 with a
-//! JSON-RPC error -32008 before any work is done. Keys are compared in
+//! `Authorization: Bearer <key>`; a missing or wrong key gets 401 before
+//! any work is done, with a JSON-RPC error -32008 (or, under `/v1` and
+//! `/api`, the OpenAI or Ollama error). Keys are compared in
 //! constant time and never logged.
 
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::mcp_http::failure;
+use super::errors::{Api, api_error, failure};
 use crate::rpc::{RpcError, codes};
 
 /// The configured API keys.
@@ -74,11 +75,14 @@ pub async fn require_key(
     }
     crate::metrics::rejected("unauthorized");
     tracing::info!(path = %request.uri().path(), "request refused: missing or wrong API key");
-    let error = RpcError::new(
-        codes::UNAUTHORIZED,
-        "unauthorized: send a valid API key as `Authorization: Bearer <key>`",
-    );
-    let mut response = failure(StatusCode::UNAUTHORIZED, &error);
+    let message = "unauthorized: send a valid API key as `Authorization: Bearer <key>`";
+    let mut response = match Api::of(request.uri().path()) {
+        Api::JsonRpc => failure(
+            StatusCode::UNAUTHORIZED,
+            &RpcError::new(codes::UNAUTHORIZED, message),
+        ),
+        api => api_error(api, StatusCode::UNAUTHORIZED, message),
+    };
     response
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

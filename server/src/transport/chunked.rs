@@ -179,7 +179,9 @@ impl FrameAssembler {
             let limit = self.max_message;
             return fail(
                 self,
-                format!("framed message over the limit of {limit} bytes"),
+                format!(
+                    "framed message over the limit of {limit} bytes (limits.max_request_bytes)"
+                ),
             );
         }
         partial.chunks[header.index] = Some(header.data.to_owned());

@@ -95,6 +95,27 @@ pub fn start_private(
     Ok(PrivateStream::new(&state.streams, stream))
 }
 
+/// Logs, at debug, the top-level fields of a request body that `known`
+/// does not list. The OpenAI and Ollama APIs ignore fields they do not
+/// know, as the originals do; the log helps find a misspelt one. The body
+/// is read again only when debug logging is on.
+pub fn log_ignored_fields(endpoint: &'static str, body: &[u8], known: &[&str]) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    let Ok(map) = serde_json::from_slice::<serde_json::Map<String, Value>>(body) else {
+        return;
+    };
+    let ignored: Vec<&str> = map
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !known.contains(k))
+        .collect();
+    if !ignored.is_empty() {
+        tracing::debug!(endpoint, ?ignored, "request fields ignored");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

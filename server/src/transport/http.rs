@@ -21,7 +21,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::mcp_http::{SESSION_HEADER, accepts_sse, check_post_headers, failure};
+use super::errors::failure;
+use super::mcp_http::{SESSION_HEADER, accepts_sse, check_post_headers};
 use super::session::OUTBOUND_QUEUE;
 use super::state::AppState;
 use crate::rpc::{Connection, Dispatcher, Notifier, RpcError, codes, error_response, recover_id};
@@ -71,7 +72,7 @@ pub async fn post_mcp(
             let limit = state.settings.max_request_bytes;
             let error = RpcError::new(
                 codes::TOO_LARGE,
-                format!("request body over the limit of {limit} bytes"),
+                format!("request body over the limit of {limit} bytes (limits.max_request_bytes)"),
             );
             return failure(StatusCode::PAYLOAD_TOO_LARGE, &error);
         }

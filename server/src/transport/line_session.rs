@@ -132,7 +132,10 @@ async fn handle(
                 let id = recover_id(&preview).unwrap_or(Value::Null);
                 let error = RpcError::new(
                     codes::TOO_LARGE,
-                    format!("message over the limit of {} bytes", options.max_line),
+                    format!(
+                        "message over the limit of {} bytes (limits.max_request_bytes)",
+                        options.max_line
+                    ),
                 );
                 session.send_error(&id, &error).await;
             }

@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
-pub use super::errors::failure;
+use super::errors::failure;
 use super::state::{AppState, Settings};
 use crate::rpc::{PROTOCOL_VERSIONS, RpcError};
 

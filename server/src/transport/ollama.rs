@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::clock::rfc3339;
-use super::compat::{ChatMessage, prompt_from_messages, start_private, turns};
+use super::compat::{ChatMessage, log_ignored_fields, prompt_from_messages, start_private, turns};
 use super::state::AppState;
 use super::tools::{ToolCall, ToolCallFilter};
 use crate::engine::{EngineError, ModelInfo, Role, RunRequest, Sampling, Turn, ValidationError};
@@ -33,9 +33,15 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 fn engine_error(err: EngineError) -> Response {
     match err {
-        EngineError::Invalid(ValidationError::UnknownModel(name)) => {
+        EngineError::Invalid(ValidationError::UnknownModel { name, available }) => {
             crate::metrics::rejected("model_unavailable");
-            error(StatusCode::NOT_FOUND, format!("model '{name}' not found"))
+            error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "model '{name}' not found; the models are: {}",
+                    available.join(", ")
+                ),
+            )
         }
         EngineError::Invalid(
             ValidationError::Invalid { message, .. } | ValidationError::TooLarge { message, .. },
@@ -117,9 +123,13 @@ fn resolve(state: &AppState, name: Option<&str>) -> Result<Option<String>, Box<R
         .find(|m| m.name == name || m.name == bare)
         .map(|m| Some(m.name.clone()))
         .ok_or_else(|| {
+            let names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
             Box::new(error(
                 StatusCode::NOT_FOUND,
-                format!("model '{name}' not found"),
+                format!(
+                    "model '{name}' not found; the models are: {}",
+                    names.join(", ")
+                ),
             ))
         })
 }
@@ -151,7 +161,7 @@ pub async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     Json(json!({
         "modelfile": "", "parameters": "", "template": "", "details": details(),
         "model_info": {"general.architecture": "rkllm", "general.basename": name},
-        "capabilities": ["completion"], "modified_at": entry["modified_at"]
+        "capabilities": ["completion", "tools"], "modified_at": entry["modified_at"]
     }))
     .into_response()
 }
@@ -230,6 +240,11 @@ enum Api {
 
 /// `POST /api/generate`.
 pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    log_ignored_fields(
+        "/api/generate",
+        &body,
+        &["model", "prompt", "system", "stream", "options", "think"],
+    );
     let request: GenerateRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -277,6 +292,11 @@ pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Respon
 
 /// `POST /api/chat`.
 pub async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    log_ignored_fields(
+        "/api/chat",
+        &body,
+        &["model", "messages", "stream", "options", "think", "tools"],
+    );
     let request: ChatRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::clock::unix_now;
-use super::compat::{ChatMessage, prompt_from_messages, start_private, turns};
+use super::compat::{ChatMessage, log_ignored_fields, prompt_from_messages, start_private, turns};
 use super::state::AppState;
 use super::tools::{ToolCall, ToolCallFilter};
 use crate::engine::{EngineError, Role, RunRequest, Sampling, Turn, ValidationError};
@@ -55,16 +55,19 @@ fn bad_request(message: impl Into<String>, param: Option<&str>) -> Response {
 pub(super) fn engine_error(err: EngineError) -> Response {
     crate::metrics::rejected(match &err {
         EngineError::QueueFull { .. } | EngineError::Stream(_) => "busy",
-        EngineError::Invalid(ValidationError::UnknownModel(_)) | EngineError::NotLoaded(_) => {
+        EngineError::Invalid(ValidationError::UnknownModel { .. }) | EngineError::NotLoaded(_) => {
             "model_unavailable"
         }
         _ => "invalid_params",
     });
     match err {
-        EngineError::Invalid(ValidationError::UnknownModel(name)) => error(
+        EngineError::Invalid(ValidationError::UnknownModel { name, available }) => error(
             StatusCode::NOT_FOUND,
             "invalid_request_error",
-            format!("The model `{name}` does not exist"),
+            format!(
+                "The model `{name}` does not exist; the models are: {}",
+                available.join(", ")
+            ),
             Some("model"),
             Some("model_not_found"),
         ),
@@ -158,6 +161,24 @@ struct CompletionRequest {
     common: Common,
 }
 
+/// The fields of `Common`, as the wire names them.
+const COMMON_FIELDS: &[&str] = &[
+    "model",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "frequency_penalty",
+    "presence_penalty",
+    "repeat_penalty",
+    "n",
+    "tools",
+    "tool_choice",
+];
+
 fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Box<Response>> {
     serde_json::from_slice(body)
         .map_err(|e| Box::new(bad_request(format!("invalid request body: {e}"), None)))
@@ -208,6 +229,11 @@ enum Kind {
 
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    log_ignored_fields(
+        "/v1/chat/completions",
+        &body,
+        &[COMMON_FIELDS, &["messages"]].concat(),
+    );
     let request: ChatRequest = match parse(&body) {
         Ok(r) => r,
         Err(response) => return *response,
@@ -230,6 +256,11 @@ pub async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -
 
 /// `POST /v1/completions`.
 pub async fn completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    log_ignored_fields(
+        "/v1/completions",
+        &body,
+        &[COMMON_FIELDS, &["prompt"]].concat(),
+    );
     let request: CompletionRequest = match parse(&body) {
         Ok(r) => r,
         Err(response) => return *response,
