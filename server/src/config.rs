@@ -482,7 +482,20 @@ impl Config {
             .iter()
             .map(|_| "********".to_owned())
             .collect();
-        toml::to_string(&shown)
+        let text = toml::to_string(&shown)?;
+        // A CPU mask reads as bits: `cpu_mask = 0xf0`, which TOML parses
+        // back to the same integer.
+        Ok(text
+            .lines()
+            .map(|line| match line.strip_prefix("cpu_mask = ") {
+                Some(n) => n
+                    .parse::<u32>()
+                    .map_or_else(|_| line.to_owned(), |n| format!("cpu_mask = {n:#x}")),
+                None => line.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n")
     }
 
     /// Checks what only the machine can tell: that model files exist.

@@ -74,6 +74,16 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let backend = match config.backend {
+        rkllm_server::config::BackendKind::Mock => "mock",
+        rkllm_server::config::BackendKind::Rkllm => "rkllm",
+    };
+    let models = config
+        .model_specs()
+        .iter()
+        .map(|m| m.name.clone())
+        .collect::<Vec<_>>()
+        .join(", ");
     let state = match rkllm_server::startup::build(&config) {
         Ok(state) => state,
         Err(err) => {
@@ -105,6 +115,7 @@ async fn main() -> ExitCode {
         }
     };
     if let Some(output) = protocol_output {
+        tracing::info!(backend = %backend, models = %models, "serving on stdio");
         systemd.ready();
         rkllm_server::run_stdio(state, output, stopping).await;
         return ExitCode::SUCCESS;
@@ -117,7 +128,10 @@ async fn main() -> ExitCode {
         }
     };
     match listener.local_addr() {
-        Ok(local) => eprintln!("rkllm-server listening on http://{local}"),
+        Ok(local) => {
+            tracing::info!(backend = %backend, models = %models, "serving");
+            eprintln!("rkllm-server listening on http://{local}");
+        }
         Err(err) => eprintln!("rkllm-server: cannot read the bound address: {err}"),
     }
     systemd.ready();

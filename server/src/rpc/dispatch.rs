@@ -71,7 +71,7 @@ fn log_request(
             crate::metrics::rejected(reason);
         }
     }
-    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    let ms = crate::vocab::round_ms(started.elapsed().as_secs_f64() * 1000.0);
     let code = outcome.as_ref().err().map(|e| e.code);
     let summary = ctx.summary.lock().clone();
     if method == "ping" {

@@ -6,4 +6,4 @@ mod cancel;
 mod outcome;
 
 pub use cancel::CancelToken;
-pub use outcome::{EndError, EndErrorKind, EndInfo, FinishReason, Timings, Usage};
+pub use outcome::{EndError, EndErrorKind, EndInfo, FinishReason, Timings, Usage, round_ms};

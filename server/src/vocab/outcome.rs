@@ -53,14 +53,25 @@ pub struct Timings {
     pub tokens_per_second: f64,
 }
 
+/// `ms` rounded to the microsecond, for logs and the wire (no
+/// `0.027401000000000002`).
+pub fn round_ms(ms: f64) -> f64 {
+    (ms * 1000.0).round() / 1000.0
+}
+
 impl Timings {
-    /// Fills in `tokens_per_second` from the generation time and count.
+    /// Fills in `tokens_per_second` from the generation time and count,
+    /// and rounds every figure to three decimals.
     pub fn with_rate(mut self, completion_tokens: u32) -> Self {
         self.tokens_per_second = if self.generate_ms > 0.0 {
             f64::from(completion_tokens) * 1000.0 / self.generate_ms
         } else {
             0.0
         };
+        self.queue_ms = round_ms(self.queue_ms);
+        self.prefill_ms = round_ms(self.prefill_ms);
+        self.generate_ms = round_ms(self.generate_ms);
+        self.tokens_per_second = round_ms(self.tokens_per_second);
         self
     }
 }
