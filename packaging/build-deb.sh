@@ -1,26 +1,43 @@
 #!/usr/bin/env bash
-# Builds the Debian packages with cargo-deb: amd64 (installed, run and
-# removed again, as a check) and arm64 (from the aarch64 release build).
-#   packaging/build-deb.sh            # both, into target/debian/
-#   packaging/build-deb.sh --no-check # amd64 without installing it
+# Builds the Debian packages with cargo-deb, amd64 and arm64 (the arm64
+# binary from cross/build-aarch64.sh, against glibc 2.31), each with the
+# shell completions and the manual page generated from the CLI definition
+# and a Depends computed from what its binary uses (packaging/set-depends.sh).
+#   packaging/build-deb.sh            # both, into target/debian/ and
+#                                     # target/aarch64-unknown-linux-gnu/debian/
+#   packaging/build-deb.sh --check    # also installs the amd64 package in a
+#                                     # throwaway Debian root, checks it and
+#                                     # purges it (packaging/check-deb.sh);
+#                                     # nothing is installed on this machine
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-deb >/dev/null || cargo install cargo-deb --locked --version 3.8.0
-cargo deb --locked -p rkllm-server
+cargo build --release --locked -p rkllm-server
+assets=target/deb-assets
+mkdir -p "$assets"
+server=target/release/rkllm-server
+"$server" --completions bash > "$assets/rkllm-server.bash"
+"$server" --completions zsh > "$assets/_rkllm-server"
+"$server" --completions fish > "$assets/rkllm-server.fish"
+"$server" --man-page | gzip -9n > "$assets/rkllm-server.1.gz"
+
+cargo deb --locked -p rkllm-server --no-build
 amd64=$(ls -t target/debian/rkllm-server_*_amd64.deb | head -n1)
-echo "built $amd64"
-if [ "${1:-}" != "--no-check" ]; then
-    sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-    $sudo dpkg -i "$amd64"
-    /usr/bin/rkllm-server --version
-    /usr/bin/rkllm-server --check-config          # reads /etc/rkllm-server/config.toml
-    getent passwd rkllm >/dev/null
-    test -f /lib/systemd/system/rkllm-server.service
-    $sudo dpkg --purge rkllm-server
-fi
+packaging/set-depends.sh "$amd64" "$server" objdump
+
 cross/setup-aarch64.sh
-if [ ! -x target/aarch64-unknown-linux-gnu/release/rkllm-server ]; then
-    cargo build --release --locked --target aarch64-unknown-linux-gnu -p rkllm-server
-fi
+arm_bin=target/aarch64-unknown-linux-gnu/release/rkllm-server
+[ -x "$arm_bin" ] || cross/build-aarch64.sh
 cargo deb --locked -p rkllm-server --target aarch64-unknown-linux-gnu --no-build
-ls -l target/aarch64-unknown-linux-gnu/debian/rkllm-server_*_arm64.deb
+arm64=$(ls -t target/aarch64-unknown-linux-gnu/debian/rkllm-server_*_arm64.deb | head -n1)
+packaging/set-depends.sh "$arm64" "$arm_bin" aarch64-linux-gnu-objdump
+# Board images from Debian 11 and Ubuntu 20.04 on (glibc 2.31) can install it.
+dpkg-deb -f "$arm64" Depends | grep -Eq 'libc6 \(>= 2\.(2[0-9]|3[01])(\.[0-9]+)?\)' || {
+    echo "the arm64 package asks for a libc6 newer than 2.31: $(dpkg-deb -f "$arm64" Depends)" >&2
+    exit 1
+}
+ls -l "$amd64" "$arm64"
+
+if [ "${1:-}" = "--check" ]; then
+    packaging/check-deb.sh "$amd64"
+fi

@@ -147,12 +147,32 @@ pub struct Cli {
     /// Print the effective configuration (API keys masked) and exit.
     #[arg(long)]
     pub print_config: bool,
-    /// Validate the configuration (and that model files exist) and exit.
+    /// Check the configuration as start-up would (model files exist, the
+    /// runtime loads), without loading a model, and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// Print a shell completion script (bash, zsh, fish, …) and exit.
+    #[arg(long, value_name = "SHELL", hide = true)]
+    pub completions: Option<clap_complete::Shell>,
+    /// Print the manual page (roff) and exit.
+    #[arg(long, hide = true)]
+    pub man_page: bool,
 }
 
 impl Cli {
+    /// Writes the completion script for `shell`, made from this definition.
+    pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+        clap_complete::generate(shell, &mut Self::command(), "rkllm-server", out);
+    }
+
+    /// Writes the manual page, made from this definition.
+    ///
+    /// # Errors
+    /// When `out` cannot be written.
+    pub fn write_man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        clap_mangen::Man::new(Self::command()).render(out)
+    }
+
     /// Parses the command line and the `RKLLM_SERVER_*` variables, or
     /// exits with clap's message (status 2). A bad value that came from a
     /// variable is reported naming the variable, not the flag.

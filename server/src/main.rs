@@ -10,6 +10,19 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse_or_exit();
+    if let Some(shell) = cli.completions {
+        Cli::write_completions(shell, &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    if cli.man_page {
+        return match Cli::write_man_page(&mut std::io::stdout()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("rkllm-server: cannot write the manual page: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let (print_config, check_config) = (cli.print_config, cli.check_config);
     let config = match Config::load(cli) {
         Ok(config) => config,
