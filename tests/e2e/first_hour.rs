@@ -418,3 +418,16 @@ async fn messages_name_the_key_to_raise_and_what_there_is() {
     let capabilities = body["capabilities"].as_array().unwrap();
     assert!(capabilities.contains(&serde_json::json!("tools")), "{body}");
 }
+
+#[test]
+fn completions_and_the_manual_page_come_from_the_cli_definition() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (ok, stdout, stderr) = run(&["--completions", shell], &[]);
+        assert!(ok, "{shell}: {stderr}");
+        assert!(stdout.contains("--check-config"), "{shell}: {stdout}");
+    }
+    let (ok, stdout, _) = run(&["--man-page"], &[]);
+    assert!(ok);
+    assert!(stdout.starts_with(".ie") || stdout.contains(".TH"), "{stdout}");
+    assert!(stdout.contains("log\\-level"), "{stdout}");
+}
