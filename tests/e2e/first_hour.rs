@@ -424,7 +424,7 @@ fn completions_and_the_manual_page_come_from_the_cli_definition() {
     for shell in ["bash", "zsh", "fish"] {
         let (ok, stdout, stderr) = run(&["--completions", shell], &[]);
         assert!(ok, "{shell}: {stderr}");
-        assert!(stdout.contains("--check-config"), "{shell}: {stdout}");
+        assert!(stdout.contains("check-config"), "{shell}: {stdout}");
     }
     let (ok, stdout, _) = run(&["--man-page"], &[]);
     assert!(ok);
