@@ -16,6 +16,7 @@ fn limits() -> StreamLimits {
         max_stream_bytes: 1 << 30,
         max_total_bytes: 1 << 30,
         max_streams: 1 << 20,
+        resume_grace: Duration::ZERO,
     }
 }
 

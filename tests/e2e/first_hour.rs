@@ -428,6 +428,9 @@ fn completions_and_the_manual_page_come_from_the_cli_definition() {
     }
     let (ok, stdout, _) = run(&["--man-page"], &[]);
     assert!(ok);
-    assert!(stdout.starts_with(".ie") || stdout.contains(".TH"), "{stdout}");
+    assert!(
+        stdout.starts_with(".ie") || stdout.contains(".TH"),
+        "{stdout}"
+    );
     assert!(stdout.contains("log\\-level"), "{stdout}");
 }

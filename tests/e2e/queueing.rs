@@ -303,3 +303,83 @@ async fn mock_lanes_generate_several_streams_at_once_and_bench_mode_stamps_chunk
         .await;
     assert!(chunks.iter().all(|c| c.get("produced_ns").is_none()));
 }
+
+#[tokio::test]
+async fn with_a_resume_grace_a_websocket_stream_survives_its_socket_and_is_resumed() {
+    let server = Server::start(
+        &mock_config(50.0, 0, "[streams]\nresume_grace_secs = 30\n"),
+        &[],
+    );
+    let prompt = "resume me @mock(length=60)";
+    let expected = server.ok("run", json!({"prompt": prompt})).await["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut ws = Ws::connect(&server).await;
+    let (stream_id, mut notes) = ws.start_stream(json!({"prompt": prompt})).await;
+    while notes.len() < 5 {
+        notes.push(ws.recv().await);
+    }
+    let first: Vec<Value> = notes
+        .iter()
+        .filter(|n| n["params"]["stream_id"] == stream_id.as_str())
+        .map(|n| n["params"].clone())
+        .collect();
+    let next_seq = first.last().unwrap()["seq"].as_u64().unwrap() + 1;
+    ws.close().await;
+    // The generation goes on without a reader.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let status = server
+        .ok("stream_status", json!({"stream_id": stream_id}))
+        .await;
+    assert!(
+        status["state"] == "active" || status["state"] == "finished",
+        "{status}"
+    );
+    let mut again = Ws::connect(&server).await;
+    let id = again
+        .request(
+            "subscribe",
+            json!({"stream_id": stream_id, "from_seq": next_seq}),
+        )
+        .await;
+    let mut notes = Vec::new();
+    let response = again.response(id, &mut notes).await;
+    assert_eq!(response["result"]["status"], "subscribed", "{response}");
+    let rest = again.chunks_to_end(&stream_id, notes).await;
+    let mut all = first;
+    all.extend(rest);
+    let text = check_chunks(&all);
+    assert_eq!(text, expected, "nothing lost, nothing repeated");
+    assert_eq!(all.last().unwrap()["finish_reason"], "stop");
+}
+
+#[tokio::test]
+async fn a_stream_not_resumed_within_its_grace_is_aborted() {
+    let server = Server::start(
+        &mock_config(20.0, 0, "[streams]\nresume_grace_secs = 1\n"),
+        &[],
+    );
+    let mut ws = Ws::connect(&server).await;
+    let (stream_id, mut notes) = ws
+        .start_stream(json!({"prompt": "endless @mock(length=100000)"}))
+        .await;
+    while notes.is_empty() {
+        notes.push(ws.recv().await);
+    }
+    ws.close().await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let status = server
+        .ok("stream_status", json!({"stream_id": stream_id}))
+        .await;
+    assert_eq!(
+        status["state"], "active",
+        "still within the grace: {status}"
+    );
+    server.wait_state(&stream_id, "aborted").await;
+    let metrics = server.metrics_text().await;
+    assert!(
+        metrics.contains("rkllm_aborts_total{cause=\"disconnect\"} 1"),
+        "{metrics}"
+    );
+}

@@ -206,6 +206,10 @@ pub struct StreamsSection {
     pub max_total_bytes: usize,
     /// Streams queued or generating at once.
     pub max_streams: usize,
+    /// Seconds a stream started on a WebSocket (or TCP) connection
+    /// survives that connection, to be resumed with `subscribe`; 0 aborts
+    /// it when the connection closes.
+    pub resume_grace_secs: u64,
 }
 
 impl Default for StreamsSection {
@@ -215,6 +219,7 @@ impl Default for StreamsSection {
             max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
             max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
             max_streams: DEFAULT_MAX_STREAMS,
+            resume_grace_secs: 0,
         }
     }
 }

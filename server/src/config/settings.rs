@@ -80,6 +80,7 @@ impl Config {
             max_stream_bytes: self.streams.max_stream_bytes,
             max_total_bytes: self.streams.max_total_bytes,
             max_streams: self.streams.max_streams,
+            resume_grace: Duration::from_secs(self.streams.resume_grace_secs),
         }
     }
 

@@ -212,6 +212,15 @@ impl Config {
                 format!("must be between 1 and 86400, got {}", s.idle_timeout_secs),
             ));
         }
+        if s.resume_grace_secs > s.idle_timeout_secs {
+            return Err(invalid(
+                "streams.resume_grace_secs",
+                format!(
+                    "must be at most streams.idle_timeout_secs ({}), got {}",
+                    s.idle_timeout_secs, s.resume_grace_secs
+                ),
+            ));
+        }
         if s.max_stream_bytes < 1024 {
             return Err(invalid(
                 "streams.max_stream_bytes",

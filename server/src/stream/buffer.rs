@@ -33,6 +33,10 @@ use crate::vocab::{CancelToken, EndErrorKind, EndInfo, FinishReason, Usage};
 /// tiny chunks cannot dodge the memory limits.
 pub const CHUNK_OVERHEAD: usize = 64;
 
+/// Chunks a push stream keeps behind its reader when a resume grace is
+/// configured, for a reconnecting client to replay.
+const REPLAY_CHUNKS: u64 = 1024;
+
 /// At most this many chunks are handed to a consumer at once.
 const MAX_BATCH: usize = 256;
 
@@ -97,6 +101,10 @@ struct Inner {
     pollers: u32,
     last_activity: Instant,
     usage: Usage,
+    /// Set when the last reader of a push-started stream left with a
+    /// resume grace in force: the generation is aborted at this instant
+    /// unless a reader attaches again.
+    resume_by: Option<Instant>,
 }
 
 impl Inner {
@@ -232,6 +240,7 @@ impl Stream {
                 next_consumer_id: 0,
                 pollers: 0,
                 last_activity: Instant::now(),
+                resume_by: None,
                 usage: Usage::default(),
             }),
         }
@@ -421,6 +430,16 @@ impl Stream {
         self.cancel.cancel();
     }
 
+    /// Whether the stream's resume grace ended at `now` with nobody
+    /// reading it again.
+    pub(crate) fn abandoned(&self, now: Instant) -> bool {
+        let inner = self.inner.lock();
+        inner.resume_by.is_some_and(|by| now >= by)
+            && inner.consumers.is_empty()
+            && inner.poll_cursor.is_none()
+            && inner.end_seq.is_none()
+    }
+
     /// The instant since which nobody has consumed the stream, or `None`
     /// while a consumer is attached or a long poll is waiting.
     pub(crate) fn idle_since(&self) -> Option<Instant> {
@@ -488,6 +507,7 @@ impl Stream {
         inner.next_consumer_id += 1;
         inner.consumers.push((id, from_seq));
         inner.last_activity = Instant::now();
+        inner.resume_by = None;
         Consumer {
             stream: Arc::clone(self),
             id,
@@ -497,7 +517,19 @@ impl Stream {
 
     /// Frees chunks every cursor has passed.
     fn release_locked(&self, inner: &mut Inner) {
-        let consumers_min = inner.consumers.iter().map(|&(_, c)| c).min();
+        // With a resume grace, pushed chunks stay for a while: a client
+        // that reconnects resumes from the last seq it received, and the
+        // ones lost in flight on the old socket are still here.
+        let keep = if self.shared.limits.resume_grace.is_zero() {
+            0
+        } else {
+            REPLAY_CHUNKS
+        };
+        let consumers_min = inner
+            .consumers
+            .iter()
+            .map(|&(_, c)| c.saturating_sub(keep))
+            .min();
         let min = match (inner.poll_cursor, consumers_min) {
             (Some(p), Some(c)) => p.min(c),
             (Some(p), None) => p,
@@ -590,13 +622,26 @@ impl Consumer {
 }
 
 impl Drop for Consumer {
+    /// The last reader of a stream nobody polls leaving aborts its
+    /// generation, at once or, with a resume grace, when the grace ends
+    /// without a new reader (the manager's sweep does it).
     fn drop(&mut self) {
         let abort = {
             let mut inner = self.stream.inner.lock();
             inner.consumers.retain(|&(cid, _)| cid != self.id);
-            inner.last_activity = Instant::now();
+            let now = Instant::now();
+            inner.last_activity = now;
             self.stream.release_locked(&mut inner);
-            inner.consumers.is_empty() && inner.poll_cursor.is_none() && inner.end_seq.is_none()
+            let orphaned = inner.consumers.is_empty()
+                && inner.poll_cursor.is_none()
+                && inner.end_seq.is_none();
+            let grace = self.stream.shared.limits.resume_grace;
+            if orphaned && !grace.is_zero() {
+                inner.resume_by = Some(now + grace);
+                false
+            } else {
+                orphaned
+            }
         };
         if abort {
             self.stream.abort("disconnect");

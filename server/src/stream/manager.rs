@@ -178,6 +178,21 @@ impl StreamManager {
             tracing::debug!(stream_id = stream.id(), "stream expired");
             stream.expire();
         }
+        // Push-started streams whose resume grace ran out unread.
+        let abandoned: Vec<Arc<Stream>> = if self.shared.limits.resume_grace.is_zero() {
+            Vec::new()
+        } else {
+            let registry = self.registry.lock();
+            registry
+                .live
+                .values()
+                .filter(|s| s.abandoned(now))
+                .cloned()
+                .collect()
+        };
+        for stream in abandoned {
+            stream.abort("disconnect");
+        }
         expired.len()
     }
 
@@ -191,10 +206,15 @@ impl StreamManager {
         streams.iter().filter(|s| s.abort("shutdown")).count()
     }
 
-    /// How often the reaper checks for idle streams.
+    /// How often the reaper checks for idle streams (and ended resume
+    /// graces).
     pub fn sweep_interval(&self) -> Duration {
-        (self.shared.limits.idle_timeout / 4)
-            .clamp(Duration::from_millis(50), Duration::from_secs(5))
+        let limits = &self.shared.limits;
+        let mut period = limits.idle_timeout / 4;
+        if !limits.resume_grace.is_zero() {
+            period = period.min(limits.resume_grace / 4);
+        }
+        period.clamp(Duration::from_millis(50), Duration::from_secs(5))
     }
 
     /// Runs the idle reaper until the returned task is aborted.

@@ -75,4 +75,7 @@ pub struct StreamLimits {
     pub max_total_bytes: usize,
     /// Streams that may be queued or generating at once.
     pub max_streams: usize,
+    /// How long a push-started stream outlives its last reader (a closed
+    /// WebSocket) so that `subscribe` can resume it; zero aborts it at once.
+    pub resume_grace: std::time::Duration,
 }

@@ -13,6 +13,7 @@ fn limits() -> StreamLimits {
         max_stream_bytes: 1 << 20,
         max_total_bytes: 64 << 20,
         max_streams: 4,
+        resume_grace: Duration::ZERO,
     }
 }
 
