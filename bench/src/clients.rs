@@ -381,38 +381,56 @@ async fn poll_stream(
     }
 }
 
-/// Reads an SSE body, calling `event` with each `data:` payload and the
-/// time its bytes arrived, until `event` returns true or the body ends.
-async fn read_sse(
+/// Reads a body made of records ended by `separator`, calling `record`
+/// with each record and the time its bytes arrived, until `record`
+/// returns true or the body ends (an error: the stream was cut short).
+async fn read_records(
     mut response: reqwest::Response,
-    mut event: impl FnMut(&[u8], u64) -> Result<bool, String>,
+    what: &str,
+    separator: &[u8],
+    mut record: impl FnMut(&[u8], u64) -> Result<bool, String>,
 ) -> Result<(), String> {
     let mut buffer: Vec<u8> = Vec::new();
     loop {
         let Some(bytes) = response
             .chunk()
             .await
-            .map_err(|e| format!("SSE body: {e}"))?
+            .map_err(|e| format!("{what} body: {e}"))?
         else {
-            return Err("the SSE body ended early".into());
+            return Err(format!("the {what} body ended early"));
         };
         let now = monotonic_ns();
         buffer.extend_from_slice(&bytes);
         let mut start = 0;
-        while let Some(at) = find(&buffer[start..], b"\n\n") {
-            let block = &buffer[start..start + at];
-            start += at + 2;
-            for line in block.split(|&b| b == b'\n') {
-                if let Some(data) = line.strip_prefix(b"data:") {
-                    let data = data.strip_prefix(b" ").unwrap_or(data);
-                    if event(data, now)? {
-                        return Ok(());
-                    }
-                }
+        while let Some(at) = find(&buffer[start..], separator) {
+            let done = record(&buffer[start..start + at], now)?;
+            start += at + separator.len();
+            if done {
+                return Ok(());
             }
         }
         buffer.drain(..start);
     }
+}
+
+/// Reads an SSE body, calling `event` with each `data:` payload and the
+/// time its bytes arrived, until `event` returns true or the body ends.
+async fn read_sse(
+    response: reqwest::Response,
+    mut event: impl FnMut(&[u8], u64) -> Result<bool, String>,
+) -> Result<(), String> {
+    read_records(response, "SSE", b"\n\n", |block, now| {
+        for line in block.split(|&b| b == b'\n') {
+            if let Some(data) = line.strip_prefix(b"data:") {
+                let data = data.strip_prefix(b" ").unwrap_or(data);
+                if event(data, now)? {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    })
+    .await
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -580,7 +598,7 @@ async fn ollama_stream(
     let body = json!({"model": "mock", "stream": true, "options": {"num_predict": spec.tokens},
         "messages": [{"role": "user", "content": prompt}]});
     let sent = monotonic_ns();
-    let mut response = http
+    let response = http
         .post(format!("{base}/api/chat"))
         .header("content-type", "application/json")
         .body(body.to_string())
@@ -591,38 +609,25 @@ async fn ollama_stream(
         return Err(format!("Ollama POST: {}", response.status()));
     }
     let mut first = true;
-    let mut buffer: Vec<u8> = Vec::new();
-    loop {
-        let Some(bytes) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("NDJSON body: {e}"))?
-        else {
-            return Err("the NDJSON body ended early".into());
-        };
-        let now = monotonic_ns();
-        buffer.extend_from_slice(&bytes);
-        let mut start = 0;
-        while let Some(at) = buffer[start..].iter().position(|&b| b == b'\n') {
-            let line: OllamaLine = serde_json::from_slice(&buffer[start..start + at])
-                .map_err(|e| format!("bad Ollama line: {e}"))?;
-            start += at + 1;
-            if let Some(error) = line.error {
-                return Err(format!("Ollama stream failed: {error}"));
-            }
-            if line.done {
-                totals.tokens += line
-                    .eval_count
-                    .ok_or("the last Ollama line had no eval_count")?;
-                totals.streams += 1;
-                return Ok(());
-            }
-            if line.produced_ns.is_some() {
-                totals.chunk(sent, now, line.produced_ns, &mut first);
-            }
+    read_records(response, "NDJSON", b"\n", |line, now| {
+        let line: OllamaLine =
+            serde_json::from_slice(line).map_err(|e| format!("bad Ollama line: {e}"))?;
+        if let Some(error) = line.error {
+            return Err(format!("Ollama stream failed: {error}"));
         }
-        buffer.drain(..start);
-    }
+        if line.done {
+            totals.tokens += line
+                .eval_count
+                .ok_or("the last Ollama line had no eval_count")?;
+            totals.streams += 1;
+            return Ok(true);
+        }
+        if line.produced_ns.is_some() {
+            totals.chunk(sent, now, line.produced_ns, &mut first);
+        }
+        Ok(false)
+    })
+    .await
 }
 
 /// One stdio connection shared by many streams: a writer, and a reader

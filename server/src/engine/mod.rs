@@ -9,8 +9,8 @@ mod request;
 mod scheduler;
 
 pub use crate::backend::{
-    Backend, BackendError, ChatTemplate, CustomTemplate, ModelSettings, ModelSpec, Role, Sampling,
-    Turn, ValidRunRequest,
+    ALL_OVERRIDES, Backend, BackendError, ChatTemplate, CustomTemplate, ModelSettings, ModelSpec,
+    Role, Sampling, Turn, ValidRunRequest,
 };
 pub use request::{RequestLimits, RunRequest, ValidationError};
 pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo};

@@ -12,6 +12,7 @@ use super::context::{Handled, RequestCtx, Services, done};
 use super::generate::{run_request, start_private, summarize};
 use super::params::{GENERATION_FIELDS, Params};
 use super::{RpcError, codes};
+use crate::engine::ALL_OVERRIDES;
 use crate::vocab::FinishReason;
 
 /// The tool's name.
@@ -89,7 +90,7 @@ pub(super) async fn tools_call(
         Some(_) => return tool_error("`arguments` must be an object"),
     };
     let mut args = Params(arguments);
-    if let Err(err) = args.only(GENERATE, &[GENERATION_FIELDS]) {
+    if let Err(err) = args.only(GENERATE, &[GENERATION_FIELDS, ALL_OVERRIDES]) {
         return tool_error(err.message);
     }
     let request = match run_request(&mut args) {

@@ -15,6 +15,7 @@ use super::message::params_object;
 use super::params::{GENERATION_FIELDS, Params};
 use super::wire::ChunkJson;
 use super::{PROTOCOL_VERSIONS, RpcError, codes};
+use crate::engine::ALL_OVERRIDES;
 use crate::stream::{PollError, StreamState};
 use crate::vocab::{FinishReason, Timings, Usage};
 
@@ -98,6 +99,7 @@ async fn run(
         "run",
         &[
             GENERATION_FIELDS,
+            ALL_OVERRIDES,
             &["stream", "stream_id", "from_seq", "wait_ms"],
         ],
     )?;

@@ -21,20 +21,9 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// The parameters of generating a text (`run`, the `generate` tool).
-pub(super) const GENERATION_FIELDS: &[&str] = &[
-    "prompt",
-    "model",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "repeat_penalty",
-    "frequency_penalty",
-    "presence_penalty",
-    "role",
-    "enable_thinking",
-];
+/// The parameters of generating a text (`run`, the `generate` tool),
+/// besides the per-request overrides a backend may apply.
+pub(super) const GENERATION_FIELDS: &[&str] = &["prompt", "model"];
 
 impl Params {
     /// Refuses a parameter `method` does not take (`_meta`, which MCP

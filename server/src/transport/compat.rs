@@ -15,8 +15,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::state::AppState;
+use super::tools::ToolCallFilter;
 use crate::engine::{EngineError, Role};
 use crate::stream::PrivateStream;
+use crate::vocab::EndInfo;
 
 /// One chat message; `content` may be a string or a list of text parts.
 #[derive(Debug, Clone, Deserialize)]
@@ -93,6 +95,47 @@ pub fn start_private(
 ) -> Result<PrivateStream, EngineError> {
     let stream = state.engine.submit(request, false)?;
     Ok(PrivateStream::new(&state.streams, stream))
+}
+
+/// What one batch of a stream shows a client of the OpenAI or Ollama API.
+#[derive(Debug)]
+pub struct Shown {
+    /// The batch's text, through the tool-call filter when there is one.
+    pub text: String,
+    /// Benchmark mode: the production time of the batch's oldest text.
+    pub produced_ns: Option<u64>,
+    /// The end chunk's information, when the batch ends the stream.
+    pub end: Option<Arc<EndInfo>>,
+}
+
+/// Waits for the stream's next batch and merges it into what it shows:
+/// a client that keeps up gets each chunk on its own, one that falls
+/// behind catches up with fewer, larger pieces. `None` once nothing more
+/// will come.
+pub async fn next_shown(
+    private: &mut PrivateStream,
+    filter: &mut Option<ToolCallFilter>,
+) -> Option<Shown> {
+    let batch = private.consumer.next_batch().await;
+    if batch.is_empty() {
+        return None;
+    }
+    let mut shown = Shown {
+        text: String::new(),
+        produced_ns: None,
+        end: None,
+    };
+    for chunk in batch {
+        match filter {
+            Some(filter) => shown.text.push_str(&filter.push(&chunk.delta)),
+            None => shown.text.push_str(&chunk.delta),
+        }
+        if !chunk.delta.is_empty() {
+            shown.produced_ns = shown.produced_ns.or(chunk.produced_ns);
+        }
+        shown.end = chunk.end;
+    }
+    Some(shown)
 }
 
 /// Logs, at debug, the top-level fields of a request body that `known`

@@ -17,7 +17,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::clock::rfc3339;
-use super::compat::{ChatMessage, log_ignored_fields, prompt_from_messages, start_private, turns};
+use super::compat::{
+    ChatMessage, log_ignored_fields, next_shown, prompt_from_messages, start_private, turns,
+};
 use super::state::AppState;
 use super::tools::{ToolCall, ToolCallFilter};
 use crate::engine::{EngineError, ModelInfo, Role, RunRequest, Sampling, Turn, ValidationError};
@@ -366,29 +368,21 @@ impl Ndjson {
         if self.done {
             return None;
         }
-        let batch = self.private.consumer.next_batch().await;
-        if batch.is_empty() {
+        let Some(shown) = next_shown(&mut self.private, &mut self.filter).await else {
             self.done = true;
             return None;
-        }
-        let mut shown = String::new();
-        let mut produced_ns = None;
-        let mut end = None;
-        for chunk in batch {
-            match &mut self.filter {
-                Some(filter) => shown.push_str(&filter.push(&chunk.delta)),
-                None => shown.push_str(&chunk.delta),
-            }
-            if !chunk.delta.is_empty() {
-                produced_ns = produced_ns.or(chunk.produced_ns);
-            }
-            end = chunk.end;
-        }
+        };
         let mut out = Vec::new();
-        if !shown.is_empty() {
-            write_line(&mut out, self.api, &self.model, &shown, produced_ns);
+        if !shown.text.is_empty() {
+            write_line(
+                &mut out,
+                self.api,
+                &self.model,
+                &shown.text,
+                shown.produced_ns,
+            );
         }
-        let Some(end) = end else {
+        let Some(end) = shown.end else {
             return Some(out);
         };
         self.done = true;
