@@ -20,6 +20,7 @@ server=target/release/rkllm-server
 "$server" --completions zsh > "$assets/_rkllm-server"
 "$server" --completions fish > "$assets/rkllm-server.fish"
 "$server" --man-page | gzip -9n > "$assets/rkllm-server.1.gz"
+gzip -9n < CHANGELOG.md > "$assets/changelog.gz"
 
 cargo deb --locked -p rkllm-server --no-build
 amd64=$(ls -t target/debian/rkllm-server_*_amd64.deb | head -n1)

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Installs an amd64 package in a throwaway Debian root (debootstrap, minbase,
 # with adduser), checks what it installs, purges it and checks that the
-# user, the group and the state are gone. Nothing touches this machine's
-# own packages or users. Needs root (for chroot) and Debian's mirror.
+# user, the group and the state are gone; then lintian reads it. Nothing
+# touches this machine's own packages or users. Needs root (for chroot) and
+# Debian's mirror.
 #   packaging/check-deb.sh target/debian/rkllm-server_..._amd64.deb
 set -euo pipefail
 deb=$(realpath "$1")
 sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-if ! command -v debootstrap >/dev/null; then
+need=()
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v lintian >/dev/null || need+=(lintian)
+if [ ${#need[@]} -gt 0 ]; then
     $sudo apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends debootstrap
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${need[@]}"
 fi
 root=$(mktemp -d)
 trap '$sudo rm -rf "$root"' EXIT
@@ -41,3 +45,6 @@ if in_root test -e /var/lib/rkllm-server || in_root test -e /etc/rkllm-server/co
     exit 1
 fi
 echo "check-deb: installed, checked and purged cleanly"
+# Errors fail the check; warnings are shown.
+lintian --tag-display-limit 0 --fail-on error "$deb"
+echo "check-deb: lintian finds no error"
