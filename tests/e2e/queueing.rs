@@ -383,3 +383,32 @@ async fn a_stream_not_resumed_within_its_grace_is_aborted() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn a_resume_grace_never_keeps_a_departed_non_streaming_request_running() {
+    let server = Server::start(
+        &mock_config(20.0, 0, "[streams]\nresume_grace_secs = 60\n"),
+        &[],
+    );
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "run",
+                      "params": {"prompt": "forever @mock(length=100000)"}});
+    let gone = server
+        .http
+        .post(server.mcp_url())
+        .timeout(std::time::Duration::from_millis(500))
+        .body(body.to_string())
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gave up first");
+    // Only push-started streams wait for a resume; this one stops at once,
+    // or the next request would wait behind it.
+    let next = server
+        .ok("run", json!({"prompt": "after @mock(length=3)"}))
+        .await;
+    assert_eq!(next["finish_reason"], "stop");
+    let metrics = server.metrics_text().await;
+    assert!(
+        metrics.contains("rkllm_aborts_total{cause=\"disconnect\"} 1"),
+        "{metrics}"
+    );
+}

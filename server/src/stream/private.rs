@@ -34,7 +34,10 @@ impl PrivateStream {
 }
 
 impl Drop for PrivateStream {
+    /// Its one reader is gone: an unfinished generation stops now, whatever
+    /// resume grace push streams get (nobody can resume a private stream).
     fn drop(&mut self) {
+        self.stream.abort("disconnect");
         self.streams.remove(self.stream.id());
     }
 }
