@@ -231,7 +231,14 @@ async fn a_stream_nobody_reads_hits_its_buffer_limit_and_other_streams_are_untou
 
 #[tokio::test]
 async fn a_non_streaming_request_whose_client_leaves_aborts_its_generation() {
-    let server = Server::start(&mock_config(20.0, 0, ""), &[]);
+    leave_a_non_streaming_request_then_run_another(&mock_config(20.0, 0, "")).await;
+}
+
+/// Starts an endless non-streaming `run` whose client gives up, then runs
+/// another request on the same model and returns the server: had the
+/// first generation gone on, the second would wait 5000 s behind it.
+async fn leave_a_non_streaming_request_then_run_another(config: &str) -> Server {
+    let server = Server::start(config, &[]);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "run",
                       "params": {"prompt": "forever @mock(length=100000)"}});
     let gone = server
@@ -242,11 +249,11 @@ async fn a_non_streaming_request_whose_client_leaves_aborts_its_generation() {
         .send()
         .await;
     assert!(gone.is_err(), "the client gave up first");
-    // Had the generation gone on, this request would wait 5000 s behind it.
     let next = server
         .ok("run", json!({"prompt": "after @mock(length=3)"}))
         .await;
     assert_eq!(next["finish_reason"], "stop");
+    server
 }
 
 #[tokio::test]
@@ -386,26 +393,13 @@ async fn a_stream_not_resumed_within_its_grace_is_aborted() {
 
 #[tokio::test]
 async fn a_resume_grace_never_keeps_a_departed_non_streaming_request_running() {
-    let server = Server::start(
-        &mock_config(20.0, 0, "[streams]\nresume_grace_secs = 60\n"),
-        &[],
-    );
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "run",
-                      "params": {"prompt": "forever @mock(length=100000)"}});
-    let gone = server
-        .http
-        .post(server.mcp_url())
-        .timeout(std::time::Duration::from_millis(500))
-        .body(body.to_string())
-        .send()
-        .await;
-    assert!(gone.is_err(), "the client gave up first");
-    // Only push-started streams wait for a resume; this one stops at once,
-    // or the next request would wait behind it.
-    let next = server
-        .ok("run", json!({"prompt": "after @mock(length=3)"}))
-        .await;
-    assert_eq!(next["finish_reason"], "stop");
+    // Only push-started streams wait for a resume; this one stops at once.
+    let server = leave_a_non_streaming_request_then_run_another(&mock_config(
+        20.0,
+        0,
+        "[streams]\nresume_grace_secs = 60\n",
+    ))
+    .await;
     let metrics = server.metrics_text().await;
     assert!(
         metrics.contains("rkllm_aborts_total{cause=\"disconnect\"} 1"),
