@@ -529,6 +529,27 @@ struct OpenAiChunk {
     error: Option<Value>,
 }
 
+/// Posts a streaming request of an HTTP API (`what` names it in errors);
+/// returns the response once its status says it succeeded.
+async fn post_stream(
+    http: &reqwest::Client,
+    url: &str,
+    what: &str,
+    body: &Value,
+) -> Result<reqwest::Response, String> {
+    let response = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| format!("{what} POST: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!("{what} POST: {}", response.status()));
+    }
+    Ok(response)
+}
+
 async fn openai_stream(
     http: &reqwest::Client,
     base: &str,
@@ -540,16 +561,13 @@ async fn openai_stream(
         "stream_options": {"include_usage": true},
         "messages": [{"role": "user", "content": prompt}]});
     let sent = monotonic_ns();
-    let response = http
-        .post(format!("{base}/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .map_err(|e| format!("OpenAI POST: {e}"))?;
-    if !response.status().is_success() {
-        return Err(format!("OpenAI POST: {}", response.status()));
-    }
+    let response = post_stream(
+        http,
+        &format!("{base}/v1/chat/completions"),
+        "OpenAI",
+        &body,
+    )
+    .await?;
     let mut first = true;
     let mut usage = None;
     read_sse(response, |data, now| {
@@ -598,16 +616,7 @@ async fn ollama_stream(
     let body = json!({"model": "mock", "stream": true, "options": {"num_predict": spec.tokens},
         "messages": [{"role": "user", "content": prompt}]});
     let sent = monotonic_ns();
-    let response = http
-        .post(format!("{base}/api/chat"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .map_err(|e| format!("Ollama POST: {e}"))?;
-    if !response.status().is_success() {
-        return Err(format!("Ollama POST: {}", response.status()));
-    }
+    let response = post_stream(http, &format!("{base}/api/chat"), "Ollama", &body).await?;
     let mut first = true;
     read_records(response, "NDJSON", b"\n", |line, now| {
         let line: OllamaLine =
