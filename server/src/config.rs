@@ -19,7 +19,7 @@ mod validate;
 
 pub use sections::{
     BenchSection, EngineSection, HttpSection, LimitsSection, McpSection, MockSection, RkllmSection,
-    StdioSection, StreamsSection, WebSocketSection,
+    RunnerKind, StdioSection, StreamsSection, WebSocketSection,
 };
 
 pub use crate::transport::lines::Framing;
@@ -138,6 +138,22 @@ pub struct Cli {
     /// Mock generations that may run at once per model (benchmarks).
     #[arg(long, env = "RKLLM_SERVER_MOCK_LANES", value_name = "N")]
     pub mock_lanes: Option<usize>,
+    /// Models to load at start, before the server reports ready
+    /// (engine.preload; repeatable, or comma-separated in the variable).
+    #[arg(
+        long,
+        env = "RKLLM_SERVER_PRELOAD",
+        value_name = "MODEL",
+        value_delimiter = ','
+    )]
+    pub preload: Vec<String>,
+    /// Where mock models run: thread (in the server) or process (runners).
+    #[arg(long, env = "RKLLM_SERVER_MOCK_RUNNER", value_enum)]
+    pub mock_runner: Option<RunnerKind>,
+    /// Command words put before runner processes (engine.runner_prefix),
+    /// space-separated.
+    #[arg(long, env = "RKLLM_SERVER_RUNNER_PREFIX", value_name = "WORDS")]
+    pub runner_prefix: Option<String>,
     /// Stamp chunks with the time their token was produced (benchmarks).
     #[arg(long, env = "RKLLM_SERVER_BENCH_TIMESTAMPS", value_parser = BoolishValueParser::new())]
     pub bench_timestamps: bool,
@@ -593,6 +609,15 @@ impl Config {
         }
         if let Some(tps) = cli.mock_tokens_per_second {
             self.mock.tokens_per_second = tps;
+        }
+        if !cli.preload.is_empty() {
+            self.engine.preload = cli.preload;
+        }
+        if let Some(runner) = cli.mock_runner {
+            self.mock.runner = runner;
+        }
+        if let Some(prefix) = cli.runner_prefix {
+            self.engine.runner_prefix = prefix.split_whitespace().map(str::to_owned).collect();
         }
         if let Some(lanes) = cli.mock_lanes {
             self.mock.lanes = lanes;

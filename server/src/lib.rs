@@ -31,8 +31,10 @@ pub use transport::AppState;
 
 /// Time allowed, after shutdown begins, for connections to finish.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
-/// Time allowed after that for model workers to release their models.
-pub const WORKER_GRACE: Duration = Duration::from_millis(400);
+/// Time allowed after that for model workers to release their models: a
+/// runner process gets 3 s to exit once told, then SIGTERM and 2 s more
+/// before SIGKILL.
+pub const WORKER_GRACE: Duration = Duration::from_millis(6000);
 
 /// The HTTP and WebSocket routes over `state`: `/mcp` and `/ws` behind the
 /// Origin/Host guard and the API keys, `/metrics` behind the API keys,

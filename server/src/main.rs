@@ -7,8 +7,17 @@ use std::process::ExitCode;
 use rkllm_server::{Cli, Config};
 use tracing_subscriber::EnvFilter;
 
+fn main() -> ExitCode {
+    // A runner process (see `backend::process`): no flags, no config.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("--runner")) {
+        let code = rkllm_server::startup::run_runner();
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    serve()
+}
+
 #[tokio::main]
-async fn main() -> ExitCode {
+async fn serve() -> ExitCode {
     let cli = Cli::parse_or_exit();
     if let Some(shell) = cli.completions {
         Cli::write_completions(shell, &mut std::io::stdout());

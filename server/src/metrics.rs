@@ -32,6 +32,26 @@ struct CauseLabels {
     cause: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnloadLabels {
+    model: String,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    model: String,
+    state: &'static str,
+}
+
+/// The states a model may be in, each a series of `rkllm_model_state`.
+const MODEL_STATES: [&str; 4] = ["available", "loading", "loaded", "failed"];
+
 struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
@@ -47,6 +67,11 @@ struct Metrics {
     queued_requests: Gauge,
     buffered_bytes: Gauge,
     mcp_sessions: Gauge,
+    model_loads: Family<ModelLabels, Counter>,
+    model_unloads: Family<UnloadLabels, Counter>,
+    runner_crashes: Family<ModelLabels, Counter>,
+    model_state: Family<StateLabels, Gauge>,
+    runner_memory: Family<ModelLabels, Gauge>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -125,8 +150,43 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Open MCP sessions over HTTP",
         mcp_sessions.clone(),
     );
+    let model_loads = Family::<ModelLabels, Counter>::default();
+    registry.register(
+        "model_loads",
+        "Models loaded (a runner started and loaded its model)",
+        model_loads.clone(),
+    );
+    let model_unloads = Family::<UnloadLabels, Counter>::default();
+    registry.register(
+        "model_unloads",
+        "Models unloaded, by reason (idle, evicted, requested, crashed, shutdown)",
+        model_unloads.clone(),
+    );
+    let runner_crashes = Family::<ModelLabels, Counter>::default();
+    registry.register(
+        "runner_crashes",
+        "Runners lost to a crash, an unexpected exit or a stall",
+        runner_crashes.clone(),
+    );
+    let model_state = Family::<StateLabels, Gauge>::default();
+    registry.register(
+        "model_state",
+        "1 for the state each model is in (available, loading, loaded, failed)",
+        model_state.clone(),
+    );
+    let runner_memory = Family::<ModelLabels, Gauge>::default();
+    registry.register(
+        "runner_memory_bytes",
+        "Resident memory of each loaded model's runner processes",
+        runner_memory.clone(),
+    );
     Metrics {
         registry,
+        model_loads,
+        model_unloads,
+        runner_crashes,
+        model_state,
+        runner_memory,
         requests,
         rejected,
         aborts,
@@ -185,8 +245,50 @@ pub fn generation(
     }
 }
 
+/// Counts a model load.
+pub fn model_loaded(model: &str) {
+    METRICS
+        .model_loads
+        .get_or_create(&ModelLabels {
+            model: model.to_owned(),
+        })
+        .inc();
+}
+
+/// Counts a model unload.
+pub fn model_unloaded(model: &str, reason: &'static str) {
+    METRICS
+        .model_unloads
+        .get_or_create(&UnloadLabels {
+            model: model.to_owned(),
+            reason,
+        })
+        .inc();
+}
+
+/// Counts a runner lost.
+pub fn runner_crashed(model: &str) {
+    METRICS
+        .runner_crashes
+        .get_or_create(&ModelLabels {
+            model: model.to_owned(),
+        })
+        .inc();
+}
+
+/// One model's current state, for the gauges.
+#[derive(Debug, Clone, Default)]
+pub struct ModelGauge {
+    /// Model name.
+    pub name: String,
+    /// `available`, `loading`, `loaded` or `failed`.
+    pub state: &'static str,
+    /// Resident memory of its runners, when it has any.
+    pub memory_bytes: Option<u64>,
+}
+
 /// Current-state gauges, read by the caller at scrape time.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Gauges {
     /// Streams queued or generating.
     pub active_streams: usize,
@@ -196,6 +298,8 @@ pub struct Gauges {
     pub buffered_bytes: usize,
     /// Open MCP sessions over HTTP.
     pub mcp_sessions: usize,
+    /// Every configured model.
+    pub models: Vec<ModelGauge>,
 }
 
 /// The text exposition, with `gauges` as the current state.
@@ -208,6 +312,21 @@ pub fn render(gauges: Gauges) -> Result<String, std::fmt::Error> {
     set(&m.queued_requests, gauges.queued_requests);
     set(&m.buffered_bytes, gauges.buffered_bytes);
     set(&m.mcp_sessions, gauges.mcp_sessions);
+    for model in &gauges.models {
+        for state in MODEL_STATES {
+            m.model_state
+                .get_or_create(&StateLabels {
+                    model: model.name.clone(),
+                    state,
+                })
+                .set(i64::from(model.state == state));
+        }
+        m.runner_memory
+            .get_or_create(&ModelLabels {
+                model: model.name.clone(),
+            })
+            .set(i64::try_from(model.memory_bytes.unwrap_or(0)).unwrap_or(i64::MAX));
+    }
     // Encoding reads the registry only; the lock keeps two scrapes from
     // interleaving their gauge updates and output.
     static ENCODE: Mutex<()> = Mutex::new(());

@@ -62,8 +62,10 @@ impl SystemdNotifier {
     }
 
     /// Starts the watchdog task when systemd asked for one: a ping every
-    /// half period while every model worker runs. A dead worker stops the
-    /// pings, and systemd restarts the service.
+    /// half period while the model supervisor is sound (every worker
+    /// thread runs, no model's lock is stuck). A dead or stuck supervisor
+    /// stops the pings, and systemd restarts the service; a runner
+    /// process's crash does not (the supervisor restarts it).
     pub fn spawn_watchdog(
         self: &Arc<Self>,
         state: Arc<AppState>,
@@ -74,10 +76,14 @@ impl SystemdNotifier {
             let mut ticks = tokio::time::interval(period);
             loop {
                 ticks.tick().await;
-                if state.engine.models().iter().all(|m| m.loaded) {
+                let engine = Arc::clone(&state.engine);
+                let healthy = tokio::task::spawn_blocking(move || engine.supervisor_healthy())
+                    .await
+                    .unwrap_or(false);
+                if healthy {
                     notifier.notify("WATCHDOG=1");
                 } else {
-                    tracing::error!("a model worker is not running: no watchdog ping");
+                    tracing::error!("the model supervisor is not sound: no watchdog ping");
                 }
             }
         }))

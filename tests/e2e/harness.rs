@@ -72,6 +72,10 @@ pub fn server_command() -> Command {
             command.env_remove(key);
         }
     }
+    if !runner.trim().is_empty() {
+        // Runner processes are the same binary: under the emulator too.
+        command.env("RKLLM_SERVER_RUNNER_PREFIX", runner.trim());
+    }
     command
 }
 

@@ -29,9 +29,16 @@ async fn initialize_negotiates_a_version_and_advertises_streaming() {
             &model["name"],
             &model["backend"],
             &model["loaded"],
+            &model["state"],
             &model["default"]
         ),
-        (&json!("mock"), &json!("mock"), &json!(true), &json!(true))
+        (
+            &json!("mock"),
+            &json!("mock"),
+            &json!(false),
+            &json!("available"),
+            &json!(true)
+        )
     );
     assert!(
         model["overrides"]

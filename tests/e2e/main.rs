@@ -11,6 +11,7 @@ mod mcp;
 mod production;
 mod queueing;
 mod rkllm;
+mod runners;
 mod soak;
 mod stdio;
 mod streaming;

@@ -41,6 +41,9 @@ impl Board {
             runtime.to_str().unwrap(),
             "--model",
             model.to_str().unwrap(),
+            // Loaded at start, so the fake's log holds its init at once.
+            "--preload",
+            "fake-model",
         ];
         let server = Server::start_env(config, &args, &all_env);
         Self {
@@ -360,7 +363,7 @@ fn start_failures_name_the_cause_and_exit_non_zero() {
             vec!["/nonexistent/model.rkllm"],
         ),
         (
-            rkllm_args(v13, model, &[]),
+            rkllm_args(v13, model, &["--preload", "m"]),
             vec![("FAKE_RKLLM_INIT_FAIL", "1")],
             vec!["rkllm_init failed", v13, "1.3.0"],
         ),

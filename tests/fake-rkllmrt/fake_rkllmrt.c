@@ -240,6 +240,8 @@ int rkllm_destroy(LLMHandle handle) {
     fake_handle *h = handle;
     if (!h) return -1;
     fake_log(h, "destroy");
+    /* A runtime slow to let go of its model (the runner tests). */
+    sleep_ms(env_int("FAKE_RKLLM_DESTROY_MS", 0));
     free(h->text);
     free(h->log_path);
     pthread_mutex_destroy(&h->abort_lock);
@@ -253,6 +255,8 @@ typedef struct {
     void *userdata;
     int32_t cap;
     long error_after;
+    long crash_after;
+    long hang_after;
     int keep_history;
     int rc;
 } run_args;
@@ -298,6 +302,17 @@ static void *generate(void *arg) {
             break;
         }
         if (a->cap > 0 && tokens >= a->cap) break;
+        if (a->crash_after >= 0 && tokens >= a->crash_after) {
+            /* What a GGML_ASSERT in the real library does. */
+            fprintf(stderr, "GGML_ASSERT failed (fake): crashing after %d tokens\n", tokens);
+            fflush(stderr);
+            abort();
+        }
+        if (a->hang_after >= 0 && tokens >= a->hang_after) {
+            /* A run that never returns nor calls back, whatever is aborted. */
+            fake_log(h, "hang tokens=%d", tokens);
+            for (;;) sleep_ms(3600 * 1000);
+        }
         if (a->error_after >= 0 && tokens >= a->error_after) {
             fake_log(h, "error-injected tokens=%d", tokens);
             emit(h, a->userdata, NULL, -1, RKLLM_RUN_ERROR, NULL);
@@ -387,6 +402,12 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
      * the run with an ERROR callback after N tokens. */
     const char *inject = strstr(input->prompt_input, "@fake-error=");
     a->error_after = inject ? atol(inject + strlen("@fake-error=")) : -1;
+    /* "@fake-crash=N" aborts the process after N tokens; "@fake-hang=N"
+     * stops calling back after N tokens and never returns. */
+    const char *crash = strstr(input->prompt_input, "@fake-crash=");
+    a->crash_after = crash ? atol(crash + strlen("@fake-crash=")) : -1;
+    const char *hang = strstr(input->prompt_input, "@fake-hang=");
+    a->hang_after = hang ? atol(hang + strlen("@fake-hang=")) : -1;
     runtime_print("I rkllm: fake run started");
     if (async) {
         /* rkllm_run_async: the caller keeps the input alive until the end. */

@@ -41,7 +41,7 @@ pub struct ModelSettings {
 }
 
 /// A model as the config declares it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ModelSpec {
     /// Name clients use in `model`.
     pub name: String,
@@ -54,7 +54,7 @@ pub struct ModelSpec {
 }
 
 /// Why a backend failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum BackendError {
     /// The model could not be loaded.
     #[error("model `{model}` could not be loaded: {message}")]
@@ -75,10 +75,18 @@ pub enum BackendError {
         /// What went wrong, safe to show to a client.
         message: String,
     },
+    /// The runner process died or stalled (and was killed): the model is
+    /// no longer loaded. The message names the cause, e.g. `runtime
+    /// crashed: SIGABRT`.
+    #[error("{message}")]
+    Lost {
+        /// The cause, for the client and the log.
+        message: String,
+    },
 }
 
 /// How a generation ended, as the runner saw it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Generation {
     /// `Stop` or `Length` (the engine turns it into `Abort` when cancelled).
     pub finish_reason: FinishReason,
@@ -88,6 +96,32 @@ pub struct Generation {
     pub runtime_timings: Option<(f64, f64)>,
     /// Peak memory the runtime reported, in MB.
     pub memory_mb: Option<f64>,
+}
+
+/// Which backend to build, with its settings: what start-up chooses from
+/// the config, and what a runner process is told to build.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum BackendSettings {
+    /// The mock backend.
+    Mock(super::MockConfig),
+    /// The RKLLM runtime.
+    Rkllm(super::RkllmSettings),
+}
+
+impl BackendSettings {
+    /// Builds the backend (for `rkllm`, loads the runtime library).
+    ///
+    /// # Errors
+    /// [`BackendError::Unavailable`] when the runtime cannot be loaded.
+    pub fn build(&self) -> Result<std::sync::Arc<dyn Backend>, BackendError> {
+        Ok(match self {
+            Self::Mock(config) => std::sync::Arc::new(super::MockBackend::new(*config)),
+            Self::Rkllm(settings) => std::sync::Arc::new(
+                super::RkllmBackend::new(settings.clone())
+                    .map_err(|e| BackendError::Unavailable(e.to_string()))?,
+            ),
+        })
+    }
 }
 
 /// Every per-request parameter a backend can apply, for `models`.
@@ -148,4 +182,18 @@ pub trait Runner {
         request: &ValidRunRequest,
         sink: &mut TokenSink<'_>,
     ) -> Result<Generation, BackendError>;
+
+    /// Checks, between generations, that the runner can still generate.
+    /// Runners in this process always can; a runner process may have died.
+    ///
+    /// # Errors
+    /// [`BackendError::Lost`] with the cause.
+    fn alive(&mut self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// The runner's process, when it has its own.
+    fn process_id(&self) -> Option<u32> {
+        None
+    }
 }

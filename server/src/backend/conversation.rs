@@ -9,7 +9,7 @@
 //! the decision is made when the request runs, not when it was queued.
 
 /// One message of a conversation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Turn {
     /// `system`, `user`, `assistant` or `tool`.
     pub role: String,

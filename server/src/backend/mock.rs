@@ -13,7 +13,9 @@
 //! - Directives in the prompt steer it for tests (see `docs/mock-backend.md`):
 //!   `@mock(length=N)` sets the natural length in tokens,
 //!   `@mock(error_after=N)` fails like a runtime error after N tokens,
-//!   `@mock(prefill_ms=N)` overrides the prefill delay.
+//!   `@mock(prefill_ms=N)` overrides the prefill delay; in a runner
+//!   process only, `@mock(crash_after=N)` aborts the process and
+//!   `@mock(stall_after=N)` stops producing (ignoring aborts) after N tokens.
 
 use std::time::{Duration, Instant};
 
@@ -24,7 +26,7 @@ use crate::backend::{
 use crate::vocab::FinishReason;
 
 /// Settings of the mock backend (config section `[mock]`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MockConfig {
     /// Tokens per second; 0 means unthrottled.
     pub tokens_per_second: f64,
@@ -32,6 +34,9 @@ pub struct MockConfig {
     pub prefill_ms: u64,
     /// Generations that may run at once per model.
     pub lanes: usize,
+    /// Whether each model runs in its own runner process, where the
+    /// `crash_after` and `stall_after` directives are allowed.
+    pub isolated: bool,
 }
 
 /// The mock backend factory.
@@ -61,7 +66,17 @@ impl Backend for MockBackend {
     }
 
     fn check(&self, request: &ValidRunRequest) -> Result<(), String> {
-        parse_directives(&request.prompt).map(|_| ())
+        let directives = parse_directives(&request.prompt)?;
+        if (directives.crash_after.is_some() || directives.stall_after.is_some())
+            && !self.config.isolated
+        {
+            return Err(
+                "mock directives `crash_after` and `stall_after` work only when models run in \
+                 runner processes ([mock] runner = \"process\")"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     fn load(&self, _model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
@@ -123,6 +138,8 @@ struct Directives {
     error_after: Option<u64>,
     prefill_ms: Option<u64>,
     tool_call: bool,
+    crash_after: Option<u64>,
+    stall_after: Option<u64>,
 }
 
 fn parse_directives(prompt: &str) -> Result<Directives, String> {
@@ -154,6 +171,8 @@ fn parse_directives(prompt: &str) -> Result<Directives, String> {
                 "error_after" => found.error_after = Some(value),
                 "prefill_ms" => found.prefill_ms = Some(value.min(600_000)),
                 "tool_call" => found.tool_call = value != 0,
+                "crash_after" => found.crash_after = Some(value),
+                "stall_after" => found.stall_after = Some(value),
                 other => return Err(format!("unknown mock directive `{other}`")),
             }
         }
@@ -335,6 +354,9 @@ impl MockRunner {
                 cut_word(&mut pieces, room as usize);
             }
             for piece in &pieces {
+                if self.config.isolated {
+                    fail_process_if_asked(&directives, emitted);
+                }
                 if directives.error_after == Some(emitted) {
                     return Err(BackendError::Runtime {
                         code: Some(-1),
@@ -377,6 +399,22 @@ impl MockRunner {
             runtime_timings: None,
             memory_mb: None,
         })
+    }
+}
+
+/// `crash_after` and `stall_after`, which `check` admits only when this
+/// code runs in a runner process: they fail that process the way a broken
+/// runtime does (an `abort()`, or a run that never returns).
+fn fail_process_if_asked(directives: &Directives, emitted: u64) {
+    if directives.crash_after == Some(emitted) {
+        eprintln!("mock runtime: aborting after {emitted} tokens (@mock(crash_after))");
+        std::process::abort();
+    }
+    if directives.stall_after == Some(emitted) {
+        eprintln!("mock runtime: stalling after {emitted} tokens (@mock(stall_after))");
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
     }
 }
 
@@ -455,6 +493,8 @@ mod tests {
                 error_after: Some(2),
                 prefill_ms: None,
                 tool_call: false,
+                crash_after: None,
+                stall_after: None,
             }
         );
         assert_eq!(parse_directives("plain").unwrap(), Directives::default());

@@ -9,6 +9,7 @@
 mod api;
 mod conversation;
 pub mod mock;
+pub mod process;
 mod request;
 #[allow(unsafe_code)]
 pub mod rkllm;
@@ -16,7 +17,10 @@ mod sink;
 mod template;
 mod utf8;
 
-pub use api::{ALL_OVERRIDES, Backend, BackendError, Generation, ModelSettings, ModelSpec, Runner};
+pub use api::{
+    ALL_OVERRIDES, Backend, BackendError, BackendSettings, Generation, ModelSettings, ModelSpec,
+    Runner,
+};
 pub use conversation::{ConversationState, Plan, Turn};
 pub use mock::{MockBackend, MockConfig};
 pub use request::{Role, Sampling, ValidRunRequest};

@@ -1,12 +1,12 @@
 //! What a backend is asked to run: a request that passed the engine's
 //! validation, with the sampling overrides and the speaker's role.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Turn;
 
 /// Who speaks in the prompt.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// A user message (the default).
@@ -27,7 +27,7 @@ impl Role {
 }
 
 /// Per-run sampling overrides; `None` keeps the model's configured value.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sampling {
     /// Softmax temperature, 0 to 2.
     pub temperature: Option<f64>,
@@ -44,7 +44,7 @@ pub struct Sampling {
 }
 
 /// A request that passed validation; backends accept nothing else.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ValidRunRequest {
     /// The user input (non-empty, within the prompt limit).
     pub prompt: String,

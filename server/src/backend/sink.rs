@@ -127,6 +127,17 @@ impl<'a> TokenSink<'a> {
     /// Reports `tokens` tokens that together decoded to `bytes`.
     pub fn tokens_bytes(&mut self, bytes: &[u8], tokens: u32) -> bool {
         let produced_ns = self.output.stamp_now();
+        self.tokens_bytes_at(bytes, tokens, produced_ns)
+    }
+
+    /// Whether the output records production times (benchmark mode).
+    pub fn stamps(&self) -> bool {
+        self.output.stamp_now().is_some()
+    }
+
+    /// Like [`Self::tokens_bytes`], with the production time measured
+    /// elsewhere (in a runner process, on the same monotonic clock).
+    pub fn tokens_bytes_at(&mut self, bytes: &[u8], tokens: u32, produced_ns: Option<u64>) -> bool {
         if self.first_token.is_none() {
             self.first_token = Some(Instant::now());
         }

@@ -24,7 +24,7 @@ pub struct CustomTemplate {
 }
 
 /// How a model's conversations become input.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ChatTemplate {
     /// The runtime's built-in template (from the model file); history reuse on.
     #[default]

@@ -21,6 +21,19 @@ pub struct MockSection {
     /// Generations that may run at once per model (each on its own
     /// thread); the NPU runs one at a time, so this exists for benchmarks.
     pub lanes: usize,
+    /// Where each model runs: `thread` (in the server, the default) or
+    /// `process` (a runner process, as the rkllm backend does).
+    pub runner: RunnerKind,
+}
+
+/// Where a model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum RunnerKind {
+    /// On a thread of the server process.
+    Thread,
+    /// In its own runner process, supervised by the server.
+    Process,
 }
 
 impl Default for MockSection {
@@ -29,6 +42,7 @@ impl Default for MockSection {
             tokens_per_second: DEFAULT_MOCK_TOKENS_PER_SECOND,
             prefill_ms: DEFAULT_MOCK_PREFILL_MS,
             lanes: 1,
+            runner: RunnerKind::Thread,
         }
     }
 }
@@ -63,6 +77,10 @@ pub struct RkllmSection {
     pub base_domain_id: i32,
     /// Hide special tokens (EOS and the like) from the text.
     pub skip_special_token: bool,
+    /// Where each model runs: `process` (a runner process the server
+    /// restarts when the runtime crashes, the default) or `thread` (in the
+    /// server, which a runtime crash then takes down).
+    pub runner: RunnerKind,
 }
 
 impl Default for RkllmSection {
@@ -81,6 +99,7 @@ impl Default for RkllmSection {
             embed_flash: true,
             base_domain_id: 0,
             skip_special_token: true,
+            runner: RunnerKind::Process,
         }
     }
 }
@@ -230,12 +249,41 @@ impl Default for StreamsSection {
 pub struct EngineSection {
     /// Requests that may wait per model.
     pub queue_len: usize,
+    /// Models loaded at once; loading another unloads the least recently
+    /// used idle one (or waits for one to become idle).
+    pub max_loaded_models: usize,
+    /// Seconds an idle model stays loaded (a request may ask otherwise);
+    /// -1 keeps models loaded, 0 unloads after each request.
+    pub keep_alive_secs: i64,
+    /// Models loaded at start, before the server reports ready.
+    pub preload: Vec<String>,
+    /// Seconds a request may wait for its model to load (including the
+    /// wait for room under `max_loaded_models`).
+    pub load_timeout_secs: u64,
+    /// Seconds a generation in a runner process may go without output
+    /// before the runner is killed.
+    pub stall_timeout_secs: u64,
+    /// Runner crashes within `crash_window_secs` that mark a model failed.
+    pub max_crashes: u32,
+    /// The window for `max_crashes`.
+    pub crash_window_secs: u64,
+    /// Program and arguments put before runner processes' command line
+    /// (for example `["taskset", "-c", "4-7"]`).
+    pub runner_prefix: Vec<String>,
 }
 
 impl Default for EngineSection {
     fn default() -> Self {
         Self {
             queue_len: DEFAULT_QUEUE_LEN,
+            max_loaded_models: 1,
+            keep_alive_secs: 300,
+            preload: Vec::new(),
+            load_timeout_secs: 120,
+            stall_timeout_secs: 180,
+            max_crashes: 3,
+            crash_window_secs: 300,
+            runner_prefix: Vec::new(),
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{Config, DEFAULT_MOCK_MODEL, ModelEntry, RuntimeAbi};
 use crate::backend::{InitSettings, MockConfig, RkllmSettings, SamplingValues};
-use crate::engine::{EngineLimits, ModelSettings, ModelSpec, RequestLimits};
+use crate::engine::{EngineLimits, KeepAlive, Lifecycle, ModelSettings, ModelSpec, RequestLimits};
 use crate::rpc::RpcLimits;
 use crate::stream::StreamLimits;
 use crate::transport::Settings;
@@ -64,12 +64,35 @@ impl Config {
             .collect()
     }
 
+    /// The command that starts a runner process: `engine.runner_prefix`,
+    /// then this very binary.
+    ///
+    /// # Errors
+    /// When the binary's path cannot be found.
+    pub fn runner_command(&self) -> Result<Vec<std::ffi::OsString>, String> {
+        let mut command: Vec<std::ffi::OsString> =
+            self.engine.runner_prefix.iter().map(Into::into).collect();
+        if command.is_empty() {
+            // The running binary itself, even if an upgrade has replaced
+            // the file since: runners always speak this server's protocol.
+            command.push("/proc/self/exe".into());
+        } else {
+            // Behind a prefix (an emulator, say) /proc/self/exe would be
+            // the prefix's program: name the binary by its path.
+            let exe = std::env::current_exe()
+                .map_err(|e| format!("cannot find this program's path for runners: {e}"))?;
+            command.push(exe.into());
+        }
+        Ok(command)
+    }
+
     /// Mock backend settings.
     pub fn mock_config(&self) -> MockConfig {
         MockConfig {
             tokens_per_second: self.mock.tokens_per_second,
             prefill_ms: self.mock.prefill_ms,
             lanes: self.mock.lanes,
+            isolated: self.mock.runner == super::RunnerKind::Process,
         }
     }
 
@@ -92,6 +115,13 @@ impl Config {
                 max_prompt_bytes: self.limits.max_prompt_bytes,
                 default_max_tokens: self.limits.default_max_tokens,
                 max_tokens_limit: self.limits.max_tokens,
+            },
+            lifecycle: Lifecycle {
+                max_loaded_models: self.engine.max_loaded_models,
+                keep_alive: KeepAlive::from_secs(self.engine.keep_alive_secs),
+                load_timeout: Duration::from_secs(self.engine.load_timeout_secs),
+                max_crashes: self.engine.max_crashes,
+                crash_window: Duration::from_secs(self.engine.crash_window_secs),
             },
         }
     }

@@ -70,10 +70,53 @@ fn invalid_values_name_their_key() {
         ),
         (
             Config {
-                engine: EngineSection { queue_len: 0 },
+                engine: EngineSection {
+                    queue_len: 0,
+                    ..EngineSection::default()
+                },
                 ..Config::default()
             },
             "engine.queue_len",
+        ),
+        (
+            Config {
+                engine: EngineSection {
+                    max_loaded_models: 0,
+                    ..EngineSection::default()
+                },
+                ..Config::default()
+            },
+            "engine.max_loaded_models",
+        ),
+        (
+            Config {
+                engine: EngineSection {
+                    keep_alive_secs: -2,
+                    ..EngineSection::default()
+                },
+                ..Config::default()
+            },
+            "engine.keep_alive_secs",
+        ),
+        (
+            Config {
+                engine: EngineSection {
+                    preload: vec!["nope".into()],
+                    ..EngineSection::default()
+                },
+                ..Config::default()
+            },
+            "engine.preload",
+        ),
+        (
+            Config {
+                engine: EngineSection {
+                    stall_timeout_secs: 0,
+                    ..EngineSection::default()
+                },
+                ..Config::default()
+            },
+            "engine.stall_timeout_secs",
         ),
         (
             Config {

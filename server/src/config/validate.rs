@@ -251,6 +251,7 @@ impl Config {
                 ),
             ));
         }
+        self.validate_lifecycle()?;
         if !log_filter_is_valid(&self.log_level) {
             return Err(invalid(
                 "log_level",
@@ -260,6 +261,69 @@ impl Config {
                     self.log_level
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    fn validate_lifecycle(&self) -> Result<(), ConfigError> {
+        let e = &self.engine;
+        if !(1..=64).contains(&e.max_loaded_models) {
+            return Err(invalid(
+                "engine.max_loaded_models",
+                format!("must be between 1 and 64, got {}", e.max_loaded_models),
+            ));
+        }
+        if e.keep_alive_secs < -1 {
+            return Err(invalid(
+                "engine.keep_alive_secs",
+                format!(
+                    "must be -1 (never unload), 0 (unload at once) or a number of seconds, got {}",
+                    e.keep_alive_secs
+                ),
+            ));
+        }
+        for (key, value) in [
+            ("engine.load_timeout_secs", e.load_timeout_secs),
+            ("engine.stall_timeout_secs", e.stall_timeout_secs),
+            ("engine.crash_window_secs", e.crash_window_secs),
+        ] {
+            if !(1..=86_400).contains(&value) {
+                return Err(invalid(
+                    key,
+                    format!("must be between 1 and 86400, got {value}"),
+                ));
+            }
+        }
+        if !(1..=1000).contains(&e.max_crashes) {
+            return Err(invalid(
+                "engine.max_crashes",
+                format!("must be between 1 and 1000, got {}", e.max_crashes),
+            ));
+        }
+        let names: Vec<String> = self.model_specs().into_iter().map(|m| m.name).collect();
+        for name in &e.preload {
+            if !names.contains(name) {
+                return Err(invalid(
+                    "engine.preload",
+                    format!(
+                        "names model `{name}`, which is not configured (models: {})",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+        if e.preload.len() > e.max_loaded_models {
+            return Err(invalid(
+                "engine.preload",
+                format!(
+                    "lists {} models but engine.max_loaded_models is {}",
+                    e.preload.len(),
+                    e.max_loaded_models
+                ),
+            ));
+        }
+        if e.runner_prefix.iter().any(String::is_empty) {
+            return Err(invalid("engine.runner_prefix", "has an empty word"));
         }
         Ok(())
     }

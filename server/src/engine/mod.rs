@@ -4,6 +4,9 @@
 //! nothing of JSON or transports; it drives a [`Backend`] and the stream
 //! manager, both below it.
 
+mod job;
+mod keep_alive;
+mod lifecycle;
 mod output;
 mod request;
 mod scheduler;
@@ -12,5 +15,7 @@ pub use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, ChatTemplate, CustomTemplate, ModelSettings, ModelSpec,
     Role, Sampling, Turn, ValidRunRequest,
 };
+pub use keep_alive::KeepAlive;
+pub use lifecycle::{Lifecycle, ModelState};
 pub use request::{RequestLimits, RunRequest, ValidationError};
 pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo};

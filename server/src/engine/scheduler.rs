@@ -1,27 +1,24 @@
-//! Per-model FIFO queues and their worker threads.
+//! Admission and per-model FIFO queues.
 //!
 //! Each model has a bounded queue (full → [`EngineError::QueueFull`]) and
-//! one OS thread that owns the model's runner and runs queued jobs in
-//! order, one at a time. (A backend may ask for more lanes, each a thread
-//! with its own runner taking jobs from the same queue: only the mock does,
-//! so that benchmarks can run many streams at once.) A job whose stream has ended (aborted, expired,
-//! consumer gone) before its turn is skipped and does not count against
-//! the queue's bound.
+//! worker threads ([`super::lifecycle`]) that load the model when work
+//! comes, run queued jobs in order, one at a time per lane, and unload it
+//! when idle. (A backend may ask for more lanes, each with its own runner
+//! taking jobs from the same queue: only the mock does, so that benchmarks
+//! can run many streams at once.) A job whose stream has ended (aborted,
+//! expired, consumer gone) before its turn is skipped and does not count
+//! against the queue's bound.
 
-use std::collections::VecDeque;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
+use super::job::Job;
+use super::keep_alive::KeepAlive;
+use super::lifecycle::{self, Lifecycle, ModelSlot, ModelState, Shared};
 use super::{RequestLimits, RunRequest, ValidationError};
-use crate::backend::{
-    Backend, BackendError, ChatTemplate, ModelSpec, Role, Runner, TokenSink, ValidRunRequest,
-};
+use crate::backend::{Backend, BackendError, ModelSpec, Role};
 use crate::stream::{Stream, StreamError, StreamManager};
-use crate::vocab::{EndErrorKind, EndInfo, FinishReason, Timings, Usage};
 
 /// Engine limits (config sections `[engine]` and `[limits]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +27,8 @@ pub struct EngineLimits {
     pub queue_len: usize,
     /// Request validation limits.
     pub request: RequestLimits,
+    /// When models load and unload.
+    pub lifecycle: Lifecycle,
 }
 
 /// Why the engine refused a request.
@@ -50,9 +49,14 @@ pub enum EngineError {
         /// A suggestion for when to retry.
         retry_after_ms: u64,
     },
-    /// The model's worker is not running.
-    #[error("model `{0}` is not loaded")]
-    NotLoaded(String),
+    /// The model failed (it crashed too often) or could not be loaded.
+    #[error("model `{model}` is unavailable: {reason}")]
+    Unavailable {
+        /// Model name.
+        model: String,
+        /// Why.
+        reason: String,
+    },
     /// The stream could not be created.
     #[error(transparent)]
     Stream(#[from] StreamError),
@@ -68,139 +72,155 @@ pub struct ModelInfo {
     pub name: String,
     /// Backend kind.
     pub backend: &'static str,
-    /// Whether its worker runs with the model loaded.
+    /// Lifecycle state.
+    pub state: ModelState,
+    /// Whether it is loaded (`state == loaded`).
     pub loaded: bool,
     /// Whether it is used when a request names no model.
     pub default: bool,
     /// The per-request parameters the backend applies.
     pub overrides: &'static [&'static str],
+    /// Why it failed, or why its last load failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Seconds until an idle loaded model unloads (absent: not loaded, or
+    /// loaded for good).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_in_secs: Option<u64>,
+    /// Process ids of its runner processes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runner_pids: Vec<u32>,
+    /// Resident memory of its runner processes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Size of the model file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
     /// The model file, for backends that load one (not on the wire).
     #[serde(skip)]
     pub path: Option<std::path::PathBuf>,
-}
-
-struct Job {
-    stream: Arc<Stream>,
-    request: ValidRunRequest,
-    enqueued: Instant,
-    /// Stop strings of a server-side template.
-    stop: Vec<String>,
-}
-
-#[derive(Default)]
-struct Queue {
-    jobs: VecDeque<Job>,
-    shutdown: bool,
-}
-
-struct ModelSlot {
-    name: String,
-    path: Option<std::path::PathBuf>,
-    template: ChatTemplate,
-    // Synchronous lock: pushes and pops of a short queue; the worker parks
-    // on the condvar, never an async task.
-    queue: Mutex<Queue>,
-    wake: Condvar,
-    loaded: AtomicBool,
-    /// Moving average of recent job durations, for `retry_after_ms`.
-    avg_job_ms: AtomicU64,
-}
-
-impl ModelSlot {
-    /// Jobs still waiting (a job whose stream ended before its turn does
-    /// not count: the worker skips it).
-    fn waiting(&self) -> usize {
-        self.queue
-            .lock()
-            .jobs
-            .iter()
-            .filter(|job| !job.stream.is_ended())
-            .count()
-    }
-}
-
-impl std::fmt::Debug for ModelSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelSlot")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Counts running model workers, so shutdown can wait for them to release
-/// their models.
-#[derive(Debug, Default)]
-struct Workers {
-    running: Mutex<usize>,
-    stopped: Condvar,
+    /// Time until it unloads, exactly (not on the wire).
+    #[serde(skip)]
+    pub expires_in: Option<Duration>,
 }
 
 /// Owns the model workers and admits requests.
 #[derive(Debug)]
 pub struct Engine {
-    models: Vec<Arc<ModelSlot>>,
-    workers: Arc<Workers>,
-    backend: Arc<dyn Backend>,
+    shared: Arc<Shared>,
     streams: Arc<StreamManager>,
     limits: EngineLimits,
 }
 
 impl Engine {
-    /// Starts one worker thread per model, each loading its model, and
-    /// waits until all are loaded. The first model is the default.
+    /// Starts the worker threads of every model; no model is loaded yet
+    /// (see [`Engine::preload`]). The first model is the default.
     ///
     /// # Errors
-    /// The first load failure.
+    /// When a worker thread cannot be started.
     pub fn start(
         backend: Arc<dyn Backend>,
         models: &[ModelSpec],
         limits: EngineLimits,
         streams: Arc<StreamManager>,
     ) -> Result<Self, EngineError> {
-        let mut slots = Vec::with_capacity(models.len());
-        let mut pending = Vec::new();
-        let workers = Arc::new(Workers::default());
-        let lanes = backend.lanes().max(1);
-        for spec in models {
-            let slot = Arc::new(ModelSlot {
-                name: spec.name.clone(),
-                path: spec.path.clone(),
-                template: spec.template.clone(),
-                queue: Mutex::new(Queue::default()),
-                wake: Condvar::new(),
-                loaded: AtomicBool::new(false),
-                avg_job_ms: AtomicU64::new(1000),
-            });
-            for lane in 0..lanes {
-                let thread_name = if lanes == 1 {
-                    format!("model-{}", spec.name)
-                } else {
-                    format!("model-{}-{lane}", spec.name)
-                };
-                pending.push(spawn_worker(thread_name, &slot, &backend, spec, &workers)?);
-            }
-            slots.push(slot);
-        }
-        for ready in pending {
-            match ready.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => return Err(err.into()),
-                Err(_) => {
-                    return Err(BackendError::Load {
-                        model: String::new(),
-                        message: "the worker thread died while loading".into(),
-                    }
-                    .into());
-                }
-            }
-        }
+        let shared = Arc::new(Shared::new(backend, models, limits.lifecycle));
+        lifecycle::start_lanes(&shared)?;
         Ok(Self {
-            models: slots,
-            workers,
-            backend,
+            shared,
             streams,
             limits,
         })
+    }
+
+    /// Loads `names` and waits until they are loaded (start-up). Blocks.
+    ///
+    /// # Errors
+    /// The first model that does not load, with why.
+    pub fn preload(&self, names: &[String]) -> Result<(), EngineError> {
+        let mut waiting = Vec::new();
+        for name in names {
+            let slot = self.slot(Some(name))?;
+            if let Some(target) = self.shared.want_loaded(slot, None) {
+                waiting.push((slot, target));
+            }
+        }
+        for (slot, target) in waiting {
+            loop {
+                match self.shared.load_outcome(slot, target) {
+                    Ok(true) => break,
+                    Ok(false) => std::thread::sleep(Duration::from_millis(10)),
+                    Err(message) => {
+                        return Err(EngineError::Unavailable {
+                            model: slot.name().to_owned(),
+                            reason: message,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads a model (the default one when `model` is `None`) and waits
+    /// until it is loaded; `keep_alive` sets how long it then stays idle.
+    /// An explicit load also retries a failed model. Returns its name.
+    ///
+    /// # Errors
+    /// Unknown model, or the load failed or timed out.
+    pub async fn load(
+        &self,
+        model: Option<&str>,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<String, EngineError> {
+        let slot = Arc::clone(self.slot(model)?);
+        let mut changes = slot.changed.subscribe();
+        let Some(target) = self.shared.want_loaded(&slot, keep_alive) else {
+            return Ok(slot.name().to_owned());
+        };
+        // The lane keeps its own deadline for the gate and the load; this
+        // one only guards against waiting forever.
+        let deadline = tokio::time::Instant::now()
+            + self.limits.lifecycle.load_timeout * 2
+            + Duration::from_secs(5);
+        loop {
+            match self.shared.load_outcome(&slot, target) {
+                Ok(true) => return Ok(slot.name().to_owned()),
+                Ok(false) => {}
+                Err(message) => {
+                    return Err(EngineError::Unavailable {
+                        model: slot.name().to_owned(),
+                        reason: message,
+                    });
+                }
+            }
+            if !matches!(
+                tokio::time::timeout_at(deadline, changes.changed()).await,
+                Ok(Ok(()))
+            ) {
+                return Err(EngineError::Unavailable {
+                    model: slot.name().to_owned(),
+                    reason: "it did not load in time".into(),
+                });
+            }
+        }
+    }
+
+    /// Unloads a model once its current generation is over, and waits
+    /// until it is. Returns its name and whether it was loaded.
+    ///
+    /// # Errors
+    /// Unknown model.
+    pub async fn unload(&self, model: Option<&str>) -> Result<(String, bool), EngineError> {
+        let slot = Arc::clone(self.slot(model)?);
+        let mut changes = slot.changed.subscribe();
+        let was_loaded = self.shared.want_unloaded(&slot);
+        while !self.shared.unloaded(&slot) {
+            if changes.changed().await.is_err() {
+                break;
+            }
+        }
+        Ok((slot.name().to_owned(), was_loaded))
     }
 
     /// The stream manager the engine feeds.
@@ -210,16 +230,41 @@ impl Engine {
 
     /// Every model with its state.
     pub fn models(&self) -> Vec<ModelInfo> {
-        self.models
+        self.shared
+            .slots
             .iter()
-            .enumerate()
-            .map(|(i, slot)| ModelInfo {
-                name: slot.name.clone(),
-                backend: self.backend.kind(),
-                loaded: slot.loaded.load(Ordering::Acquire),
-                default: i == 0,
-                overrides: self.backend.overrides(),
-                path: slot.path.clone(),
+            .map(|slot| {
+                let (state, error) = {
+                    let life = slot.life.lock();
+                    (life.state, life.last_error.clone())
+                };
+                let (runner_pids, expires_in) = self.shared.runtime_view(slot);
+                let memory_bytes = runner_pids
+                    .iter()
+                    .filter_map(|&pid| resident_bytes(pid))
+                    .reduce(|a, b| a + b);
+                ModelInfo {
+                    name: slot.name().to_owned(),
+                    backend: self.shared.backend.kind(),
+                    state,
+                    loaded: state == ModelState::Loaded,
+                    default: slot.index == 0,
+                    overrides: self.shared.backend.overrides(),
+                    error: matches!(state, ModelState::Failed | ModelState::Available)
+                        .then_some(error)
+                        .flatten(),
+                    expires_in_secs: expires_in.map(|d| d.as_secs()),
+                    runner_pids,
+                    memory_bytes,
+                    size_bytes: slot
+                        .spec
+                        .path
+                        .as_ref()
+                        .and_then(|p| std::fs::metadata(p).ok())
+                        .map(|m| m.len()),
+                    path: slot.spec.path.clone(),
+                    expires_in,
+                }
             })
             .collect()
     }
@@ -227,17 +272,22 @@ impl Engine {
     fn unknown_model(&self, name: &str) -> ValidationError {
         ValidationError::UnknownModel {
             name: name.to_owned(),
-            available: self.models.iter().map(|slot| slot.name.clone()).collect(),
+            available: self
+                .shared
+                .slots
+                .iter()
+                .map(|slot| slot.name().to_owned())
+                .collect(),
         }
     }
 
     fn slot(&self, name: Option<&str>) -> Result<&Arc<ModelSlot>, ValidationError> {
+        let slots = &self.shared.slots;
         match name {
-            None => self.models.first().ok_or_else(|| self.unknown_model("")),
-            Some(name) => self
-                .models
+            None => slots.first().ok_or_else(|| self.unknown_model("")),
+            Some(name) => slots
                 .iter()
-                .find(|slot| slot.name == name)
+                .find(|slot| slot.name() == name)
                 .ok_or_else(|| self.unknown_model(name)),
         }
     }
@@ -246,83 +296,130 @@ impl Engine {
     /// streams keep chunks for HTTP polling (see [`StreamManager::create`]).
     ///
     /// # Errors
-    /// Invalid request, unknown or unloaded model, full queue, too many
+    /// Invalid request, unknown or failed model, full queue, too many
     /// streams, shutdown.
     pub fn submit(&self, request: RunRequest, polled: bool) -> Result<Arc<Stream>, EngineError> {
+        self.submit_with(request, polled, None)
+    }
+
+    /// [`Engine::submit`] with the keep-alive the model gets after this
+    /// request (Ollama's `keep_alive`).
+    ///
+    /// # Errors
+    /// As [`Engine::submit`].
+    pub fn submit_with(
+        &self,
+        request: RunRequest,
+        polled: bool,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<Arc<Stream>, EngineError> {
         let slot = self.slot(request.model.as_deref())?;
+        let template = &slot.spec.template;
         let mut request = request;
         let mut stop = Vec::new();
-        if slot.template.is_server_side() {
+        if template.is_server_side() {
             // The server renders the chat; the runtime's template is off.
             if let Some(conversation) = request.conversation.take() {
-                request.prompt = slot.template.render(&conversation);
+                request.prompt = template.render(&conversation);
                 request.role = Role::User;
             }
-            stop = slot.template.stop_strings();
+            stop = template.stop_strings();
         }
-        let request = request.validate(slot.name.clone(), &self.limits.request)?;
-        self.backend
+        let request = request.validate(slot.name().to_owned(), &self.limits.request)?;
+        self.shared
+            .backend
             .check(&request)
             .map_err(|message| ValidationError::Invalid {
                 field: "prompt",
                 message,
             })?;
-        if !slot.loaded.load(Ordering::Acquire) {
-            return Err(EngineError::NotLoaded(slot.name.clone()));
+        let mut life = slot.life.lock();
+        if life.state == ModelState::Failed {
+            return Err(EngineError::Unavailable {
+                model: slot.name().to_owned(),
+                reason: life
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| "it failed".into()),
+            });
         }
-        let mut queue = slot.queue.lock();
-        queue.jobs.retain(|job| !job.stream.is_ended());
-        if queue.jobs.len() >= self.limits.queue_len {
-            let waiting = queue.jobs.len() as u64 + 1;
+        life.jobs.retain(|job| !job.stream.is_ended());
+        if life.jobs.len() >= self.limits.queue_len {
+            let waiting = life.jobs.len() as u64 + 1;
             return Err(EngineError::QueueFull {
-                model: slot.name.clone(),
+                model: slot.name().to_owned(),
                 queue_len: self.limits.queue_len,
                 retry_after_ms: (slot.avg_job_ms.load(Ordering::Relaxed) * waiting).max(100),
             });
         }
-        let stream = self.streams.create(&slot.name, polled)?;
-        queue.jobs.push_back(Job {
+        let stream = self.streams.create(slot.name(), polled)?;
+        life.jobs.push_back(Job {
             stream: Arc::clone(&stream),
             request,
             enqueued: Instant::now(),
             stop,
+            keep_alive,
         });
-        drop(queue);
-        slot.wake.notify_one();
+        drop(life);
+        slot.wake.notify_all();
         Ok(stream)
     }
 
-    /// `Ok` when every model is loaded and has room in its queue; else why not.
+    /// `Ok` when no model has failed and every queue has room; else why
+    /// not. A model that is not loaded is ready: the next request loads it.
     ///
     /// # Errors
     /// The first model that is not ready, with the reason.
     pub fn readiness(&self) -> Result<(), String> {
-        for slot in &self.models {
-            if !slot.loaded.load(Ordering::Acquire) {
-                return Err(format!("model `{}` is not loaded", slot.name));
+        for slot in &self.shared.slots {
+            let life = slot.life.lock();
+            if life.state == ModelState::Failed {
+                return Err(format!(
+                    "model `{}` failed: {}",
+                    slot.name(),
+                    life.last_error
+                        .as_deref()
+                        .unwrap_or("it crashed repeatedly")
+                ));
             }
-            let waiting = slot.waiting();
+            let waiting = life.waiting();
             if waiting >= self.limits.queue_len {
                 return Err(format!(
                     "the queue of model `{}` is full ({waiting} waiting)",
-                    slot.name
+                    slot.name()
                 ));
             }
         }
         Ok(())
     }
 
+    /// Whether the supervisor is sound: every worker thread runs and no
+    /// model's lock is stuck. For the systemd watchdog.
+    pub fn supervisor_healthy(&self) -> bool {
+        let threads = &self.shared.threads;
+        if *threads.running.lock() != threads.started.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.shared
+            .slots
+            .iter()
+            .all(|slot| slot.life.try_lock_for(Duration::from_secs(2)).is_some())
+    }
+
     /// Requests waiting per model (for metrics).
     pub fn queued(&self) -> usize {
-        self.models.iter().map(|slot| slot.waiting()).sum()
+        self.shared
+            .slots
+            .iter()
+            .map(|slot| slot.life.lock().waiting())
+            .sum()
     }
 
     /// 1-based position of a queued stream in its model's queue (1 = next).
     pub fn queue_position(&self, stream: &Stream) -> Option<usize> {
         let slot = self.slot(Some(stream.model())).ok()?;
-        let queue = slot.queue.lock();
-        queue
-            .jobs
+        let life = slot.life.lock();
+        life.jobs
             .iter()
             .filter(|job| !job.stream.is_ended())
             .position(|job| std::ptr::eq(Arc::as_ptr(&job.stream), stream))
@@ -332,12 +429,12 @@ impl Engine {
     /// Waits up to `timeout` for every worker to stop and release its
     /// model. Returns whether they all did. Blocks: call it off the async
     /// runtime.
-    pub fn wait_stopped(&self, timeout: std::time::Duration) -> bool {
+    pub fn wait_stopped(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut running = self.workers.running.lock();
+        let threads = &self.shared.threads;
+        let mut running = threads.running.lock();
         while *running > 0 {
-            if self
-                .workers
+            if threads
                 .stopped
                 .wait_until(&mut running, deadline)
                 .timed_out()
@@ -349,188 +446,20 @@ impl Engine {
     }
 
     /// Stops the workers after their current job (which the stream
-    /// manager's shutdown has already aborted).
+    /// manager's shutdown has already aborted); they unload their models.
     pub fn shutdown(&self) {
-        for slot in &self.models {
-            slot.queue.lock().shutdown = true;
+        for slot in &self.shared.slots {
+            slot.life.lock().shutdown = true;
             slot.wake.notify_all();
+            slot.changed.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 }
 
-/// Starts one worker thread of `slot`: it loads the model, reports the
-/// outcome on the returned channel, then runs jobs until shutdown.
-fn spawn_worker(
-    thread_name: String,
-    slot: &Arc<ModelSlot>,
-    backend: &Arc<dyn Backend>,
-    spec: &ModelSpec,
-    workers: &Arc<Workers>,
-) -> Result<std::sync::mpsc::Receiver<Result<(), BackendError>>, BackendError> {
-    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
-    let worker_slot = Arc::clone(slot);
-    let worker_backend = Arc::clone(backend);
-    let spec = spec.clone();
-    let worker_count = Arc::clone(workers);
-    *workers.running.lock() += 1;
-    let spawned = std::thread::Builder::new()
-        .name(thread_name)
-        .spawn(move || {
-            match worker_backend.load(&spec) {
-                Ok(runner) => {
-                    worker_slot.loaded.store(true, Ordering::Release);
-                    let _ = ready_tx.send(Ok(()));
-                    // The runner (and its model) is dropped when the loop ends.
-                    worker_loop(&worker_slot, runner);
-                    worker_slot.loaded.store(false, Ordering::Release);
-                }
-                Err(err) => {
-                    let _ = ready_tx.send(Err(err));
-                }
-            }
-            *worker_count.running.lock() -= 1;
-            worker_count.stopped.notify_all();
-        });
-    match spawned {
-        Ok(_) => Ok(ready_rx),
-        Err(e) => {
-            *workers.running.lock() -= 1;
-            Err(BackendError::Load {
-                model: slot.name.clone(),
-                message: format!("cannot start its worker thread: {e}"),
-            })
-        }
-    }
-}
-
-fn worker_loop(slot: &ModelSlot, mut runner: Box<dyn Runner>) {
-    loop {
-        let job = {
-            let mut queue = slot.queue.lock();
-            loop {
-                if queue.shutdown {
-                    return;
-                }
-                match queue.jobs.pop_front() {
-                    Some(job) if job.stream.is_ended() => continue,
-                    Some(job) => break job,
-                    None => slot.wake.wait(&mut queue),
-                }
-            }
-        };
-        let started = Instant::now();
-        run_job(runner.as_mut(), &job);
-        let took = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
-        let avg = slot.avg_job_ms.load(Ordering::Relaxed);
-        slot.avg_job_ms
-            .store((avg * 3 + took) / 4, Ordering::Relaxed);
-    }
-}
-
-/// Counts a generation that ran and writes its log line.
-fn record_generation(
-    stream: &Stream,
-    finish_reason: FinishReason,
-    usage: Usage,
-    timings: &Timings,
-    memory_mb: Option<f64>,
-) {
-    crate::metrics::generation(
-        timings.queue_ms,
-        timings.prefill_ms,
-        usage.completion_tokens,
-        timings.tokens_per_second,
-        memory_mb,
-    );
-    tracing::info!(
-        model = stream.model(),
-        finish_reason = finish_reason.as_str(),
-        prompt_tokens = usage.prompt_tokens,
-        completion_tokens = usage.completion_tokens,
-        queue_ms = timings.queue_ms,
-        prefill_ms = timings.prefill_ms,
-        generate_ms = timings.generate_ms,
-        "generation"
-    );
-}
-
-fn run_job(runner: &mut dyn Runner, job: &Job) {
-    let stream = &job.stream;
-    stream.set_initializing();
-    let queue_ms = (Instant::now() - job.enqueued).as_secs_f64() * 1000.0;
-    let mut sink = TokenSink::new(stream.as_ref(), job.request.conversation.is_some())
-        .with_stop(job.stop.clone());
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        runner.generate(&job.request, &mut sink)
-    }));
-    // A generation that ended normally but mid-character shows the loss as
-    // U+FFFD; after a failure or an abort the incomplete tail is dropped.
-    if matches!(result, Ok(Ok(_))) && !stream.cancel_token().is_cancelled() {
-        sink.flush();
-    }
-    let (measured_prefill, measured_generate) = sink.measured();
-    let cancelled = stream.cancel_token().is_cancelled();
-    let hit_stop = sink.hit_stop();
-    match result {
-        Ok(Ok(generation)) => {
-            let (prefill_ms, generate_ms) = generation
-                .runtime_timings
-                .unwrap_or((measured_prefill, measured_generate));
-            let outcome = |counted: Usage| {
-                let usage = generation.usage.unwrap_or(counted);
-                let finish_reason = if cancelled {
-                    FinishReason::Abort
-                } else if hit_stop {
-                    FinishReason::Stop
-                } else {
-                    generation.finish_reason
-                };
-                let timings = Timings {
-                    queue_ms,
-                    prefill_ms,
-                    generate_ms,
-                    tokens_per_second: 0.0,
-                }
-                .with_rate(usage.completion_tokens);
-                (finish_reason, usage, timings)
-            };
-            let mut ended_here = None;
-            stream.end_with(|counted| {
-                let (finish_reason, usage, timings) = outcome(counted);
-                ended_here = Some((finish_reason, usage, timings));
-                EndInfo {
-                    timings: Some(timings),
-                    ..EndInfo::new(finish_reason, usage)
-                }
-            });
-            // A stream aborted (or expired) while it ran ended before the
-            // runner returned: the generation is recorded all the same.
-            let (finish_reason, usage, timings) = ended_here.unwrap_or_else(|| {
-                let end = stream.end_info();
-                let (_, usage, timings) =
-                    outcome(end.as_ref().map(|e| e.usage).unwrap_or_default());
-                let finish_reason = end.map_or(FinishReason::Abort, |e| e.finish_reason);
-                (finish_reason, usage, timings)
-            });
-            record_generation(stream, finish_reason, usage, &timings, generation.memory_mb);
-        }
-        Ok(Err(err)) => {
-            tracing::warn!(model = stream.model(), error = %err, "generation failed");
-            stream.end_with(|usage| EndInfo::error(EndErrorKind::Runtime, err.to_string(), usage));
-        }
-        Err(_) => {
-            tracing::error!(
-                model = stream.model(),
-                "the backend panicked during a generation"
-            );
-            stream.end_with(|usage| {
-                EndInfo::error(
-                    EndErrorKind::Internal,
-                    "generation failed: internal backend error",
-                    usage,
-                )
-            });
-        }
-    }
-    debug_assert!(stream.is_ended());
+/// Resident memory of a process, from `/proc/PID/status`.
+fn resident_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

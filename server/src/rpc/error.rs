@@ -153,8 +153,8 @@ impl From<EngineError> for RpcError {
                 Self::new(codes::SERVER_BUSY, err.to_string())
                     .with_data(json!({ "retry_after_ms": retry_after_ms }))
             }
-            EngineError::NotLoaded(ref name) => {
-                let name = name.clone();
+            EngineError::Unavailable { ref model, .. } => {
+                let name = model.clone();
                 Self::new(codes::MODEL_UNAVAILABLE, err.to_string())
                     .with_data(json!({ "model": name }))
             }

@@ -43,6 +43,8 @@ pub(super) async fn call(
             Params(params_object(params)?).only("models", &[])?;
             done(&json!({ "models": state.engine.models() }))
         }
+        "load" => load(state, Params(params_object(params)?)).await,
+        "unload" => unload(state, Params(params_object(params)?)).await,
         other => Err(RpcError::method_not_found(other)),
     }
 }
@@ -69,6 +71,34 @@ pub(super) fn notify(state: &Services, conn: &Connection, method: &str, params: 
         }
         _ => {}
     }
+}
+
+/// `load {model?, keep_alive?}`: loads a model now (a failed one is
+/// retried) and answers once it is loaded.
+async fn load(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
+    p.only("load", &[&["model", "keep_alive"]])?;
+    let model = p.opt_str("model")?;
+    let keep_alive = keep_alive(&p)?;
+    let name = state.engine.load(model.as_deref(), keep_alive).await?;
+    let info = state.engine.models().into_iter().find(|m| m.name == name);
+    done(&json!({ "model": name, "state": "loaded", "info": info }))
+}
+
+/// `unload {model?}`: unloads a model once its current generation is over.
+async fn unload(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
+    p.only("unload", &[&["model"]])?;
+    let model = p.opt_str("model")?;
+    let (name, was_loaded) = state.engine.unload(model.as_deref()).await?;
+    done(&json!({ "model": name, "state": "available", "was_loaded": was_loaded }))
+}
+
+fn keep_alive(p: &Params) -> Result<Option<crate::engine::KeepAlive>, RpcError> {
+    p.get("keep_alive")
+        .map(|v| {
+            crate::engine::KeepAlive::parse(v)
+                .map_err(|message| RpcError::invalid_params("keep_alive", message))
+        })
+        .transpose()
 }
 
 fn initialize(conn: &Connection, params: Option<Value>) -> Result<Handled, RpcError> {

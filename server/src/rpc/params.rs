@@ -57,6 +57,11 @@ impl Params {
         self.0.get(field).filter(|v| !v.is_null())
     }
 
+    /// The value of `field`, when present and not null.
+    pub fn get(&self, field: &str) -> Option<&Value> {
+        self.present(field)
+    }
+
     /// True when the field is present and not null.
     pub fn has(&self, field: &str) -> bool {
         self.present(field).is_some()

@@ -37,12 +37,7 @@ pub struct Chunk {
     pub produced_ns: Option<u64>,
 }
 
-/// Nanoseconds of the system-wide monotonic clock (`CLOCK_MONOTONIC`),
-/// comparable between processes on one machine.
-pub fn monotonic_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
-}
+pub use crate::vocab::monotonic_ns;
 
 /// Lifecycle of a stream, as reported by `stream_status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

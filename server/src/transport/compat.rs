@@ -92,8 +92,9 @@ pub fn prompt_from_messages(messages: &[ChatMessage]) -> Result<(String, Role), 
 pub fn start_private(
     state: &Arc<AppState>,
     request: crate::engine::RunRequest,
+    keep_alive: Option<crate::engine::KeepAlive>,
 ) -> Result<PrivateStream, EngineError> {
-    let stream = state.engine.submit(request, false)?;
+    let stream = state.engine.submit_with(request, false, keep_alive)?;
     Ok(PrivateStream::new(&state.streams, stream))
 }
 

@@ -1,5 +1,5 @@
-//! `GET /health` (the process is alive) and `GET /ready` (every model is
-//! loaded and has room in its queue), both open, without API keys, for
+//! `GET /health` (the process is alive) and `GET /ready` (no model has
+//! failed and every queue has room), both open, without API keys, for
 //! supervisors and load balancers; and `GET /metrics` (behind the keys).
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ pub async fn health() -> Response {
     Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")})).into_response()
 }
 
-/// `GET /ready`: 200 when every model is loaded and its queue is not full;
+/// `GET /ready`: 200 when no model has failed and no queue is full;
 /// 503 with the reason otherwise.
 pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     match state.engine.readiness() {
@@ -38,6 +38,16 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         queued_requests: state.engine.queued(),
         buffered_bytes: state.streams.total_bytes(),
         mcp_sessions: state.mcp_sessions.len(),
+        models: state
+            .engine
+            .models()
+            .into_iter()
+            .map(|m| metrics::ModelGauge {
+                name: m.name,
+                state: m.state.as_str(),
+                memory_bytes: m.memory_bytes,
+            })
+            .collect(),
     };
     match metrics::render(gauges) {
         Ok(text) => (

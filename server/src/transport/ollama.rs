@@ -22,7 +22,9 @@ use super::compat::{
 };
 use super::state::AppState;
 use super::tools::{ToolCall, ToolCallFilter};
-use crate::engine::{EngineError, ModelInfo, Role, RunRequest, Sampling, Turn, ValidationError};
+use crate::engine::{
+    EngineError, KeepAlive, ModelInfo, Role, RunRequest, Sampling, Turn, ValidationError,
+};
 use crate::stream::PrivateStream;
 use crate::vocab::{EndInfo, FinishReason};
 
@@ -95,9 +97,12 @@ pub async fn tags(State(state): State<Arc<AppState>>) -> Response {
     Json(json!({"models": models})).into_response()
 }
 
-/// `GET /api/ps`: the loaded models (all of them stay loaded).
+/// `GET /api/ps`: the loaded models, with when each unloads (a model kept
+/// loaded for good shows a date far ahead) and its size: the larger of the
+/// model file and its runners' resident memory, all of it NPU-reachable
+/// memory (`size_vram`), the NPU sharing the board's RAM.
 pub async fn ps(State(state): State<Arc<AppState>>) -> Response {
-    let expires = rfc3339(SystemTime::now() + Duration::from_secs(365 * 86_400));
+    let now = SystemTime::now();
     let models: Vec<Value> = state
         .engine
         .models()
@@ -105,12 +110,60 @@ pub async fn ps(State(state): State<Arc<AppState>>) -> Response {
         .filter(|m| m.loaded)
         .map(|m| {
             let mut entry = model_entry(&state, m);
-            entry["expires_at"] = json!(expires);
-            entry["size_vram"] = json!(0);
+            let expires = now
+                + m.expires_in
+                    .unwrap_or(Duration::from_secs(10 * 365 * 86_400));
+            let size = m.size_bytes.unwrap_or(0).max(m.memory_bytes.unwrap_or(0));
+            entry["expires_at"] = json!(rfc3339(expires));
+            entry["size"] = json!(size);
+            entry["size_vram"] = json!(size);
             entry
         })
         .collect();
     Json(json!({"models": models})).into_response()
+}
+
+/// Reads Ollama's `keep_alive`, if the request has one.
+fn keep_alive(value: Option<&Value>) -> Result<Option<KeepAlive>, Box<Response>> {
+    value
+        .filter(|v| !v.is_null())
+        .map(|v| KeepAlive::parse(v).map_err(|m| Box::new(error(StatusCode::BAD_REQUEST, m))))
+        .transpose()
+}
+
+/// A request without input loads the model (or, with `keep_alive: 0`,
+/// unloads it), as Ollama does; the answer says which.
+async fn load_or_unload(
+    state: &AppState,
+    model: Option<&str>,
+    keep_alive: Option<KeepAlive>,
+    api: Api,
+) -> Response {
+    let result = if keep_alive == Some(KeepAlive::For(Duration::ZERO)) {
+        state
+            .engine
+            .unload(model)
+            .await
+            .map(|(name, _)| (name, "unload"))
+    } else {
+        state
+            .engine
+            .load(model, keep_alive)
+            .await
+            .map(|name| (name, "load"))
+    };
+    match result {
+        Ok((name, reason)) => {
+            let mut answer = json!({"model": name, "created_at": rfc3339(SystemTime::now()),
+                                    "done": true, "done_reason": reason});
+            match api {
+                Api::Generate => answer["response"] = json!(""),
+                Api::Chat => answer["message"] = json!({"role": "assistant", "content": ""}),
+            }
+            Json(answer).into_response()
+        }
+        Err(err) => engine_error(err),
+    }
 }
 
 /// Resolves an Ollama model name (`name` or `name:latest`) to one of ours.
@@ -189,6 +242,7 @@ struct GenerateRequest {
     #[serde(default)]
     options: Options,
     think: Option<bool>,
+    keep_alive: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -201,6 +255,7 @@ struct ChatRequest {
     options: Options,
     think: Option<bool>,
     tools: Option<Vec<Value>>,
+    keep_alive: Option<Value>,
 }
 
 fn run_request(
@@ -245,7 +300,15 @@ pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Respon
     log_ignored_fields(
         "/api/generate",
         &body,
-        &["model", "prompt", "system", "stream", "options", "think"],
+        &[
+            "model",
+            "prompt",
+            "system",
+            "stream",
+            "options",
+            "think",
+            "keep_alive",
+        ],
     );
     let request: GenerateRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
@@ -260,14 +323,13 @@ pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Respon
         Ok(m) => m,
         Err(response) => return *response,
     };
+    let keep_alive = match keep_alive(request.keep_alive.as_ref()) {
+        Ok(k) => k,
+        Err(response) => return *response,
+    };
     let name = model.clone().unwrap_or_else(|| default_model(&state));
     if request.prompt.is_empty() {
-        // An empty prompt loads the model; ours are loaded at start.
-        return Json(
-            json!({"model": name, "created_at": rfc3339(SystemTime::now()), "response": "",
-                           "done": true, "done_reason": "load"}),
-        )
-        .into_response();
+        return load_or_unload(&state, model.as_deref(), keep_alive, Api::Generate).await;
     }
     let prompt = match &request.system {
         Some(system) if !system.is_empty() => format!("{system}\n\n{}", request.prompt),
@@ -285,6 +347,7 @@ pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Respon
     respond(
         &state,
         run,
+        keep_alive,
         name,
         request.stream.unwrap_or(true),
         Api::Generate,
@@ -297,7 +360,15 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     log_ignored_fields(
         "/api/chat",
         &body,
-        &["model", "messages", "stream", "options", "think", "tools"],
+        &[
+            "model",
+            "messages",
+            "stream",
+            "options",
+            "think",
+            "tools",
+            "keep_alive",
+        ],
     );
     let request: ChatRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
@@ -317,11 +388,13 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         Ok(m) => m,
         Err(response) => return *response,
     };
+    let keep_alive = match keep_alive(request.keep_alive.as_ref()) {
+        Ok(k) => k,
+        Err(response) => return *response,
+    };
     let name = model.clone().unwrap_or_else(|| default_model(&state));
     if request.messages.is_empty() {
-        return Json(json!({"model": name, "created_at": rfc3339(SystemTime::now()),
-                           "message": {"role": "assistant", "content": ""}, "done": true, "done_reason": "load"}))
-        .into_response();
+        return load_or_unload(&state, model.as_deref(), keep_alive, Api::Chat).await;
     }
     let (prompt, role) = match prompt_from_messages(&request.messages) {
         Ok(p) => p,
@@ -336,7 +409,15 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         Some(turns(&request.messages)),
         tools,
     );
-    respond(&state, run, name, request.stream.unwrap_or(true), Api::Chat).await
+    respond(
+        &state,
+        run,
+        keep_alive,
+        name,
+        request.stream.unwrap_or(true),
+        Api::Chat,
+    )
+    .await
 }
 
 fn default_model(state: &AppState) -> String {
@@ -503,6 +584,7 @@ fn with_calls(mut line: Value, calls: &[ToolCall]) -> Value {
 async fn respond(
     state: &Arc<AppState>,
     run: RunRequest,
+    keep_alive: Option<KeepAlive>,
     model: String,
     stream: bool,
     api: Api,
@@ -510,7 +592,7 @@ async fn respond(
     let started = Instant::now();
     // Tool calls are parsed out of chat answers to requests that offered tools.
     let mut filter = (api == Api::Chat && run.tools.is_some()).then(ToolCallFilter::default);
-    let mut private = match start_private(state, run) {
+    let mut private = match start_private(state, run, keep_alive) {
         Ok(p) => p,
         Err(err) => return engine_error(err),
     };

@@ -57,9 +57,8 @@ fn bad_request(message: impl Into<String>, param: Option<&str>) -> Response {
 pub(super) fn engine_error(err: EngineError) -> Response {
     crate::metrics::rejected(match &err {
         EngineError::QueueFull { .. } | EngineError::Stream(_) => "busy",
-        EngineError::Invalid(ValidationError::UnknownModel { .. }) | EngineError::NotLoaded(_) => {
-            "model_unavailable"
-        }
+        EngineError::Invalid(ValidationError::UnknownModel { .. })
+        | EngineError::Unavailable { .. } => "model_unavailable",
         _ => "invalid_params",
     });
     match err {
@@ -297,7 +296,7 @@ async fn respond(
         Ok(run) => run,
         Err(response) => return *response,
     };
-    let private = match start_private(&state, run) {
+    let private = match start_private(&state, run, None) {
         Ok(p) => p,
         Err(err) => return engine_error(err),
     };

@@ -6,4 +6,12 @@ mod cancel;
 mod outcome;
 
 pub use cancel::CancelToken;
+
+/// Nanoseconds of the system-wide monotonic clock (`CLOCK_MONOTONIC`),
+/// comparable between processes on one machine.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+}
+
 pub use outcome::{EndError, EndErrorKind, EndInfo, FinishReason, Timings, Usage, round_ms};

@@ -3,10 +3,10 @@
 //! manager (end chunks) and every transport. Protocol codes and HTTP
 //! statuses are chosen by each transport from [`EndErrorKind`].
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Why a generation ended. Serialised in lower case, as on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FinishReason {
     /// The model stopped by itself (end of sequence).
@@ -32,7 +32,7 @@ impl FinishReason {
 }
 
 /// Token counts of one generation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// Tokens of the prompt (as reported by the backend).
     pub prompt_tokens: u32,

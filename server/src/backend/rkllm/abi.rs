@@ -12,7 +12,7 @@ use rkllm_sys::{v1_2, v1_3_0};
 use super::handle::{CallbackSlot, Perf, RawHandle};
 
 /// Init parameters (`RKLLMParam`), from the `[rkllm]` config section.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct InitSettings {
     /// Context window.
     pub max_context_len: i32,
@@ -35,7 +35,7 @@ pub struct InitSettings {
 }
 
 /// Every sampling value, resolved (request override or configured default).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SamplingValues {
     /// Top-k cut-off.
     pub top_k: i32,

@@ -36,14 +36,38 @@ const OVERRIDES_1_2: &[&str] = &["max_tokens", "role", "enable_thinking"];
 
 /// What the `rkllm` backend needs to start (built from the `[rkllm]`
 /// config section and the runtime flags).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RkllmSettings {
     /// The runtime library (a bare name is found by the dynamic loader).
     pub runtime: PathBuf,
     /// The ABI to bind; `None` reads it from the library's version.
+    #[serde(with = "abi_name")]
     pub abi: Option<Abi>,
     /// Init parameters, before each model's own settings.
     pub init: InitSettings,
+}
+
+/// `abi` as `"1.3"`, `"1.2"` or null, for the order to a runner.
+mod abi_name {
+    use rkllm_sys::version::Abi;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(abi: &Option<Abi>, s: S) -> Result<S::Ok, S::Error> {
+        match abi {
+            Some(Abi::V1_3) => s.serialize_some("1.3"),
+            Some(Abi::V1_2) => s.serialize_some("1.2"),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Abi>, D::Error> {
+        match Option::<String>::deserialize(d)?.as_deref() {
+            Some("1.3") => Ok(Some(Abi::V1_3)),
+            Some("1.2") => Ok(Some(Abi::V1_2)),
+            None => Ok(None),
+            Some(other) => Err(serde::de::Error::custom(format!("unknown ABI {other}"))),
+        }
+    }
 }
 
 /// The backend factory: the loaded runtime and the init settings.
@@ -86,6 +110,16 @@ impl RkllmBackend {
             .map_or(s.frequency_penalty, |v| v as f32);
         s.presence_penalty = m.presence_penalty.map_or(s.presence_penalty, |v| v as f32);
         init
+    }
+
+    /// The settings a runner needs to load this same runtime, with the ABI
+    /// this process chose.
+    pub fn settings(&self) -> RkllmSettings {
+        RkllmSettings {
+            runtime: self.runtime.path().to_owned(),
+            abi: Some(self.runtime.abi()),
+            init: self.init.clone(),
+        }
     }
 
     /// The runtime's path and version, for messages.

@@ -1,0 +1,144 @@
+//! One queued generation, and how it is run on a runner: the stream is
+//! fed through a [`TokenSink`], ended with the outcome, and counted.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::keep_alive::KeepAlive;
+use crate::backend::{BackendError, Runner, TokenSink, ValidRunRequest};
+use crate::stream::Stream;
+use crate::vocab::{EndErrorKind, EndInfo, FinishReason, Timings, Usage};
+
+/// A request waiting in its model's queue.
+pub(super) struct Job {
+    pub stream: Arc<Stream>,
+    pub request: ValidRunRequest,
+    pub enqueued: Instant,
+    /// Stop strings of a server-side template.
+    pub stop: Vec<String>,
+    /// How long the model stays loaded after this job (`None`: the default).
+    pub keep_alive: Option<KeepAlive>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("model", &self.request.model)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts a generation that ran and writes its log line.
+fn record_generation(
+    stream: &Stream,
+    finish_reason: FinishReason,
+    usage: Usage,
+    timings: &Timings,
+    memory_mb: Option<f64>,
+) {
+    crate::metrics::generation(
+        timings.queue_ms,
+        timings.prefill_ms,
+        usage.completion_tokens,
+        timings.tokens_per_second,
+        memory_mb,
+    );
+    tracing::info!(
+        model = stream.model(),
+        finish_reason = finish_reason.as_str(),
+        prompt_tokens = usage.prompt_tokens,
+        completion_tokens = usage.completion_tokens,
+        queue_ms = timings.queue_ms,
+        prefill_ms = timings.prefill_ms,
+        generate_ms = timings.generate_ms,
+        "generation"
+    );
+}
+
+/// Runs one job on `runner`, ending its stream. Returns the error when
+/// the runner was lost (its process died or stalled).
+pub(super) fn run_job(runner: &mut dyn Runner, job: &Job) -> Option<BackendError> {
+    let stream = &job.stream;
+    stream.set_initializing();
+    let queue_ms = (Instant::now() - job.enqueued).as_secs_f64() * 1000.0;
+    let mut sink = TokenSink::new(stream.as_ref(), job.request.conversation.is_some())
+        .with_stop(job.stop.clone());
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        runner.generate(&job.request, &mut sink)
+    }));
+    // A generation that ended normally but mid-character shows the loss as
+    // U+FFFD; after a failure or an abort the incomplete tail is dropped.
+    if matches!(result, Ok(Ok(_))) && !stream.cancel_token().is_cancelled() {
+        sink.flush();
+    }
+    let (measured_prefill, measured_generate) = sink.measured();
+    let cancelled = stream.cancel_token().is_cancelled();
+    let hit_stop = sink.hit_stop();
+    match result {
+        Ok(Ok(generation)) => {
+            let (prefill_ms, generate_ms) = generation
+                .runtime_timings
+                .unwrap_or((measured_prefill, measured_generate));
+            let outcome = |counted: Usage| {
+                let usage = generation.usage.unwrap_or(counted);
+                let finish_reason = if cancelled {
+                    FinishReason::Abort
+                } else if hit_stop {
+                    FinishReason::Stop
+                } else {
+                    generation.finish_reason
+                };
+                let timings = Timings {
+                    queue_ms,
+                    prefill_ms,
+                    generate_ms,
+                    tokens_per_second: 0.0,
+                }
+                .with_rate(usage.completion_tokens);
+                (finish_reason, usage, timings)
+            };
+            let mut ended_here = None;
+            stream.end_with(|counted| {
+                let (finish_reason, usage, timings) = outcome(counted);
+                ended_here = Some((finish_reason, usage, timings));
+                EndInfo {
+                    timings: Some(timings),
+                    ..EndInfo::new(finish_reason, usage)
+                }
+            });
+            // A stream aborted (or expired) while it ran ended before the
+            // runner returned: the generation is recorded all the same.
+            let (finish_reason, usage, timings) = ended_here.unwrap_or_else(|| {
+                let end = stream.end_info();
+                let (_, usage, timings) =
+                    outcome(end.as_ref().map(|e| e.usage).unwrap_or_default());
+                let finish_reason = end.map_or(FinishReason::Abort, |e| e.finish_reason);
+                (finish_reason, usage, timings)
+            });
+            record_generation(stream, finish_reason, usage, &timings, generation.memory_mb);
+        }
+        Ok(Err(err)) => {
+            tracing::warn!(model = stream.model(), error = %err, "generation failed");
+            stream.end_with(|usage| EndInfo::error(EndErrorKind::Runtime, err.to_string(), usage));
+            if matches!(err, BackendError::Lost { .. }) {
+                return Some(err);
+            }
+        }
+        Err(_) => {
+            tracing::error!(
+                model = stream.model(),
+                "the backend panicked during a generation"
+            );
+            stream.end_with(|usage| {
+                EndInfo::error(
+                    EndErrorKind::Internal,
+                    "generation failed: internal backend error",
+                    usage,
+                )
+            });
+        }
+    }
+    debug_assert!(stream.is_ended());
+    None
+}

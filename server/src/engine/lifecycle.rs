@@ -1,0 +1,762 @@
+//! When models are loaded and unloaded, and what happens when a runner dies.
+//!
+//! Each model has one worker thread per lane. A lane loads the model's
+//! runner when it takes a job (or an explicit `load`) and the model is not
+//! loaded, runs jobs in order, and unloads when the model has been idle
+//! for its keep-alive, when the [`Gate`] evicts it to make room for
+//! another model (least recently used idle model first), on `unload`, or
+//! at shutdown. A runner lost mid-generation ends that stream with an
+//! error; the next job reloads the model after a back-off, and a model
+//! that fails `max_crashes` times within `crash_window` is marked failed
+//! until an explicit `load`.
+//!
+//! Lock order: the gate's lock before a model's; a model's lock is never
+//! held while taking the gate's.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::job::{Job, run_job};
+use super::keep_alive::KeepAlive;
+use crate::backend::{Backend, BackendError, ModelSpec, Runner};
+use crate::vocab::{EndErrorKind, EndInfo};
+
+/// Lifecycle settings (config `[engine]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifecycle {
+    /// Models loaded at once.
+    pub max_loaded_models: usize,
+    /// Default keep-alive of an idle model.
+    pub keep_alive: KeepAlive,
+    /// How long a request waits for its model to load.
+    pub load_timeout: Duration,
+    /// Crashes within `crash_window` that mark a model failed.
+    pub max_crashes: u32,
+    /// The window for `max_crashes`.
+    pub crash_window: Duration,
+}
+
+/// A model's state, as `models` and `/api/ps` report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelState {
+    /// Configured, not loaded; the next request loads it.
+    Available,
+    /// Being loaded.
+    Loading,
+    /// Loaded and ready.
+    Loaded,
+    /// Crashed too often; refused until an explicit `load`.
+    Failed,
+}
+
+impl ModelState {
+    /// The name in `models` and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Available => "available",
+            Self::Loading => "loading",
+            Self::Loaded => "loaded",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// Whether a model holds (or is getting) one of the gate's places.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    None,
+    Acquiring,
+    Held,
+}
+
+/// What a model's lock guards.
+#[derive(Debug)]
+pub(super) struct Life {
+    pub jobs: VecDeque<Job>,
+    pub shutdown: bool,
+    pub state: ModelState,
+    place: Place,
+    /// Lanes holding a runner.
+    lanes_loaded: usize,
+    /// Lanes running a job.
+    busy: usize,
+    /// Unload as soon as the lanes are idle (eviction, `unload`), and why.
+    unload_now: bool,
+    unload_reason: &'static str,
+    /// Explicit loads asked for, and load attempts made (a lane loads while
+    /// `load_wanted > load_attempts`).
+    load_wanted: u64,
+    load_attempts: u64,
+    /// Why the last load or run failed, or why the model failed.
+    pub last_error: Option<String>,
+    /// When an idle loaded model unloads (`None`: never).
+    expires: Option<Instant>,
+    /// The keep-alive an explicit load asked for, applied once loaded.
+    keep_alive_next: Option<KeepAlive>,
+    last_used: Instant,
+    crashes: VecDeque<Instant>,
+    backoff_until: Option<Instant>,
+    pids: Vec<u32>,
+    pub loaded_since: Option<SystemTime>,
+}
+
+impl Life {
+    fn new() -> Self {
+        Self {
+            jobs: VecDeque::new(),
+            shutdown: false,
+            state: ModelState::Available,
+            place: Place::None,
+            lanes_loaded: 0,
+            busy: 0,
+            unload_now: false,
+            unload_reason: "idle",
+            load_wanted: 0,
+            load_attempts: 0,
+            last_error: None,
+            expires: None,
+            keep_alive_next: None,
+            last_used: Instant::now(),
+            crashes: VecDeque::new(),
+            backoff_until: None,
+            pids: Vec::new(),
+            loaded_since: None,
+        }
+    }
+
+    /// Jobs still waiting (a job whose stream has ended is skipped).
+    pub fn waiting(&self) -> usize {
+        self.jobs.iter().filter(|j| !j.stream.is_ended()).count()
+    }
+
+    fn idle(&self) -> bool {
+        self.state == ModelState::Loaded && self.busy == 0 && self.waiting() == 0
+    }
+}
+
+/// One configured model: its spec, queue and lifecycle.
+pub(super) struct ModelSlot {
+    pub index: usize,
+    pub spec: ModelSpec,
+    pub life: Mutex<Life>,
+    /// Lanes park here for jobs and orders.
+    pub wake: Condvar,
+    /// Bumped on every state change, for async waiters.
+    pub changed: tokio::sync::watch::Sender<u64>,
+    /// Moving average of recent job durations, for `retry_after_ms`.
+    pub avg_job_ms: AtomicU64,
+}
+
+impl std::fmt::Debug for ModelSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelSlot")
+            .field("name", &self.spec.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ModelSlot {
+    pub fn new(index: usize, spec: ModelSpec) -> Self {
+        Self {
+            index,
+            spec,
+            life: Mutex::new(Life::new()),
+            wake: Condvar::new(),
+            changed: tokio::sync::watch::Sender::new(0),
+            avg_job_ms: AtomicU64::new(1000),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    fn publish(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        self.wake.notify_all();
+    }
+}
+
+/// The places for loaded models (`max_loaded_models`).
+#[derive(Debug)]
+pub(super) struct Gate {
+    held: Mutex<Vec<usize>>,
+    freed: Condvar,
+    max: usize,
+}
+
+impl Gate {
+    fn new(max: usize) -> Self {
+        Self {
+            held: Mutex::new(Vec::new()),
+            freed: Condvar::new(),
+            max: max.max(1),
+        }
+    }
+
+    /// Takes a place for model `me`, asking the least recently used idle
+    /// model to unload when all are taken, until `deadline`.
+    fn acquire(
+        &self,
+        slots: &[Arc<ModelSlot>],
+        me: usize,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let mut held = self.held.lock();
+        loop {
+            if held.contains(&me) || held.len() < self.max {
+                if !held.contains(&me) {
+                    held.push(me);
+                }
+                return Ok(());
+            }
+            let victim = held
+                .iter()
+                .filter(|&&i| i != me)
+                .filter_map(|&i| {
+                    let life = slots[i].life.lock();
+                    life.idle().then_some((life.last_used, i))
+                })
+                .min();
+            if let Some((_, v)) = victim {
+                let mut life = slots[v].life.lock();
+                if !life.unload_now {
+                    tracing::info!(
+                        model = slots[v].name(),
+                        to_load = slots[me].name(),
+                        "unloading the least recently used idle model to make room"
+                    );
+                    life.unload_now = true;
+                    life.unload_reason = "evicted";
+                }
+                drop(life);
+                slots[v].wake.notify_all();
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(format!(
+                    "no room to load it within engine.load_timeout_secs: engine.max_loaded_models \
+                     is {} and the loaded models stayed busy",
+                    self.max
+                ));
+            }
+            // Busy models free their place without a signal when they
+            // finish; look again soon.
+            let _ = self
+                .freed
+                .wait_for(&mut held, (deadline - now).min(Duration::from_millis(50)));
+        }
+    }
+
+    fn release(&self, me: usize) {
+        self.held.lock().retain(|&i| i != me);
+        self.freed.notify_all();
+    }
+}
+
+/// Counts running lane threads, so shutdown can wait for them and the
+/// watchdog can tell one died.
+#[derive(Debug, Default)]
+pub(super) struct Threads {
+    pub running: Mutex<usize>,
+    pub stopped: Condvar,
+    pub started: AtomicUsize,
+}
+
+/// Everything the lanes share.
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub slots: Vec<Arc<ModelSlot>>,
+    pub backend: Arc<dyn Backend>,
+    pub lifecycle: Lifecycle,
+    gate: Gate,
+    pub threads: Threads,
+}
+
+impl Shared {
+    pub fn new(backend: Arc<dyn Backend>, models: &[ModelSpec], lifecycle: Lifecycle) -> Self {
+        Self {
+            slots: models
+                .iter()
+                .enumerate()
+                .map(|(i, spec)| Arc::new(ModelSlot::new(i, spec.clone())))
+                .collect(),
+            backend,
+            lifecycle,
+            gate: Gate::new(lifecycle.max_loaded_models),
+            threads: Threads::default(),
+        }
+    }
+
+    /// Asks for `slot` to be loaded (an explicit `load` or a preload):
+    /// clears a failed state, and returns the attempt to wait for, or
+    /// `None` when it is loaded already (its keep-alive then renewed).
+    pub fn want_loaded(&self, slot: &ModelSlot, keep_alive: Option<KeepAlive>) -> Option<u64> {
+        let mut life = slot.life.lock();
+        if life.state == ModelState::Failed {
+            tracing::info!(
+                model = slot.name(),
+                "failed model reset by an explicit load"
+            );
+            life.state = ModelState::Available;
+            life.crashes.clear();
+            life.backoff_until = None;
+            life.last_error = None;
+        }
+        if life.state == ModelState::Loaded && !life.unload_now {
+            let now = Instant::now();
+            life.last_used = now;
+            if let Some(keep_alive) = keep_alive {
+                life.expires = keep_alive.expiry(now);
+            }
+            return None;
+        }
+        life.keep_alive_next = keep_alive;
+        life.load_wanted = life.load_attempts + 1;
+        let target = life.load_wanted;
+        drop(life);
+        slot.publish();
+        Some(target)
+    }
+
+    /// Whether the load attempt `target` is over: `Ok(true)` loaded,
+    /// `Ok(false)` not yet, `Err` why it failed.
+    pub fn load_outcome(&self, slot: &ModelSlot, target: u64) -> Result<bool, String> {
+        let life = slot.life.lock();
+        if life.state == ModelState::Loaded {
+            return Ok(true);
+        }
+        if life.state == ModelState::Failed || life.load_attempts >= target || life.shutdown {
+            return Err(life
+                .last_error
+                .clone()
+                .unwrap_or_else(|| "the model was not loaded".into()));
+        }
+        Ok(false)
+    }
+
+    /// Asks `slot` to unload once its lanes are idle; returns whether it
+    /// was loaded (or loading).
+    pub fn want_unloaded(&self, slot: &ModelSlot) -> bool {
+        let mut life = slot.life.lock();
+        let loaded = life.lanes_loaded > 0 || life.state == ModelState::Loading;
+        if loaded {
+            life.unload_now = true;
+            life.unload_reason = "requested";
+            life.load_wanted = life.load_attempts;
+        }
+        drop(life);
+        slot.publish();
+        loaded
+    }
+
+    /// Whether `slot` holds no runner.
+    pub fn unloaded(&self, slot: &ModelSlot) -> bool {
+        let life = slot.life.lock();
+        life.lanes_loaded == 0 && life.state != ModelState::Loading
+    }
+
+    /// The runner processes of `slot` and when it unloads, for reports.
+    pub fn runtime_view(&self, slot: &ModelSlot) -> (Vec<u32>, Option<Duration>) {
+        let life = slot.life.lock();
+        let expires = if life.state == ModelState::Loaded {
+            life.expires
+                .map(|t| t.saturating_duration_since(Instant::now()))
+        } else {
+            None
+        };
+        (life.pids.clone(), expires)
+    }
+}
+
+/// What a lane does next.
+enum Step {
+    Run(Box<Job>),
+    Load,
+    Unload,
+    Check,
+    Fail(Vec<Job>, String),
+    Exit,
+}
+
+/// A lane's thread: loads, runs and unloads until shutdown.
+pub(super) fn lane(shared: &Shared, slot: &ModelSlot, lane: usize) {
+    let mut runner: Option<Box<dyn Runner>> = None;
+    loop {
+        match next_step(slot, lane, runner.is_some()) {
+            Step::Exit => break,
+            Step::Unload => unload(shared, slot, &mut runner, None),
+            Step::Check => {
+                if let Some(r) = runner.as_mut()
+                    && let Err(err) = r.alive()
+                {
+                    lost(shared, slot, &mut runner, &err);
+                }
+            }
+            Step::Load => {
+                let _ = ensure_loaded(shared, slot, &mut runner);
+            }
+            Step::Fail(jobs, reason) => {
+                for job in jobs {
+                    job.stream.end_with(|usage| {
+                        EndInfo::error(EndErrorKind::Runtime, reason.clone(), usage)
+                    });
+                }
+            }
+            Step::Run(job) => run(shared, slot, &mut runner, *job),
+        }
+    }
+    if runner.is_some() {
+        unload(shared, slot, &mut runner, None);
+    }
+}
+
+fn next_step(slot: &ModelSlot, lane: usize, has_runner: bool) -> Step {
+    let mut life = slot.life.lock();
+    loop {
+        if life.shutdown {
+            return Step::Exit;
+        }
+        let now = Instant::now();
+        if has_runner
+            && (life.unload_now || (life.waiting() == 0 && life.expires.is_some_and(|t| t <= now)))
+        {
+            return Step::Unload;
+        }
+        if life.state == ModelState::Failed && !life.jobs.is_empty() {
+            let reason = failed_message(slot.name(), &life);
+            return Step::Fail(life.jobs.drain(..).collect(), reason);
+        }
+        if let Some(until) = life.backoff_until {
+            if until > now {
+                let _ = slot.wake.wait_until(&mut life, until);
+                continue;
+            }
+            life.backoff_until = None;
+        }
+        while let Some(job) = life.jobs.pop_front() {
+            if !job.stream.is_ended() {
+                return Step::Run(Box::new(job));
+            }
+        }
+        if !has_runner && lane == 0 && life.load_wanted > life.load_attempts {
+            return Step::Load;
+        }
+        if has_runner {
+            // Wake for the keep-alive, and every second to see that the
+            // runner is still there.
+            let mut until = now + Duration::from_secs(1);
+            if let Some(expires) = life.expires {
+                until = until.min(expires);
+            }
+            if slot.wake.wait_until(&mut life, until).timed_out() {
+                return Step::Check;
+            }
+        } else {
+            slot.wake.wait(&mut life);
+        }
+    }
+}
+
+fn failed_message(name: &str, life: &Life) -> String {
+    format!(
+        "model `{name}` failed: {}; an explicit `load` retries it",
+        life.last_error
+            .as_deref()
+            .unwrap_or("it crashed repeatedly")
+    )
+}
+
+fn run(shared: &Shared, slot: &ModelSlot, runner: &mut Option<Box<dyn Runner>>, job: Job) {
+    if let Some(r) = runner.as_mut()
+        && let Err(err) = r.alive()
+    {
+        lost(shared, slot, runner, &err);
+    }
+    if runner.is_none()
+        && let Err(message) = ensure_loaded(shared, slot, runner)
+    {
+        job.stream
+            .end_with(|usage| EndInfo::error(EndErrorKind::Runtime, message, usage));
+        return;
+    }
+    let Some(r) = runner.as_mut() else { return };
+    slot.life.lock().busy += 1;
+    let started = Instant::now();
+    let lost_runner = run_job(r.as_mut(), &job);
+    let took = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
+    let avg = slot.avg_job_ms.load(Ordering::Relaxed);
+    slot.avg_job_ms
+        .store((avg * 3 + took) / 4, Ordering::Relaxed);
+    {
+        let mut life = slot.life.lock();
+        life.busy -= 1;
+        let now = Instant::now();
+        life.last_used = now;
+        life.expires = job
+            .keep_alive
+            .unwrap_or(shared.lifecycle.keep_alive)
+            .expiry(now);
+    }
+    slot.publish();
+    if let Some(err) = lost_runner {
+        lost(shared, slot, runner, &err);
+    }
+}
+
+/// Makes sure this lane has a runner: takes a place at the gate for the
+/// model if it has none, then loads.
+fn ensure_loaded(
+    shared: &Shared,
+    slot: &ModelSlot,
+    runner: &mut Option<Box<dyn Runner>>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + shared.lifecycle.load_timeout;
+    let must_acquire = {
+        let mut life = slot.life.lock();
+        loop {
+            if life.shutdown {
+                return Err("the server is shutting down".into());
+            }
+            match life.place {
+                Place::Held => break false,
+                Place::None => {
+                    life.place = Place::Acquiring;
+                    if life.state != ModelState::Failed {
+                        life.state = ModelState::Loading;
+                    }
+                    break true;
+                }
+                Place::Acquiring => {
+                    let _ = slot.wake.wait_for(&mut life, Duration::from_millis(50));
+                }
+            }
+        }
+    };
+    if must_acquire {
+        slot.publish();
+        let acquired = shared.gate.acquire(&shared.slots, slot.index, deadline);
+        let mut life = slot.life.lock();
+        match acquired {
+            Ok(()) => life.place = Place::Held,
+            Err(message) => {
+                life.place = Place::None;
+                if life.state == ModelState::Loading {
+                    life.state = ModelState::Available;
+                }
+                life.load_attempts += 1;
+                life.load_wanted = life.load_attempts;
+                let message = format!("model `{}` could not be loaded: {message}", slot.name());
+                life.last_error = Some(message.clone());
+                drop(life);
+                slot.publish();
+                return Err(message);
+            }
+        }
+        drop(life);
+        slot.publish();
+    }
+    let started = Instant::now();
+    tracing::info!(model = slot.name(), "loading");
+    let loaded =
+        catch_unwind(AssertUnwindSafe(|| shared.backend.load(&slot.spec))).unwrap_or_else(|_| {
+            Err(BackendError::Load {
+                model: slot.name().to_owned(),
+                message: "internal error while loading".into(),
+            })
+        });
+    let mut life = slot.life.lock();
+    life.load_attempts += 1;
+    life.load_wanted = life.load_attempts;
+    match loaded {
+        Ok(r) => {
+            let now = Instant::now();
+            life.lanes_loaded += 1;
+            life.state = ModelState::Loaded;
+            life.last_error = None;
+            if let Some(pid) = r.process_id() {
+                life.pids.push(pid);
+            }
+            life.last_used = now;
+            let keep_alive = life
+                .keep_alive_next
+                .take()
+                .unwrap_or(shared.lifecycle.keep_alive);
+            life.expires = keep_alive.expiry(now);
+            life.loaded_since.get_or_insert_with(SystemTime::now);
+            drop(life);
+            crate::metrics::model_loaded(slot.name());
+            tracing::info!(
+                model = slot.name(),
+                load_ms = started.elapsed().as_millis() as u64,
+                pid = r.process_id(),
+                "model loaded"
+            );
+            *runner = Some(r);
+            slot.publish();
+            Ok(())
+        }
+        Err(err) => {
+            let message = err.to_string();
+            tracing::error!(model = slot.name(), error = %message, "load failed");
+            life.last_error = Some(message.clone());
+            let release = give_back_place(&mut life);
+            count_failure(shared, slot, &mut life);
+            drop(life);
+            if release {
+                shared.gate.release(slot.index);
+            }
+            slot.publish();
+            Err(message)
+        }
+    }
+}
+
+/// After a lane dropped its runner (or failed to load one): when no lane
+/// holds one, the model gives its place back. Returns whether it did.
+fn give_back_place(life: &mut Life) -> bool {
+    if life.lanes_loaded > 0 || life.place != Place::Held {
+        return false;
+    }
+    life.place = Place::None;
+    life.unload_now = false;
+    life.loaded_since = None;
+    life.expires = None;
+    if life.state != ModelState::Failed {
+        life.state = ModelState::Available;
+    }
+    true
+}
+
+/// Drops this lane's runner; the last lane to do so gives the model's
+/// place back. `reason` overrides the one the model's state gives.
+fn unload(
+    shared: &Shared,
+    slot: &ModelSlot,
+    runner: &mut Option<Box<dyn Runner>>,
+    reason: Option<&'static str>,
+) {
+    let Some(r) = runner.take() else { return };
+    let pid = r.process_id();
+    // Dropping the runner unloads the model (for a runner process: it
+    // exits, or is made to).
+    drop(r);
+    let mut life = slot.life.lock();
+    life.lanes_loaded = life.lanes_loaded.saturating_sub(1);
+    if let Some(pid) = pid {
+        life.pids.retain(|&p| p != pid);
+    }
+    let reason = reason.unwrap_or(if life.shutdown {
+        "shutdown"
+    } else if life.unload_now {
+        life.unload_reason
+    } else {
+        "idle"
+    });
+    let release = give_back_place(&mut life);
+    drop(life);
+    if release {
+        tracing::info!(model = slot.name(), reason, "model unloaded");
+        crate::metrics::model_unloaded(slot.name(), reason);
+        shared.gate.release(slot.index);
+    }
+    slot.publish();
+}
+
+/// The lane's runner is gone (crash, kill, stall): unload what is left,
+/// count the failure, and back off before the next load or mark the
+/// model failed.
+fn lost(
+    shared: &Shared,
+    slot: &ModelSlot,
+    runner: &mut Option<Box<dyn Runner>>,
+    err: &BackendError,
+) {
+    tracing::error!(model = slot.name(), cause = %err, "runner lost");
+    crate::metrics::runner_crashed(slot.name());
+    unload(shared, slot, runner, Some("crashed"));
+    let mut life = slot.life.lock();
+    life.last_error = Some(err.to_string());
+    count_failure(shared, slot, &mut life);
+    drop(life);
+    slot.publish();
+}
+
+/// Records a crash or failed load; too many within the window mark the
+/// model failed, fewer set a back-off before the next attempt.
+fn count_failure(shared: &Shared, slot: &ModelSlot, life: &mut Life) {
+    let now = Instant::now();
+    let window = shared.lifecycle.crash_window;
+    life.crashes.push_back(now);
+    while life
+        .crashes
+        .front()
+        .is_some_and(|&t| now.duration_since(t) > window)
+    {
+        life.crashes.pop_front();
+    }
+    let count = life.crashes.len();
+    if count >= shared.lifecycle.max_crashes as usize {
+        let last = life.last_error.clone().unwrap_or_default();
+        life.last_error = Some(format!(
+            "{count} failures within {} s (engine.max_crashes), the last: {last}",
+            window.as_secs()
+        ));
+        life.state = ModelState::Failed;
+        life.backoff_until = None;
+        tracing::error!(
+            model = slot.name(),
+            failures = count,
+            "model marked failed; it is refused until an explicit load"
+        );
+    } else {
+        // 0.25 s, 0.5 s, 1 s, … up to 8 s.
+        let backoff = Duration::from_millis(250 << (count.saturating_sub(1)).min(5));
+        life.backoff_until = Some(now + backoff);
+    }
+}
+
+/// Starts the lane threads of every model.
+///
+/// # Errors
+/// When a thread cannot be started.
+pub(super) fn start_lanes(shared: &Arc<Shared>) -> Result<(), BackendError> {
+    let lanes = shared.backend.lanes().max(1);
+    for slot in &shared.slots {
+        for lane_no in 0..lanes {
+            let name = if lanes == 1 {
+                format!("model-{}", slot.name())
+            } else {
+                format!("model-{}-{lane_no}", slot.name())
+            };
+            let (thread_shared, thread_slot) = (Arc::clone(shared), Arc::clone(slot));
+            *shared.threads.running.lock() += 1;
+            shared.threads.started.fetch_add(1, Ordering::Relaxed);
+            let spawned = std::thread::Builder::new().name(name).spawn(move || {
+                struct Done<'a>(&'a Threads);
+                impl Drop for Done<'_> {
+                    fn drop(&mut self) {
+                        *self.0.running.lock() -= 1;
+                        self.0.stopped.notify_all();
+                    }
+                }
+                let _done = Done(&thread_shared.threads);
+                lane(&thread_shared, &thread_slot, lane_no);
+            });
+            if let Err(e) = spawned {
+                *shared.threads.running.lock() -= 1;
+                return Err(BackendError::Unavailable(format!(
+                    "cannot start a worker thread of model `{}`: {e}",
+                    slot.name()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
