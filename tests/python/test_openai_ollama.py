@@ -1,5 +1,8 @@
 """The OpenAI and Ollama APIs, driven by their official Python clients."""
 
+import datetime
+import time
+
 import httpx
 import ollama
 import openai
@@ -96,7 +99,8 @@ def test_ollama_chat_generate_and_model_listing(api_server):
     assert httpx.get(api_server + "/api/version").status_code == 401
     assert httpx.get(api_server + "/api/version", headers={"Authorization": "Bearer test-key"}).json()["version"]
     assert [m.model for m in client.list().models] == ["mock"]
-    assert [m.model for m in client.ps().models] == ["mock"]
+    # Models load on demand: none is loaded before the first request.
+    assert client.ps().models == []
     shown = client.show("mock")
     assert shown.modelinfo is not None and "completion" in shown.capabilities
 
@@ -108,6 +112,8 @@ def test_ollama_chat_generate_and_model_listing(api_server):
     assert all(p.message.role == "assistant" for p in parts)
     assert "".join(p.message.content for p in parts) == text
     assert parts[-1].done and parts[-1].done_reason == "stop"
+
+    assert [m.model for m in client.ps().models] == ["mock"]
 
     generated = client.generate(model="mock", prompt=PROMPT)
     assert generated.response == text and generated.prompt_eval_count > 0
@@ -251,5 +257,45 @@ def test_a_tool_call_from_the_fake_runtime_reaches_both_clients(tmp_path):
         assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
         result = ollama.Client(host=base).chat(model="tools", messages=[{"role": "user", "content": "weather?"}], tools=WEATHER)
         assert result.message.tool_calls[0].function.arguments == {"city": "Paris"}
+    finally:
+        stop_server(proc)
+
+
+def test_ollama_keep_alive_loads_and_unloads_models_in_runners():
+    """The official client's keep_alive against models in runner processes."""
+    proc, base = start_server("--mock-tokens-per-second", "0", "--mock-runner", "process")
+    try:
+        client = ollama.Client(host=base, timeout=30)
+        assert client.ps().models == []
+
+        loaded = client.generate(model="mock", keep_alive="10m")
+        assert loaded.done and loaded.done_reason == "load"
+        [running] = client.ps().models
+        assert running.model == "mock"
+        left = (running.expires_at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+        assert 590 <= left <= 601, left
+        assert running.size > 0
+
+        # keep_alive=0 with a prompt: the answer, then the model unloads.
+        answered = client.generate(model="mock", prompt=PROMPT, keep_alive=0)
+        assert answered.done_reason == "stop" and answered.response
+        deadline = time.monotonic() + 30
+        while client.ps().models and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert client.ps().models == []
+
+        # -1: loaded for good (shown as a date far ahead).
+        chat = client.chat(model="mock", messages=[{"role": "user", "content": PROMPT}], keep_alive=-1)
+        assert chat.message.content == answered.response
+        [running] = client.ps().models
+        assert running.expires_at.year >= datetime.datetime.now().year + 5
+
+        unloaded = client.generate(model="mock", keep_alive=0)
+        assert unloaded.done_reason == "unload"
+        assert client.ps().models == []
+
+        with pytest.raises(ollama.ResponseError) as bad:
+            client.generate(model="mock", prompt="x", keep_alive="whenever")
+        assert bad.value.status_code == 400
     finally:
         stop_server(proc)
