@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use clients::{Client, StdioMux, StreamSpec, Totals, Transport};
 use report::{Report, RunResult};
-use server::{ServerProcess, ServerSetup, cpu_ns, rss_bytes};
+use server::{ServerProcess, ServerSetup, children, rss_bytes, tree_cpu_ns};
 use stats::Summary;
 
 /// Benchmarks rkllm-server with the mock backend on every transport.
@@ -41,6 +41,11 @@ struct Args {
     /// Transports to drive.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = Transport::ALL)]
     transports: Vec<Transport>,
+    /// Where the mock model runs: `thread` (in the server) and/or `process`
+    /// (a runner process, the path the rkllm backend takes); each scenario
+    /// runs once per choice, and the report compares them.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Runner::Thread])]
+    runners: Vec<Runner>,
     /// Concurrent streams of the unthrottled runs.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 10, 100, 1000])]
     streams: Vec<usize>,
@@ -90,10 +95,29 @@ struct Args {
     markdown: Option<PathBuf>,
 }
 
+/// Where the server runs the mock model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Runner {
+    /// On a worker thread of the server.
+    Thread,
+    /// In a runner process.
+    Process,
+}
+
+impl Runner {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Thread => "thread",
+            Self::Process => "process",
+        }
+    }
+}
+
 /// One run: a transport, a number of concurrent streams, a pace.
 #[derive(Debug, Clone, Copy)]
 struct Scenario {
     part: &'static str,
+    runner: Runner,
     transport: Transport,
     streams: usize,
     rate: f64,
@@ -125,38 +149,49 @@ async fn main() {
         .filter(|t| args.url.is_none() || *t != Transport::Stdio)
         .collect();
     let mut scenarios = Vec::new();
-    if !args.no_throughput {
-        for &transport in &transports {
-            for &streams in &args.streams {
+    // With --url the server is what it is: one pass, named `thread`.
+    let runners = if args.url.is_some() {
+        vec![Runner::Thread]
+    } else {
+        args.runners.clone()
+    };
+    for &runner in &runners {
+        if !args.no_throughput {
+            for &transport in &transports {
+                for &streams in &args.streams {
+                    scenarios.push(Scenario {
+                        part: "throughput",
+                        runner,
+                        transport,
+                        streams,
+                        rate: 0.0,
+                        tokens: args.tokens,
+                        duration: Duration::from_secs_f64(args.duration),
+                    });
+                }
+            }
+        }
+        if !args.no_paced {
+            for &transport in &transports {
                 scenarios.push(Scenario {
-                    part: "throughput",
+                    part: "paced",
+                    runner,
                     transport,
-                    streams,
-                    rate: 0.0,
-                    tokens: args.tokens,
-                    duration: Duration::from_secs_f64(args.duration),
+                    streams: args.paced_streams,
+                    rate: args.paced_rate,
+                    tokens: args
+                        .paced_tokens
+                        .unwrap_or((args.paced_rate * 2.0).ceil().max(1.0) as u32),
+                    duration: Duration::from_secs_f64(args.paced_duration),
                 });
             }
         }
     }
-    if !args.no_paced {
-        for &transport in &transports {
-            scenarios.push(Scenario {
-                part: "paced",
-                transport,
-                streams: args.paced_streams,
-                rate: args.paced_rate,
-                tokens: args
-                    .paced_tokens
-                    .unwrap_or((args.paced_rate * 2.0).ceil().max(1.0) as u32),
-                duration: Duration::from_secs_f64(args.paced_duration),
-            });
-        }
-    }
     for scenario in scenarios {
         eprintln!(
-            "rkllm-bench: {} {} × {} streams{}",
+            "rkllm-bench: {} ({} runner) {} × {} streams{}",
             scenario.part,
+            scenario.runner.name(),
             scenario.transport.name(),
             scenario.streams,
             if scenario.rate > 0.0 {
@@ -240,6 +275,7 @@ async fn run_scenario(
         rate: scenario.rate,
         lanes: scenario.streams,
         timestamps: true,
+        runner: scenario.runner.name(),
     };
     let stdio = scenario.transport == Transport::Stdio;
     let mut server = None;
@@ -272,7 +308,8 @@ async fn run_scenario(
         tokens: scenario.tokens,
         poll_interval,
     };
-    let cpu_before = pid.and_then(cpu_ns);
+    // With runner processes their CPU time counts too.
+    let cpu_before = pid.and_then(tree_cpu_ns);
     let started = Instant::now();
     let deadline = started + scenario.duration;
     // Paced clients start spread over one token interval unless asked to
@@ -301,14 +338,17 @@ async fn run_scenario(
     }
     let seconds = started.elapsed().as_secs_f64();
     let cpu = pid
-        .and_then(cpu_ns)
+        .and_then(tree_cpu_ns)
         .zip(cpu_before)
         .map(|(after, before)| after.saturating_sub(before));
     let rss = pid.and_then(rss_bytes);
+    let runner_rss = pid.map(|pid| children(pid).iter().filter_map(|&c| rss_bytes(c)).sum());
     drop(server);
     let tokens_per_second = totals.tokens as f64 / seconds;
     Ok(RunResult {
         part: scenario.part,
+        runner: scenario.runner.name(),
+        runner_rss_bytes: runner_rss.filter(|_| scenario.runner == Runner::Process),
         transport: scenario.transport,
         streams: scenario.streams,
         rate: scenario.rate,

@@ -13,6 +13,10 @@ use crate::server::{ServerProcess, ServerSetup, rss_bytes};
 pub struct Memory {
     /// RSS of a freshly started server (mock backend, one lane).
     pub idle_rss_bytes: u64,
+    /// RSS of the server alone, idle, with its model loaded in a runner process.
+    pub idle_rss_with_runner_bytes: Option<u64>,
+    /// RSS of that idle runner process (mock model).
+    pub runner_idle_rss_bytes: Option<u64>,
     /// Idle open streams created for the per-stream figure.
     pub idle_streams: usize,
     /// RSS growth while they were open.
@@ -99,18 +103,29 @@ pub async fn measure(
     idle_streams: usize,
     buffered_tokens: u32,
 ) -> Result<Memory, String> {
-    let start = |rate: f64| {
+    let start_with = |rate: f64, runner: &'static str| {
         ServerProcess::start(
             binary,
             &ServerSetup {
                 rate,
                 lanes: 1,
                 timestamps: false,
+                runner,
             },
             false,
         )
         .map_err(|e| format!("cannot start the server: {e}"))
     };
+    let start = |rate: f64| start_with(rate, "thread");
+
+    // The server alone, and its runner, with the model loaded in a runner.
+    let with_runner = start_with(20.0, "process")?;
+    let idle_rss_with_runner_bytes = Some(settled_rss(&with_runner).await?);
+    let runner_idle_rss_bytes = crate::server::children(with_runner.pid())
+        .into_iter()
+        .filter_map(rss_bytes)
+        .reduce(|a, b| a + b);
+    drop(with_runner);
 
     // Idle, then with streams that wait in the queue behind one generation
     // that holds the model (one lane, as on the NPU).
@@ -182,6 +197,8 @@ pub async fn measure(
     }
     Ok(Memory {
         idle_rss_bytes,
+        idle_rss_with_runner_bytes,
+        runner_idle_rss_bytes,
         idle_streams,
         idle_streams_rss_growth_bytes: idle_growth,
         bytes_per_idle_stream: per_idle_stream,

@@ -14,6 +14,10 @@ use crate::stats::Summary;
 pub struct RunResult {
     /// `throughput` (unthrottled) or `paced`.
     pub part: &'static str,
+    /// Where the mock model ran: `thread` or `process` (a runner).
+    pub runner: &'static str,
+    /// RSS of the runner processes at the end of the run.
+    pub runner_rss_bytes: Option<u64>,
     /// The transport.
     pub transport: Transport,
     /// Concurrent streams (one client each).
@@ -161,15 +165,25 @@ impl Report {
     }
 
     fn find(&self, part: &str, transport: Transport, streams: usize) -> Option<&RunResult> {
-        self.results
-            .iter()
-            .find(|r| r.part == part && r.transport == transport && r.streams == streams)
+        self.find_in("thread", part, transport, streams)
+    }
+
+    fn find_in(
+        &self,
+        runner: &str,
+        part: &str,
+        transport: Transport,
+        streams: usize,
+    ) -> Option<&RunResult> {
+        self.results.iter().find(|r| {
+            r.runner == runner && r.part == part && r.transport == transport && r.streams == streams
+        })
     }
 
     fn paced(&self, transport: Transport) -> Option<&RunResult> {
         self.results
             .iter()
-            .find(|r| r.part == "paced" && r.transport == transport)
+            .find(|r| r.runner == "thread" && r.part == "paced" && r.transport == transport)
     }
 
     /// Fills in `targets` from the results.
@@ -288,6 +302,43 @@ impl Report {
             "µs",
             ws_cpu.map(|(_, c)| c),
         );
+        // The runner hop: the same WebSocket run with the model in a runner
+        // process, against it in the server.
+        let hop = |f: fn(&RunResult) -> Option<f64>| {
+            let process = self.find_in("process", "throughput", Transport::Ws, 1)?;
+            let thread = self.find("throughput", Transport::Ws, 1)?;
+            Some(f(process)? - f(thread)?)
+        };
+        let cpu_hop = hop(|r| r.cpu_us_per_token);
+        let ttft_hop = hop(|r| r.ttft.map(|t| t.p50_us));
+        goals.push(Goal {
+            name: "Runner hop: CPU per token added (WebSocket, 1 stream, server + runner)".into(),
+            target: "≤ 5 µs".into(),
+            measured: cpu_hop,
+            met: cpu_hop.map(|v| v <= 5.0),
+        });
+        goals.push(Goal {
+            name: "Runner hop: time to first token p50 added (WebSocket, 1 stream)".into(),
+            target: "≤ 500 µs".into(),
+            measured: ttft_hop,
+            met: ttft_hop.map(|v| v <= 500.0),
+        });
+        let one = self
+            .find_in("process", "throughput", Transport::Ws, 1)
+            .map(|r| r.tokens_per_second);
+        goals.push(Goal {
+            name: "Runner path: tokens/s to one stream (WebSocket)".into(),
+            target: "≥ 330000 tokens/s".into(),
+            measured: one,
+            met: one.map(|v| v >= 330_000.0),
+        });
+        let alone = memory.and_then(|m| m.idle_rss_with_runner_bytes);
+        goals.push(Goal {
+            name: "Idle server RSS with its model in a runner (server alone)".into(),
+            target: "≤ 10 MiB".into(),
+            measured: alone.map(|b| b as f64 / 1048576.0),
+            met: alone.map(|b| b as f64 / 1048576.0 <= 10.0),
+        });
         self.targets = goals;
     }
 
@@ -320,8 +371,8 @@ impl Report {
                     String::new()
                 }
             );
-            out.push_str("| transport | streams | tokens/s | per stream | latency p50 / p90 / p99 / max (µs) | TTFT p50 / p99 (µs) | server CPU µs/token | server RSS MiB | errors |\n");
-            out.push_str("|---|---:|---:|---:|---|---|---:|---:|---:|\n");
+            out.push_str("| runner | transport | streams | tokens/s | per stream | latency p50 / p90 / p99 / max (µs) | TTFT p50 / p99 (µs) | CPU µs/token (server + runners) | server RSS MiB | runners RSS MiB | errors |\n");
+            out.push_str("|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|\n");
             for r in rows {
                 let latency = r.latency.map_or_else(
                     || "–".to_owned(),
@@ -338,7 +389,8 @@ impl Report {
                 );
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} |",
+                    r.runner,
                     r.transport.name(),
                     r.streams,
                     r.tokens_per_second,
@@ -347,6 +399,7 @@ impl Report {
                     ttft,
                     us(r.cpu_us_per_token),
                     mib(r.rss_bytes),
+                    mib(r.runner_rss_bytes),
                     r.errors
                 );
             }
@@ -359,6 +412,16 @@ impl Report {
                 "| idle server RSS | {} MiB |",
                 mib(Some(mem.idle_rss_bytes))
             );
+            if let (Some(server), Some(runner)) =
+                (mem.idle_rss_with_runner_bytes, mem.runner_idle_rss_bytes)
+            {
+                let _ = writeln!(
+                    out,
+                    "| idle, model loaded in a runner: server / runner RSS | {} / {} MiB |",
+                    mib(Some(server)),
+                    mib(Some(runner))
+                );
+            }
             if let Some(per) = mem.bytes_per_idle_stream {
                 let _ = writeln!(
                     out,

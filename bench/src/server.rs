@@ -17,6 +17,8 @@ pub struct ServerSetup {
     pub lanes: usize,
     /// Stamp chunks with their production time.
     pub timestamps: bool,
+    /// Where the mock model runs: `thread` or `process`.
+    pub runner: &'static str,
 }
 
 impl ServerSetup {
@@ -31,6 +33,7 @@ log_level = "warn"
 tokens_per_second = {rate:?}
 prefill_ms = 0
 lanes = {lanes}
+runner = "{runner}"
 
 [bench]
 timestamps = {timestamps}
@@ -46,10 +49,14 @@ max_total_bytes = 1073741824
 
 [engine]
 queue_len = 100000
+# Loaded before the first request and kept: load times are not measured.
+preload = ["mock"]
+keep_alive_secs = -1
 "#,
             rate = self.rate,
             lanes = self.lanes,
             timestamps = self.timestamps,
+            runner = self.runner,
         )
     }
 }
@@ -149,6 +156,31 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The child processes of `pid` (its runners), from /proc.
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&candidate| {
+            std::fs::read_to_string(format!("/proc/{candidate}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = &stat[stat.rfind(')')? + 2..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// CPU time of `pid` and its living children (runner processes).
+pub fn tree_cpu_ns(pid: u32) -> Option<u64> {
+    let own = cpu_ns(pid)?;
+    Some(own + children(pid).into_iter().filter_map(cpu_ns).sum::<u64>())
+}
+
 /// CPU time (user + system, all threads) `pid` has used, in nanoseconds
 /// (fields 14 and 15 of /proc/PID/stat, in clock ticks).
 pub fn cpu_ns(pid: u32) -> Option<u64> {
@@ -186,10 +218,12 @@ mod tests {
             rate: 50.0,
             lanes: 100,
             timestamps: true,
+            runner: "process",
         }
         .config();
         assert!(config.contains("tokens_per_second = 50.0"), "{config}");
         assert!(config.contains("lanes = 100"), "{config}");
         assert!(config.contains("timestamps = true"), "{config}");
+        assert!(config.contains("runner = \"process\""), "{config}");
     }
 }

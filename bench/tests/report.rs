@@ -117,8 +117,14 @@ fn a_short_run_reports_every_transport_with_tokens_latencies_and_memory() {
     assert!(targets.len() >= 12);
     assert!(
         targets.iter().all(|t| t["measured"].is_number()
-            || t["name"].as_str().unwrap().contains("100 unthrottled")),
-        "every target but the 100-stream ones is measured in this run: {targets:?}"
+            || t["name"].as_str().unwrap().contains("100 unthrottled")
+            || t["name"].as_str().unwrap().starts_with("Runner ")),
+        "every target but the 100-stream and runner ones is measured in this run: {targets:?}"
+    );
+    assert!(
+        memory["idle_rss_with_runner_bytes"].as_u64().unwrap() > 0
+            && memory["runner_idle_rss_bytes"].as_u64().unwrap() > 0,
+        "{memory}"
     );
     let summary = std::fs::read_to_string(&markdown).unwrap();
     for heading in [
@@ -128,6 +134,66 @@ fn a_short_run_reports_every_transport_with_tokens_latencies_and_memory() {
         "### Targets",
     ] {
         assert!(summary.contains(heading), "{summary}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_runner_path_is_measured_against_the_in_process_one() {
+    let dir = std::env::temp_dir().join(format!("rkllm-bench-runner-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("report.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_rkllm-bench"))
+        .arg("--server-bin")
+        .arg(server_binary())
+        .args(["--transports", "ws", "--runners", "thread,process"])
+        .args(["--streams", "1", "--duration", "0.2", "--tokens", "40"])
+        .args([
+            "--no-paced",
+            "--idle-streams",
+            "0",
+            "--buffered-tokens",
+            "0",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run rkllm-bench");
+    assert!(
+        output.status.success(),
+        "rkllm-bench failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for runner in ["thread", "process"] {
+        let row = report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["runner"] == runner)
+            .unwrap_or_else(|| panic!("no {runner} row: {report}"));
+        assert_eq!(row["errors"], 0, "{row}");
+        let completed = row["streams_completed"].as_u64().unwrap();
+        assert!(completed >= 1, "{row}");
+        assert_eq!(row["tokens"].as_u64().unwrap(), completed * 40, "{row}");
+        // In a runner the mock's CPU and memory are counted too.
+        assert_eq!(
+            row["runner_rss_bytes"].is_u64(),
+            runner == "process",
+            "{row}"
+        );
+    }
+    let targets = report["targets"].as_array().unwrap();
+    for name in [
+        "Runner hop: CPU",
+        "Runner hop: time to first token",
+        "Runner path",
+    ] {
+        let target = targets
+            .iter()
+            .find(|t| t["name"].as_str().unwrap().starts_with(name))
+            .unwrap_or_else(|| panic!("no target {name}"));
+        assert!(target["measured"].is_number(), "{target}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

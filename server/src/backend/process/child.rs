@@ -2,15 +2,17 @@
 //! backend the server names and runs the server's orders until its order
 //! pipe closes.
 //!
-//! Three threads: the main one loads the model and runs generations, one
-//! reads orders (so an `ABORT` reaches the running generation at once),
-//! one writes reports (so the generation never waits for the pipe, and
-//! tokens that pile up go out in one write).
+//! The main thread loads the model and runs generations; one thread reads
+//! orders, so an `ABORT` reaches the running generation at once; reports
+//! are written by the thread that makes them when they come at a model's
+//! pace, and by a writer thread in bursts, so that tokens that pile up go
+//! out merged in one write.
 
 use std::io::{Read, Write};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -184,62 +186,131 @@ impl TokenOutput for RunOutput<'_> {
     }
 }
 
-#[derive(Default)]
 struct Pending {
     buf: Vec<u8>,
     /// The `TOKENS` frame at the end of `buf` that more tokens of the same
     /// run may join: (run id, offset).
     open_tokens: Option<(u64, usize)>,
+    /// A thread is writing: what is added now goes out in its next write.
+    writing: bool,
+    /// The writer thread is asked to write.
+    wake_writer: bool,
     closed: bool,
+    /// When the last write ended.
+    last_write: Instant,
 }
 
-/// Reports waiting to be written, and the thread that writes them.
+/// Reports closer together than this are written by the writer thread, so
+/// that a fast producer is not held up by the pipe and its tokens go out
+/// merged; reports further apart are written at once by the thread that
+/// produced them (no thread to wake: one `write` per token at a model's pace).
+const BURST: Duration = Duration::from_micros(500);
+
+struct OutboxInner {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    /// The pipe, and the spare buffer being written.
+    pipe: Mutex<(Box<dyn Write + Send>, Vec<u8>)>,
+}
+
+impl OutboxInner {
+    /// Writes until the buffer is empty; the caller has set `writing`.
+    fn drain(&self) {
+        let mut pipe = self.pipe.lock();
+        let (out, spare) = &mut *pipe;
+        loop {
+            {
+                let mut p = self.pending.lock();
+                if p.buf.is_empty() {
+                    p.writing = false;
+                    p.last_write = Instant::now();
+                    return;
+                }
+                std::mem::swap(&mut p.buf, spare);
+                p.open_tokens = None;
+            }
+            if out.write_all(spare).and_then(|()| out.flush()).is_err() {
+                // The server is gone; nothing left to do here.
+                std::process::exit(3);
+            }
+            spare.clear();
+        }
+    }
+}
+
+/// Reports on their way to the server (see [`BURST`] for who writes them).
 struct Outbox {
-    pending: Arc<(Mutex<Pending>, Condvar)>,
+    inner: Arc<OutboxInner>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Outbox {
-    fn start(mut reports: impl Write + Send + 'static) -> Self {
-        let pending: Arc<(Mutex<Pending>, Condvar)> = Arc::default();
-        let shared = Arc::clone(&pending);
+    fn start(reports: impl Write + Send + 'static) -> Self {
+        let inner = Arc::new(OutboxInner {
+            pending: Mutex::new(Pending {
+                buf: Vec::new(),
+                open_tokens: None,
+                writing: false,
+                wake_writer: false,
+                closed: false,
+                last_write: Instant::now() - BURST,
+            }),
+            wake: Condvar::new(),
+            pipe: Mutex::new((Box::new(reports), Vec::new())),
+        });
+        let shared = Arc::clone(&inner);
         let writer = std::thread::Builder::new()
             .name("runner-reports".into())
             .spawn(move || {
-                let mut spare = Vec::new();
                 loop {
                     {
-                        let (lock, ready) = &*shared;
-                        let mut p = lock.lock();
-                        while p.buf.is_empty() && !p.closed {
-                            ready.wait(&mut p);
+                        let mut p = shared.pending.lock();
+                        while !p.wake_writer && !p.closed {
+                            shared.wake.wait(&mut p);
                         }
-                        if p.buf.is_empty() {
+                        if !p.wake_writer {
                             return;
                         }
-                        std::mem::swap(&mut p.buf, &mut spare);
-                        p.open_tokens = None;
+                        p.wake_writer = false;
                     }
-                    if reports.write_all(&spare).is_err() {
-                        // The server is gone; nothing left to do here.
-                        std::process::exit(3);
-                    }
-                    spare.clear();
+                    shared.drain();
                 }
             })
             .ok();
         Self {
-            pending,
+            inner,
             writer: Mutex::new(writer),
         }
     }
 
+    /// Adds to the buffer with `add`; then, unless a write is under way
+    /// (it takes this too), writes it here or has the writer thread do it.
+    fn add(&self, add: impl FnOnce(&mut Pending)) {
+        let inline = {
+            let mut p = self.inner.pending.lock();
+            add(&mut p);
+            if p.writing {
+                return;
+            }
+            p.writing = true;
+            if p.last_write.elapsed() < BURST {
+                p.wake_writer = true;
+                self.inner.wake.notify_one();
+                false
+            } else {
+                true
+            }
+        };
+        if inline {
+            self.inner.drain();
+        }
+    }
+
     fn frame(&self, write: impl FnOnce(&mut Vec<u8>)) {
-        let (lock, ready) = &*self.pending;
-        let mut p = lock.lock();
-        write(&mut p.buf);
-        p.open_tokens = None;
-        ready.notify_all();
+        self.add(|p| {
+            write(&mut p.buf);
+            p.open_tokens = None;
+        });
     }
 
     fn json(&self, kind: u8, id: Option<u64>, value: &impl serde::Serialize) {
@@ -247,28 +318,27 @@ impl Outbox {
     }
 
     fn tokens(&self, id: u64, tokens: u32, produced_ns: u64, text: &[u8]) {
-        let (lock, ready) = &*self.pending;
-        let mut p = lock.lock();
-        match p.open_tokens {
+        self.add(|p| match p.open_tokens {
             Some((open, at)) if open == id => frame::extend_tokens(&mut p.buf, at, tokens, text),
             _ => {
                 let at = p.buf.len();
                 frame::tokens_frame(&mut p.buf, id, tokens, produced_ns, text);
                 p.open_tokens = Some((id, at));
-                ready.notify_all();
             }
-        }
+        });
     }
 
-    /// Writes what is pending and stops the writer.
+    /// Waits until everything added is written, and stops the writer.
     fn close(&self) {
         {
-            let (lock, ready) = &*self.pending;
-            lock.lock().closed = true;
-            ready.notify_all();
+            let mut p = self.inner.pending.lock();
+            p.closed = true;
+            self.inner.wake.notify_all();
         }
         if let Some(writer) = self.writer.lock().take() {
             let _ = writer.join();
         }
+        // An inline write still under way holds the pipe: wait for it.
+        drop(self.inner.pipe.lock());
     }
 }

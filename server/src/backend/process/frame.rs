@@ -116,11 +116,14 @@ pub fn prompt_of(body: &[u8]) -> Option<(u64, u32)> {
     ))
 }
 
-/// Buffers bytes read from a pipe and cuts them into frames.
+/// Buffers bytes read from a pipe and cuts them into frames. The buffer
+/// keeps its size between reads (bytes `start..end` are unread), so a read
+/// costs no clearing of memory.
 #[derive(Debug, Default)]
 pub struct FrameReader {
     buf: Vec<u8>,
     start: usize,
+    end: usize,
 }
 
 /// What a read brought.
@@ -132,6 +135,9 @@ pub enum Filled {
     Eof,
 }
 
+/// The least room a read is given.
+const READ_ROOM: usize = 64 << 10;
+
 impl FrameReader {
     /// The next complete frame in the buffer: its kind and where its body
     /// is (see [`Self::body`]).
@@ -139,7 +145,7 @@ impl FrameReader {
     /// # Errors
     /// A frame with a length of 0 or over [`MAX_FRAME`].
     pub fn next_frame(&mut self) -> io::Result<Option<(u8, Range<usize>)>> {
-        let avail = &self.buf[self.start..];
+        let avail = &self.buf[self.start..self.end];
         if avail.len() < 4 {
             return Ok(None);
         }
@@ -171,29 +177,25 @@ impl FrameReader {
     /// # Errors
     /// The read's error.
     pub fn fill(&mut self, source: &mut impl Read) -> io::Result<Filled> {
-        if self.start > 0 {
-            self.buf.drain(..self.start);
-            self.start = 0;
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        } else if self.start > 0 && self.buf.len() - self.end < READ_ROOM {
+            // Move the partial frame to the front to make room.
+            self.buf.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
         }
-        let len = self.buf.len();
-        let want = (64 << 10).max(self.buf.capacity() - len);
-        self.buf.resize(len + want, 0);
+        if self.buf.len() - self.end < READ_ROOM {
+            self.buf.resize(self.end + READ_ROOM, 0);
+        }
         let got = loop {
-            match source.read(&mut self.buf[len..]) {
+            match source.read(&mut self.buf[self.end..]) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => break other,
             }
         };
-        match got {
-            Ok(n) => {
-                self.buf.truncate(len + n);
-                Ok(if n == 0 { Filled::Eof } else { Filled::Data })
-            }
-            Err(e) => {
-                self.buf.truncate(len);
-                Err(e)
-            }
-        }
+        let n = got?;
+        self.end += n;
+        Ok(if n == 0 { Filled::Eof } else { Filled::Data })
     }
 
     /// Reads until a whole frame is buffered and returns it, or `None` at
@@ -230,18 +232,22 @@ mod tests {
         // Fed one byte at a time, the reader still finds every frame.
         let mut reader = FrameReader::default();
         let mut source = io::Cursor::new(buf);
-        let mut one = |r: &mut FrameReader| {
-            let mut byte = [0u8; 1];
-            let n = source.read(&mut byte).unwrap();
-            r.buf.extend_from_slice(&byte[..n]);
-            n
-        };
+        // A source that gives one byte per read.
+        struct OneByte(io::Cursor<Vec<u8>>);
+        impl Read for OneByte {
+            fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+                let n = out.len().min(1);
+                self.0.read(&mut out[..n])
+            }
+        }
+        let mut source = OneByte(source);
+        let mut one = |r: &mut FrameReader| r.fill(&mut source).unwrap() == Filled::Data;
         let mut frames = Vec::new();
         loop {
             while let Some((kind, body)) = reader.next_frame().unwrap() {
                 frames.push((kind, reader.body(body).to_vec()));
             }
-            if one(&mut reader) == 0 {
+            if !one(&mut reader) {
                 break;
             }
         }
@@ -258,10 +264,28 @@ mod tests {
     }
 
     #[test]
+    fn frames_larger_than_one_read_are_put_together() {
+        let text = "東京".repeat(100_000);
+        let mut buf = Vec::new();
+        for id in 0..3 {
+            json_frame(&mut buf, RUN, Some(id), &text);
+        }
+        let mut reader = FrameReader::default();
+        let mut source = io::Cursor::new(buf);
+        for id in 0..3 {
+            let (kind, body) = reader.read_frame(&mut source).unwrap().unwrap();
+            assert_eq!((kind, id_of(&body)), (RUN, Some(id)));
+            let back: String = serde_json::from_slice(&body[8..]).unwrap();
+            assert_eq!(back, text);
+        }
+        assert!(reader.read_frame(&mut source).unwrap().is_none());
+    }
+
+    #[test]
     fn a_bad_length_is_an_error() {
         let mut reader = FrameReader::default();
-        reader.buf.extend_from_slice(&0u32.to_le_bytes());
-        reader.buf.push(RUN);
+        let mut bad = io::Cursor::new([0, 0, 0, 0, RUN]);
+        reader.fill(&mut bad).unwrap();
         assert!(reader.next_frame().is_err());
     }
 }
