@@ -231,7 +231,7 @@ mod tests {
 
         // Fed one byte at a time, the reader still finds every frame.
         let mut reader = FrameReader::default();
-        let mut source = io::Cursor::new(buf);
+        let source = io::Cursor::new(buf);
         // A source that gives one byte per read.
         struct OneByte(io::Cursor<Vec<u8>>);
         impl Read for OneByte {
