@@ -99,6 +99,9 @@ pub(super) struct Life {
     expires: Option<Instant>,
     /// The keep-alive an explicit load asked for, applied once loaded.
     keep_alive_next: Option<KeepAlive>,
+    /// An explicit load asks every lane to load its runner, not only the
+    /// first one a job reaches.
+    fill_lanes: bool,
     last_used: Instant,
     crashes: VecDeque<Instant>,
     backoff_until: Option<Instant>,
@@ -122,6 +125,7 @@ impl Life {
             last_error: None,
             expires: None,
             keep_alive_next: None,
+            fill_lanes: false,
             last_used: Instant::now(),
             crashes: VecDeque::new(),
             backoff_until: None,
@@ -299,6 +303,8 @@ impl Shared {
     /// `None` when it is loaded already (its keep-alive then renewed).
     pub fn want_loaded(&self, slot: &ModelSlot, keep_alive: Option<KeepAlive>) -> Option<u64> {
         let mut life = slot.life.lock();
+        life.fill_lanes = true;
+        slot.wake.notify_all();
         if life.state == ModelState::Failed {
             tracing::info!(
                 model = slot.name(),
@@ -354,6 +360,11 @@ impl Shared {
         drop(life);
         slot.publish();
         loaded
+    }
+
+    /// How many of `slot`'s lanes hold a runner.
+    pub fn lanes_loaded(&self, slot: &ModelSlot) -> usize {
+        slot.life.lock().lanes_loaded
     }
 
     /// Whether `slot` holds no runner.
@@ -445,7 +456,10 @@ fn next_step(slot: &ModelSlot, lane: usize, has_runner: bool) -> Step {
                 return Step::Run(Box::new(job));
             }
         }
-        if !has_runner && lane == 0 && life.load_wanted > life.load_attempts {
+        if !has_runner
+            && ((lane == 0 && life.load_wanted > life.load_attempts)
+                || (life.fill_lanes && life.state == ModelState::Loaded && !life.unload_now))
+        {
             return Step::Load;
         }
         if has_runner {
@@ -626,6 +640,7 @@ fn give_back_place(life: &mut Life) -> bool {
     }
     life.place = Place::None;
     life.unload_now = false;
+    life.fill_lanes = false;
     life.loaded_since = None;
     life.expires = None;
     if life.state != ModelState::Failed {

@@ -145,10 +145,13 @@ impl Engine {
                 waiting.push((slot, target));
             }
         }
+        let lanes = self.shared.backend.lanes().max(1);
         for (slot, target) in waiting {
             loop {
                 match self.shared.load_outcome(slot, target) {
-                    Ok(true) => break,
+                    // Every lane's runner, so that none loads on a request.
+                    Ok(true) if self.shared.lanes_loaded(slot) >= lanes => break,
+                    Ok(true) => std::thread::sleep(Duration::from_millis(10)),
                     Ok(false) => std::thread::sleep(Duration::from_millis(10)),
                     Err(message) => {
                         return Err(EngineError::Unavailable {
