@@ -419,6 +419,24 @@ async fn a_crash_loop_marks_the_model_failed_until_an_explicit_load() {
         metrics.contains("rkllm_model_state{model=\"mock\",state=\"failed\"} 1"),
         "{metrics}"
     );
+    let ps: Value = server
+        .http
+        .get(format!("http://{}/api/ps", server.addr))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ps["models"], json!([]), "{ps}");
+    assert_eq!(ps["failed"][0]["name"], "mock", "{ps}");
+    assert!(
+        ps["failed"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("SIGABRT"),
+        "{ps}"
+    );
     health_ok(&server).await;
 
     // An explicit load retries it.
@@ -630,4 +648,67 @@ async fn shutdown_stops_runners_and_a_lingering_one_gets_sigterm() {
     assert!(server.wait_exit().success());
     assert!(!process_exists(pid));
     assert!(!server.log().join("\n").contains("SIGTERM"));
+}
+
+/// An abort crosses the pipe to `rkllm_abort` before the runtime produces
+/// more than the token it is working on.
+#[tokio::test]
+async fn an_abort_reaches_the_runtime_in_its_runner_within_one_token() {
+    for fake in [Fake::V1_3, Fake::V1_2] {
+        let dir = ScratchDir::new();
+        let model_path = dir.0.join("slow.rkllm");
+        std::fs::write(&model_path, "abcdefghij".repeat(100)).unwrap();
+        let log = dir.0.join("fake.log");
+        let runtime = fake_runtime(fake);
+        let server = Server::start_env(
+            "",
+            &[
+                "--backend",
+                "rkllm",
+                "--runtime",
+                runtime.to_str().unwrap(),
+                "--model",
+                model_path.to_str().unwrap(),
+            ],
+            &[
+                ("FAKE_RKLLM_TOKEN_MS", "40"),
+                ("FAKE_RKLLM_TOKEN_BYTES", "1"),
+                ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
+            ],
+        );
+        let stream = start_polled(&server, "slowly").await;
+        let mut seen = 0;
+        let mut from_seq = 0;
+        while seen < 5 {
+            let polled = server
+                .ok(
+                    "run",
+                    json!({"stream_id": stream, "from_seq": from_seq, "wait_ms": 5000}),
+                )
+                .await;
+            for chunk in polled["chunks"].as_array().unwrap() {
+                from_seq = chunk["seq"].as_u64().unwrap() + 1;
+                // One ASCII byte per token.
+                seen += chunk["delta"].as_str().unwrap().len() as u64;
+            }
+        }
+        server.ok("abort", json!({"stream_id": stream})).await;
+        let deadline = tokio::time::Instant::now() + LIVENESS;
+        let aborted_at = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(n) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("aborted tokens="))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+            {
+                break n;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no abort: {text}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(
+            aborted_at <= seen + 1,
+            "{fake:?}: the runtime stopped at token {aborted_at}, the client had seen {seen}"
+        );
+    }
 }

@@ -100,12 +100,18 @@ pub async fn tags(State(state): State<Arc<AppState>>) -> Response {
 /// `GET /api/ps`: the loaded models, with when each unloads (a model kept
 /// loaded for good shows a date far ahead) and its size: the larger of the
 /// model file and its runners' resident memory, all of it NPU-reachable
-/// memory (`size_vram`), the NPU sharing the board's RAM.
+/// memory (`size_vram`), the NPU sharing the board's RAM. Models marked
+/// failed after repeated crashes are listed apart, under `failed` (a key
+/// Ollama does not have, present only then), with why.
 pub async fn ps(State(state): State<Arc<AppState>>) -> Response {
     let now = SystemTime::now();
-    let models: Vec<Value> = state
-        .engine
-        .models()
+    let all = state.engine.models();
+    let failed: Vec<Value> = all
+        .iter()
+        .filter(|m| m.state == crate::engine::ModelState::Failed)
+        .map(|m| json!({"name": m.name, "model": m.name, "error": m.error}))
+        .collect();
+    let models: Vec<Value> = all
         .iter()
         .filter(|m| m.loaded)
         .map(|m| {
@@ -120,7 +126,11 @@ pub async fn ps(State(state): State<Arc<AppState>>) -> Response {
             entry
         })
         .collect();
-    Json(json!({"models": models})).into_response()
+    if failed.is_empty() {
+        Json(json!({"models": models})).into_response()
+    } else {
+        Json(json!({"models": models, "failed": failed})).into_response()
+    }
 }
 
 /// Reads Ollama's `keep_alive`, if the request has one.
