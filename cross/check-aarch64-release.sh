@@ -19,7 +19,9 @@ trap 'rm -rf "$dir"' EXIT
 aarch64-linux-gnu-gcc -shared -fPIC -O1 -DFAKE_ABI_V1_3 -I rkllm-sys/include \
     tests/fake-rkllmrt/fake_rkllmrt.c -o "$dir/librkllmrt.so" -lpthread
 echo "not a real model" > "$dir/model.rkllm"
-run=(qemu-aarch64 -L /usr/aarch64-linux-gnu "$bin" --backend rkllm --runtime "$dir/librkllmrt.so" --model "$dir/model.rkllm")
+# The model runs in a runner process, the same binary: under qemu too.
+emu="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+run=($emu "$bin" --backend rkllm --runtime "$dir/librkllmrt.so" --model "$dir/model.rkllm" --runner-prefix "$emu")
 "${run[@]}" --check-config
 reply=$(printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"run","params":{"prompt":"hello","max_tokens":8}}' \
     | "${run[@]}" --stdio --log-level warn)

@@ -214,6 +214,9 @@ impl Gate {
     ) -> Result<(), String> {
         let mut held = self.held.lock();
         loop {
+            if slots[me].life.lock().shutdown {
+                return Err("the server is shutting down".into());
+            }
             if held.contains(&me) || held.len() < self.max {
                 if !held.contains(&me) {
                     held.push(me);
