@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -106,7 +106,6 @@ pub(super) struct Life {
     crashes: VecDeque<Instant>,
     backoff_until: Option<Instant>,
     pids: Vec<u32>,
-    pub loaded_since: Option<SystemTime>,
 }
 
 impl Life {
@@ -130,7 +129,6 @@ impl Life {
             crashes: VecDeque::new(),
             backoff_until: None,
             pids: Vec::new(),
-            loaded_since: None,
         }
     }
 
@@ -495,6 +493,14 @@ fn run(shared: &Shared, slot: &ModelSlot, runner: &mut Option<Box<dyn Runner>>, 
         && let Err(err) = r.alive()
     {
         lost(shared, slot, runner, &err);
+        let life = slot.life.lock();
+        if life.state == ModelState::Failed {
+            let message = failed_message(slot.name(), &life);
+            drop(life);
+            job.stream
+                .end_with(|usage| EndInfo::error(EndErrorKind::Runtime, message, usage));
+            return;
+        }
     }
     if runner.is_none()
         && let Err(message) = ensure_loaded(shared, slot, runner)
@@ -606,7 +612,6 @@ fn ensure_loaded(
                 .take()
                 .unwrap_or(shared.lifecycle.keep_alive);
             life.expires = keep_alive.expiry(now);
-            life.loaded_since.get_or_insert_with(SystemTime::now);
             drop(life);
             crate::metrics::model_loaded(slot.name());
             tracing::info!(
@@ -644,7 +649,6 @@ fn give_back_place(life: &mut Life) -> bool {
     life.place = Place::None;
     life.unload_now = false;
     life.fill_lanes = false;
-    life.loaded_since = None;
     life.expires = None;
     if life.state != ModelState::Failed {
         life.state = ModelState::Available;
