@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -144,7 +144,6 @@ impl Life {
 
 /// One configured model: its spec, queue and lifecycle.
 pub(super) struct ModelSlot {
-    pub index: usize,
     pub spec: ModelSpec,
     pub life: Mutex<Life>,
     /// Lanes park here for jobs and orders.
@@ -164,9 +163,8 @@ impl std::fmt::Debug for ModelSlot {
 }
 
 impl ModelSlot {
-    pub fn new(index: usize, spec: ModelSpec) -> Self {
+    pub fn new(spec: ModelSpec) -> Self {
         Self {
-            index,
             spec,
             life: Mutex::new(Life::new()),
             wake: Condvar::new(),
@@ -188,7 +186,7 @@ impl ModelSlot {
 /// The places for loaded models (`max_loaded_models`).
 #[derive(Debug)]
 pub(super) struct Gate {
-    held: Mutex<Vec<usize>>,
+    held: Mutex<Vec<Arc<ModelSlot>>>,
     freed: Condvar,
     max: usize,
 }
@@ -202,46 +200,42 @@ impl Gate {
         }
     }
 
-    /// Takes a place for model `me`, asking the least recently used idle
-    /// model to unload when all are taken, until `deadline`.
-    fn acquire(
-        &self,
-        slots: &[Arc<ModelSlot>],
-        me: usize,
-        deadline: Instant,
-    ) -> Result<(), String> {
+    /// Takes a place for `me`, asking the least recently used idle model
+    /// to unload when all are taken, until `deadline`.
+    fn acquire(&self, me: &Arc<ModelSlot>, deadline: Instant) -> Result<(), String> {
         let mut held = self.held.lock();
         loop {
-            if slots[me].life.lock().shutdown {
+            if me.life.lock().shutdown {
                 return Err("the server is shutting down".into());
             }
-            if held.contains(&me) || held.len() < self.max {
-                if !held.contains(&me) {
-                    held.push(me);
+            let mine = held.iter().any(|h| Arc::ptr_eq(h, me));
+            if mine || held.len() < self.max {
+                if !mine {
+                    held.push(Arc::clone(me));
                 }
                 return Ok(());
             }
             let victim = held
                 .iter()
-                .filter(|&&i| i != me)
-                .filter_map(|&i| {
-                    let life = slots[i].life.lock();
-                    life.idle().then_some((life.last_used, i))
+                .filter(|h| !Arc::ptr_eq(h, me))
+                .filter_map(|h| {
+                    let life = h.life.lock();
+                    life.idle().then(|| (life.last_used, Arc::clone(h)))
                 })
-                .min();
+                .min_by_key(|(used, _)| *used);
             if let Some((_, v)) = victim {
-                let mut life = slots[v].life.lock();
+                let mut life = v.life.lock();
                 if !life.unload_now {
                     tracing::info!(
-                        model = slots[v].name(),
-                        to_load = slots[me].name(),
+                        model = v.name(),
+                        to_load = me.name(),
                         "unloading the least recently used idle model to make room"
                     );
                     life.unload_now = true;
                     life.unload_reason = "evicted";
                 }
                 drop(life);
-                slots[v].wake.notify_all();
+                v.wake.notify_all();
             }
             let now = Instant::now();
             if now >= deadline {
@@ -259,8 +253,10 @@ impl Gate {
         }
     }
 
-    fn release(&self, me: usize) {
-        self.held.lock().retain(|&i| i != me);
+    fn release(&self, me: &ModelSlot) {
+        self.held
+            .lock()
+            .retain(|h| !std::ptr::eq(Arc::as_ptr(h), me));
         self.freed.notify_all();
     }
 }
@@ -271,13 +267,14 @@ impl Gate {
 pub(super) struct Threads {
     pub running: Mutex<usize>,
     pub stopped: Condvar,
-    pub started: AtomicUsize,
 }
 
 /// Everything the lanes share.
 #[derive(Debug)]
 pub(super) struct Shared {
-    pub slots: Vec<Arc<ModelSlot>>,
+    /// The models, in order (the first is the default); the store adds
+    /// and removes models while the server runs.
+    pub slots: parking_lot::RwLock<Vec<Arc<ModelSlot>>>,
     pub backend: Arc<dyn Backend>,
     pub lifecycle: Lifecycle,
     gate: Gate,
@@ -287,11 +284,12 @@ pub(super) struct Shared {
 impl Shared {
     pub fn new(backend: Arc<dyn Backend>, models: &[ModelSpec], lifecycle: Lifecycle) -> Self {
         Self {
-            slots: models
-                .iter()
-                .enumerate()
-                .map(|(i, spec)| Arc::new(ModelSlot::new(i, spec.clone())))
-                .collect(),
+            slots: parking_lot::RwLock::new(
+                models
+                    .iter()
+                    .map(|spec| Arc::new(ModelSlot::new(spec.clone())))
+                    .collect(),
+            ),
             backend,
             lifecycle,
             gate: Gate::new(lifecycle.max_loaded_models),
@@ -363,6 +361,11 @@ impl Shared {
         loaded
     }
 
+    /// The models now.
+    pub fn snapshot(&self) -> Vec<Arc<ModelSlot>> {
+        self.slots.read().clone()
+    }
+
     /// How many of `slot`'s lanes hold a runner.
     pub fn lanes_loaded(&self, slot: &ModelSlot) -> usize {
         slot.life.lock().lanes_loaded
@@ -398,7 +401,7 @@ enum Step {
 }
 
 /// A lane's thread: loads, runs and unloads until shutdown.
-pub(super) fn lane(shared: &Shared, slot: &ModelSlot, lane: usize) {
+pub(super) fn lane(shared: &Shared, slot: &Arc<ModelSlot>, lane: usize) {
     let mut runner: Option<Box<dyn Runner>> = None;
     loop {
         match next_step(slot, lane, runner.is_some()) {
@@ -488,7 +491,7 @@ fn failed_message(name: &str, life: &Life) -> String {
     )
 }
 
-fn run(shared: &Shared, slot: &ModelSlot, runner: &mut Option<Box<dyn Runner>>, job: Job) {
+fn run(shared: &Shared, slot: &Arc<ModelSlot>, runner: &mut Option<Box<dyn Runner>>, job: Job) {
     if let Some(r) = runner.as_mut()
         && let Err(err) = r.alive()
     {
@@ -537,7 +540,7 @@ fn run(shared: &Shared, slot: &ModelSlot, runner: &mut Option<Box<dyn Runner>>, 
 /// model if it has none, then loads.
 fn ensure_loaded(
     shared: &Shared,
-    slot: &ModelSlot,
+    slot: &Arc<ModelSlot>,
     runner: &mut Option<Box<dyn Runner>>,
 ) -> Result<(), String> {
     let deadline = Instant::now() + shared.lifecycle.load_timeout;
@@ -564,7 +567,7 @@ fn ensure_loaded(
     };
     if must_acquire {
         slot.publish();
-        let acquired = shared.gate.acquire(&shared.slots, slot.index, deadline);
+        let acquired = shared.gate.acquire(slot, deadline);
         let mut life = slot.life.lock();
         match acquired {
             Ok(()) => life.place = Place::Held,
@@ -632,7 +635,7 @@ fn ensure_loaded(
             count_failure(shared, slot, &mut life);
             drop(life);
             if release {
-                shared.gate.release(slot.index);
+                shared.gate.release(slot);
             }
             slot.publish();
             Err(message)
@@ -686,7 +689,7 @@ fn unload(
     if release {
         tracing::info!(model = slot.name(), reason, "model unloaded");
         crate::metrics::model_unloaded(slot.name(), reason);
-        shared.gate.release(slot.index);
+        shared.gate.release(slot);
     }
     slot.publish();
 }
@@ -744,40 +747,37 @@ fn count_failure(shared: &Shared, slot: &ModelSlot, life: &mut Life) {
     }
 }
 
-/// Starts the lane threads of every model.
+/// Starts the lane threads of `slot`.
 ///
 /// # Errors
 /// When a thread cannot be started.
-pub(super) fn start_lanes(shared: &Arc<Shared>) -> Result<(), BackendError> {
+pub(super) fn start_lanes(shared: &Arc<Shared>, slot: &Arc<ModelSlot>) -> Result<(), BackendError> {
     let lanes = shared.backend.lanes().max(1);
-    for slot in &shared.slots {
-        for lane_no in 0..lanes {
-            let name = if lanes == 1 {
-                format!("model-{}", slot.name())
-            } else {
-                format!("model-{}-{lane_no}", slot.name())
-            };
-            let (thread_shared, thread_slot) = (Arc::clone(shared), Arc::clone(slot));
-            *shared.threads.running.lock() += 1;
-            shared.threads.started.fetch_add(1, Ordering::Relaxed);
-            let spawned = std::thread::Builder::new().name(name).spawn(move || {
-                struct Done<'a>(&'a Threads);
-                impl Drop for Done<'_> {
-                    fn drop(&mut self) {
-                        *self.0.running.lock() -= 1;
-                        self.0.stopped.notify_all();
-                    }
+    for lane_no in 0..lanes {
+        let name = if lanes == 1 {
+            format!("model-{}", slot.name())
+        } else {
+            format!("model-{}-{lane_no}", slot.name())
+        };
+        let (thread_shared, thread_slot) = (Arc::clone(shared), Arc::clone(slot));
+        *shared.threads.running.lock() += 1;
+        let spawned = std::thread::Builder::new().name(name).spawn(move || {
+            struct Done<'a>(&'a Threads);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    *self.0.running.lock() -= 1;
+                    self.0.stopped.notify_all();
                 }
-                let _done = Done(&thread_shared.threads);
-                lane(&thread_shared, &thread_slot, lane_no);
-            });
-            if let Err(e) = spawned {
-                *shared.threads.running.lock() -= 1;
-                return Err(BackendError::Unavailable(format!(
-                    "cannot start a worker thread of model `{}`: {e}",
-                    slot.name()
-                )));
             }
+            let _done = Done(&thread_shared.threads);
+            lane(&thread_shared, &thread_slot, lane_no);
+        });
+        if let Err(e) = spawned {
+            *shared.threads.running.lock() -= 1;
+            return Err(BackendError::Unavailable(format!(
+                "cannot start a worker thread of model `{}`: {e}",
+                slot.name()
+            )));
         }
     }
     Ok(())

@@ -19,6 +19,7 @@ use super::lifecycle::{self, Lifecycle, ModelSlot, ModelState, Shared};
 use super::{RequestLimits, RunRequest, ValidationError};
 use crate::backend::{Backend, BackendError, ModelSpec, Role};
 use crate::stream::{Stream, StreamError, StreamManager};
+use crate::vocab::{EndErrorKind, EndInfo};
 
 /// Engine limits (config sections `[engine]` and `[limits]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +126,9 @@ impl Engine {
         streams: Arc<StreamManager>,
     ) -> Result<Self, EngineError> {
         let shared = Arc::new(Shared::new(backend, models, limits.lifecycle));
-        lifecycle::start_lanes(&shared)?;
+        for slot in shared.snapshot() {
+            lifecycle::start_lanes(&shared, &slot)?;
+        }
         Ok(Self {
             shared,
             streams,
@@ -141,16 +144,16 @@ impl Engine {
         let mut waiting = Vec::new();
         for name in names {
             let slot = self.slot(Some(name))?;
-            if let Some(target) = self.shared.want_loaded(slot, None) {
+            if let Some(target) = self.shared.want_loaded(&slot, None) {
                 waiting.push((slot, target));
             }
         }
         let lanes = self.shared.backend.lanes().max(1);
         for (slot, target) in waiting {
             loop {
-                match self.shared.load_outcome(slot, target) {
+                match self.shared.load_outcome(&slot, target) {
                     // Every lane's runner, so that none loads on a request.
-                    Ok(true) if self.shared.lanes_loaded(slot) >= lanes => break,
+                    Ok(true) if self.shared.lanes_loaded(&slot) >= lanes => break,
                     Ok(true) => std::thread::sleep(Duration::from_millis(10)),
                     Ok(false) => std::thread::sleep(Duration::from_millis(10)),
                     Err(message) => {
@@ -176,7 +179,7 @@ impl Engine {
         model: Option<&str>,
         keep_alive: Option<KeepAlive>,
     ) -> Result<String, EngineError> {
-        let slot = Arc::clone(self.slot(model)?);
+        let slot = self.slot(model)?;
         let mut changes = slot.changed.subscribe();
         let Some(target) = self.shared.want_loaded(&slot, keep_alive) else {
             return Ok(slot.name().to_owned());
@@ -215,7 +218,7 @@ impl Engine {
     /// # Errors
     /// Unknown model.
     pub async fn unload(&self, model: Option<&str>) -> Result<(String, bool), EngineError> {
-        let slot = Arc::clone(self.slot(model)?);
+        let slot = self.slot(model)?;
         let mut changes = slot.changed.subscribe();
         let was_loaded = self.shared.want_unloaded(&slot);
         while !self.shared.unloaded(&slot) {
@@ -234,9 +237,10 @@ impl Engine {
     /// Every model with its state.
     pub fn models(&self) -> Vec<ModelInfo> {
         self.shared
-            .slots
+            .snapshot()
             .iter()
-            .map(|slot| {
+            .enumerate()
+            .map(|(index, slot)| {
                 let (state, error) = {
                     let life = slot.life.lock();
                     (life.state, life.last_error.clone())
@@ -251,7 +255,7 @@ impl Engine {
                     backend: self.shared.backend.kind(),
                     state,
                     loaded: state == ModelState::Loaded,
-                    default: slot.index == 0,
+                    default: index == 0,
                     overrides: self.shared.backend.overrides(),
                     error: matches!(state, ModelState::Failed | ModelState::Available)
                         .then_some(error)
@@ -277,22 +281,82 @@ impl Engine {
             name: name.to_owned(),
             available: self
                 .shared
-                .slots
+                .snapshot()
                 .iter()
                 .map(|slot| slot.name().to_owned())
                 .collect(),
         }
     }
 
-    fn slot(&self, name: Option<&str>) -> Result<&Arc<ModelSlot>, ValidationError> {
-        let slots = &self.shared.slots;
-        match name {
-            None => slots.first().ok_or_else(|| self.unknown_model("")),
-            Some(name) => slots
-                .iter()
-                .find(|slot| slot.name() == name)
-                .ok_or_else(|| self.unknown_model(name)),
+    fn slot(&self, name: Option<&str>) -> Result<Arc<ModelSlot>, ValidationError> {
+        let slots = self.shared.slots.read();
+        let found = match name {
+            None => slots.first(),
+            Some(name) => slots.iter().find(|slot| slot.name() == name),
+        };
+        found
+            .cloned()
+            .ok_or_else(|| self.unknown_model(name.unwrap_or_default()))
+    }
+
+    /// Adds a model while the server runs (one the store pulled): it is
+    /// available at once. A model of that name with the same file is left
+    /// as it is.
+    ///
+    /// # Errors
+    /// A model of that name with another file, or no worker thread.
+    pub fn add_model(&self, spec: ModelSpec) -> Result<(), EngineError> {
+        let slot = {
+            let mut slots = self.shared.slots.write();
+            if let Some(existing) = slots.iter().find(|s| s.name() == spec.name) {
+                if existing.spec.path == spec.path {
+                    return Ok(());
+                }
+                return Err(EngineError::Unavailable {
+                    model: spec.name,
+                    reason: "a model of that name is already configured with another file".into(),
+                });
+            }
+            let slot = Arc::new(ModelSlot::new(spec));
+            slots.push(Arc::clone(&slot));
+            slot
+        };
+        lifecycle::start_lanes(&self.shared, &slot)?;
+        Ok(())
+    }
+
+    /// Removes a model while the server runs (`rm`, `/api/delete`): its
+    /// queued requests end with an error, a generation in progress ends,
+    /// and its runners unload. Returns once it is unloaded.
+    ///
+    /// # Errors
+    /// An unknown model.
+    pub async fn remove_model(&self, name: &str) -> Result<(), EngineError> {
+        let slot = self.slot(Some(name))?;
+        self.shared.slots.write().retain(|s| !Arc::ptr_eq(s, &slot));
+        let mut changes = slot.changed.subscribe();
+        let jobs: Vec<_> = {
+            let mut life = slot.life.lock();
+            life.shutdown = true;
+            life.jobs.drain(..).collect()
+        };
+        for job in jobs {
+            job.stream.end_with(|usage| {
+                EndInfo::error(
+                    EndErrorKind::Runtime,
+                    format!("model `{name}` was removed"),
+                    usage,
+                )
+            });
         }
+        slot.wake.notify_all();
+        slot.changed.send_modify(|n| *n = n.wrapping_add(1));
+        while !self.shared.unloaded(&slot) {
+            if changes.changed().await.is_err() {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Validates `request`, creates its stream and queues it. `polled`
@@ -374,7 +438,7 @@ impl Engine {
     /// # Errors
     /// The first model that is not ready, with the reason.
     pub fn readiness(&self) -> Result<(), String> {
-        for slot in &self.shared.slots {
+        for slot in self.shared.snapshot() {
             let life = slot.life.lock();
             if life.state == ModelState::Failed {
                 return Err(format!(
@@ -399,12 +463,13 @@ impl Engine {
     /// Whether the supervisor is sound: every worker thread runs and no
     /// model's lock is stuck. For the systemd watchdog.
     pub fn supervisor_healthy(&self) -> bool {
-        let threads = &self.shared.threads;
-        if *threads.running.lock() != threads.started.load(Ordering::Relaxed) {
+        let slots = self.shared.snapshot();
+        // Removed models' threads may still be stopping: more is fine.
+        let expected = slots.len() * self.shared.backend.lanes().max(1);
+        if *self.shared.threads.running.lock() < expected {
             return false;
         }
-        self.shared
-            .slots
+        slots
             .iter()
             .all(|slot| slot.life.try_lock_for(Duration::from_secs(2)).is_some())
     }
@@ -412,7 +477,7 @@ impl Engine {
     /// Requests waiting per model (for metrics).
     pub fn queued(&self) -> usize {
         self.shared
-            .slots
+            .snapshot()
             .iter()
             .map(|slot| slot.life.lock().waiting())
             .sum()
@@ -451,7 +516,7 @@ impl Engine {
     /// Stops the workers after their current job (which the stream
     /// manager's shutdown has already aborted); they unload their models.
     pub fn shutdown(&self) {
-        for slot in &self.shared.slots {
+        for slot in self.shared.snapshot() {
             slot.life.lock().shutdown = true;
             slot.wake.notify_all();
             slot.changed.send_modify(|n| *n = n.wrapping_add(1));
