@@ -27,6 +27,8 @@ in_root /usr/bin/rkllm-server --version
 in_root /usr/bin/rkllm-server --check-config        # reads /etc/rkllm-server/config.toml
 in_root getent passwd rkllm >/dev/null
 in_root test -d /var/lib/rkllm-server/models
+owner=$(in_root stat -c %U /var/lib/rkllm-server/models)
+[ "$owner" = rkllm ] || { echo "check-deb: the model store belongs to $owner, not rkllm" >&2; exit 1; }
 for file in /lib/systemd/system/rkllm-server.service \
             /usr/share/doc/rkllm-server/architecture.md \
             /usr/share/doc/rkllm-server/board-setup.md \

@@ -19,7 +19,7 @@ mod validate;
 
 pub use sections::{
     BenchSection, EngineSection, HttpSection, LimitsSection, McpSection, MockSection, RkllmSection,
-    RunnerKind, StdioSection, StreamsSection, WebSocketSection,
+    RunnerKind, StdioSection, StoreSection, StreamsSection, WebSocketSection,
 };
 
 pub use crate::transport::lines::Framing;
@@ -138,6 +138,9 @@ pub struct Cli {
     /// Mock generations that may run at once per model (benchmarks).
     #[arg(long, env = "RKLLM_SERVER_MOCK_LANES", value_name = "N")]
     pub mock_lanes: Option<usize>,
+    /// Folder of the model store ([store] models_dir).
+    #[arg(long, env = "RKLLM_SERVER_MODELS_DIR", value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
     /// Models to load at start, before the server reports ready
     /// (engine.preload; repeatable, or comma-separated in the variable).
     #[arg(
@@ -167,12 +170,44 @@ pub struct Cli {
     /// runtime loads), without loading a model, and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// A model-store command instead of serving.
+    #[command(subcommand)]
+    pub command: Option<StoreCommand>,
     /// Print a shell completion script (bash, zsh, fish, …) and exit.
     #[arg(long, value_name = "SHELL", hide = true)]
     pub completions: Option<clap_complete::Shell>,
     /// Print the manual page (roff) and exit.
     #[arg(long, hide = true)]
     pub man_page: bool,
+}
+
+/// The model-store commands.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum StoreCommand {
+    /// Download a model into the store: OWNER/REPO (the file for this board
+    /// is chosen), OWNER/REPO:FILE, or an https:// URL of a .rkllm file.
+    Pull {
+        /// What to pull.
+        source: String,
+        /// The name to store it under (default: from the file's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Branch, tag or commit ([store] revision).
+        #[arg(long)]
+        revision: Option<String>,
+    },
+    /// List the models in the store.
+    List,
+    /// Show a stored model: its manifest and what its file name says.
+    Show {
+        /// The model's name.
+        name: String,
+    },
+    /// Remove a model from the store.
+    Rm {
+        /// The model's name.
+        name: String,
+    },
 }
 
 impl Cli {
@@ -286,14 +321,8 @@ impl TemplateSetting {
     pub fn resolve(&self) -> Result<crate::engine::ChatTemplate, String> {
         use crate::engine::ChatTemplate;
         match self {
-            Self::Named(name) => match name.as_str() {
-                "builtin" => Ok(ChatTemplate::Builtin),
-                "chatml" => Ok(ChatTemplate::ChatMl),
-                "llama3" => Ok(ChatTemplate::Llama3),
-                other => Err(format!(
-                    "must be builtin, chatml, llama3 or a table, got {other:?}"
-                )),
-            },
+            Self::Named(name) => ChatTemplate::named(name)
+                .ok_or_else(|| format!("must be builtin, chatml, llama3 or a table, got {name:?}")),
             Self::Custom(custom) if !custom.message.contains("{content}") => {
                 Err("a custom template's `message` must contain {content}".into())
             }
@@ -355,6 +384,8 @@ pub struct Config {
     pub engine: EngineSection,
     /// Benchmark settings.
     pub bench: BenchSection,
+    /// The model store.
+    pub store: StoreSection,
 }
 
 impl Default for Config {
@@ -384,6 +415,7 @@ impl Default for Config {
             streams: StreamsSection::default(),
             engine: EngineSection::default(),
             bench: BenchSection::default(),
+            store: StoreSection::default(),
         }
     }
 }
@@ -609,6 +641,9 @@ impl Config {
         }
         if let Some(tps) = cli.mock_tokens_per_second {
             self.mock.tokens_per_second = tps;
+        }
+        if let Some(dir) = cli.models_dir {
+            self.store.models_dir = Some(dir);
         }
         if !cli.preload.is_empty() {
             self.engine.preload = cli.preload;

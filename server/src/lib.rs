@@ -8,12 +8,14 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod commands;
 pub mod config;
 pub mod engine;
 pub mod metrics;
 pub mod notify;
 pub mod rpc;
 pub mod startup;
+pub mod store;
 pub mod stream;
 pub mod transport;
 pub mod vocab;
@@ -23,7 +25,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use tokio::net::TcpListener;
 
 pub use config::{Cli, Config};
@@ -69,6 +71,8 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/show", post(transport::ollama::show))
         .route("/api/generate", post(transport::ollama::generate))
         .route("/api/chat", post(transport::ollama::chat))
+        .route("/api/pull", post(transport::ollama_store::pull))
+        .route("/api/delete", delete(transport::ollama_store::delete))
         .route_layer(keys);
     let router = Router::new()
         .merge(protected)

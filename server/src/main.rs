@@ -33,6 +33,7 @@ async fn serve() -> ExitCode {
         };
     }
     let (print_config, check_config) = (cli.print_config, cli.check_config);
+    let command = cli.command.clone();
     let config = match Config::load(cli) {
         Ok(config) => config,
         Err(err) => {
@@ -40,6 +41,9 @@ async fn serve() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(command) = command {
+        return ExitCode::from(rkllm_server::commands::run(command, &config).await);
+    }
     if print_config {
         return match config.to_masked_toml() {
             Ok(text) => {

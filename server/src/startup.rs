@@ -25,6 +25,7 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
     let streams = Arc::new(
         StreamManager::new(config.stream_limits()).with_timestamps(config.bench.timestamps),
     );
+    let mut runtime_version = None;
     let (backend, settings, runner): (Arc<dyn Backend>, BackendSettings, RunnerKind) =
         match config.backend {
             BackendKind::Mock => (
@@ -39,6 +40,7 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
                 let rkllm = RkllmBackend::new(config.rkllm_settings())
                     .map_err(|e| BackendError::Unavailable(e.to_string()))?;
                 let settings = BackendSettings::Rkllm(rkllm.settings());
+                runtime_version = rkllm.version();
                 (Arc::new(rkllm), settings, config.rkllm.runner)
             }
         };
@@ -55,18 +57,73 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
             },
         )),
     };
-    let engine = Engine::start(
-        backend,
-        &config.model_specs(),
-        config.engine_limits(),
-        streams,
-    )?;
+    let store = config
+        .store_service(runtime_version)
+        .map_err(BackendError::Unavailable)?;
+    // The configured models, then the store's (a configured name wins).
+    let mut specs = config.model_specs();
+    let configured: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    for manifest in store.store.list() {
+        if configured.contains(&manifest.name) {
+            tracing::warn!(
+                model = %manifest.name,
+                "a stored model has the name of a configured one; the configured one is used"
+            );
+        } else {
+            specs.push(store.store.spec(&manifest));
+        }
+    }
+    if specs.is_empty() {
+        return Err(BackendError::Unavailable(format!(
+            "the rkllm backend needs a model: pass --model PATH, declare [[models]], or pull one \
+             into the store ({}) with `rkllm-server pull OWNER/REPO`",
+            store.store.dir().display()
+        ))
+        .into());
+    }
+    let engine = Engine::start(backend, &specs, config.engine_limits(), streams)?;
     engine.preload(&config.engine.preload)?;
-    Ok(AppState::new(
+    let state = AppState::new(
         engine,
         config.rpc_limits(),
         config.transport_settings(),
-    ))
+        store,
+    );
+    if tokio::runtime::Handle::try_current().is_ok() {
+        tokio::spawn(follow_store(Arc::clone(&state), configured));
+    }
+    Ok(state)
+}
+
+/// Keeps the engine's models in step with the store while the server
+/// runs, so that `rkllm-server pull` and `rm` from a shell take effect
+/// within seconds: new stored models become available, removed ones go.
+async fn follow_store(state: Arc<AppState>, configured: Vec<String>) {
+    let mut ticks = tokio::time::interval(std::time::Duration::from_secs(2));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let store = Arc::clone(&state.store);
+        let Ok(stored) = tokio::task::spawn_blocking(move || store.store.list()).await else {
+            continue;
+        };
+        for manifest in &stored {
+            if !configured.contains(&manifest.name) {
+                let spec = state.store.store.spec(manifest);
+                if let Err(err) = state.engine.add_model(spec) {
+                    tracing::debug!(model = %manifest.name, error = %err, "stored model not added");
+                }
+            }
+        }
+        for model in state.engine.models() {
+            let gone =
+                !configured.contains(&model.name) && !stored.iter().any(|m| m.name == model.name);
+            if gone {
+                tracing::info!(model = %model.name, "removed from the store");
+                let _ = state.engine.remove_model(&model.name).await;
+            }
+        }
+    }
 }
 
 /// The runner process's main (`rkllm-server --runner NAME`): its orders

@@ -273,7 +273,7 @@ async fn each_api_answers_errors_in_its_own_shape() {
     let (status, body) = send(
         &server,
         Method::POST,
-        "/api/pull",
+        "/api/push",
         key,
         Some("{\"model\":\"x\"}".into()),
     )
@@ -281,7 +281,7 @@ async fn each_api_answers_errors_in_its_own_shape() {
     assert_eq!(status, 404);
     assert!(is_ollama_error(&body), "{body}");
     assert!(
-        body["error"].as_str().unwrap().contains("[[models]]"),
+        body["error"].as_str().unwrap().contains("registry"),
         "{body}"
     );
     let (status, body) = send(&server, Method::GET, "/v1/nothing", key, None).await;

@@ -38,6 +38,16 @@ pub enum ChatTemplate {
 }
 
 impl ChatTemplate {
+    /// A template by its name in the config: `builtin`, `chatml`, `llama3`.
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "builtin" => Some(Self::Builtin),
+            "chatml" => Some(Self::ChatMl),
+            "llama3" => Some(Self::Llama3),
+            _ => None,
+        }
+    }
+
     /// Whether the server renders it (and the runtime's template is off).
     pub fn is_server_side(&self) -> bool {
         !matches!(self, Self::Builtin)

@@ -296,3 +296,37 @@ pub struct BenchSection {
     /// last token, in nanoseconds of the system-wide monotonic clock.
     pub timestamps: bool,
 }
+
+/// `[store]`: models pulled into the store (`rkllm-server pull`, `/api/pull`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSection {
+    /// Folder of the store; absent: `$XDG_DATA_HOME/rkllm-server/models`
+    /// (the service sets `/var/lib/rkllm-server/models`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub models_dir: Option<std::path::PathBuf>,
+    /// The Hugging Face endpoint; absent: `HF_ENDPOINT`, else
+    /// `https://huggingface.co`. An `http://` mirror allows plain HTTP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Revision pulled when none is named.
+    pub revision: String,
+    /// This board's chip, to choose among a repository's files: `auto`
+    /// (read from the device tree), `rk3588`, `rk3576`, or `none`.
+    pub platform: String,
+    /// Whether `/api/pull` and `/api/delete` may change the store (they
+    /// need an API key when keys are set).
+    pub api_pull: bool,
+}
+
+impl Default for StoreSection {
+    fn default() -> Self {
+        Self {
+            models_dir: None,
+            endpoint: None,
+            revision: "main".into(),
+            platform: "auto".into(),
+            api_pull: true,
+        }
+    }
+}

@@ -38,6 +38,10 @@ impl Config {
             }];
         }
         if self.models.is_empty() {
+            if self.backend == super::BackendKind::Rkllm {
+                // The store's models, if any: start-up adds them.
+                return Vec::new();
+            }
             return vec![ModelSpec {
                 name: DEFAULT_MOCK_MODEL.to_owned(),
                 path: None,
@@ -84,6 +88,62 @@ impl Config {
             command.push(exe.into());
         }
         Ok(command)
+    }
+
+    /// The store's folder.
+    pub fn models_dir(&self) -> std::path::PathBuf {
+        self.store
+            .models_dir
+            .clone()
+            .unwrap_or_else(crate::store::default_dir)
+    }
+
+    /// The Hugging Face endpoint: `[store] endpoint`, `HF_ENDPOINT`, or
+    /// `https://huggingface.co`.
+    pub fn hub_endpoint(&self) -> String {
+        self.store
+            .endpoint
+            .clone()
+            .or_else(|| std::env::var("HF_ENDPOINT").ok().filter(|v| !v.is_empty()))
+            .unwrap_or_else(|| "https://huggingface.co".to_owned())
+    }
+
+    /// This board's chip for choosing model files: `[store] platform`, or
+    /// read from the device tree when `auto`.
+    pub fn platform(&self) -> Option<String> {
+        match self.store.platform.as_str() {
+            "auto" => std::fs::read("/proc/device-tree/compatible")
+                .ok()
+                .and_then(|c| {
+                    let text = String::from_utf8_lossy(&c).to_ascii_lowercase();
+                    ["rk3588", "rk3576", "rk3562"]
+                        .into_iter()
+                        .find(|chip| text.contains(chip))
+                        .map(str::to_owned)
+                }),
+            "none" | "" => None,
+            chip => Some(chip.to_owned()),
+        }
+    }
+
+    /// The model store and its Hugging Face client (`HF_TOKEN` from the
+    /// environment); `runtime_version` helps choose files.
+    ///
+    /// # Errors
+    /// A bad endpoint.
+    pub fn store_service(
+        &self,
+        runtime_version: Option<String>,
+    ) -> Result<crate::store::Service, String> {
+        let token = std::env::var("HF_TOKEN").ok();
+        Ok(crate::store::Service {
+            store: crate::store::Store::new(self.models_dir()),
+            hub: crate::store::Hub::new(&self.hub_endpoint(), token)?,
+            revision: self.store.revision.clone(),
+            platform: self.platform(),
+            runtime_version,
+            api_pull: self.store.api_pull,
+        })
     }
 
     /// Mock backend settings.

@@ -101,7 +101,7 @@ fn invalid_values_name_their_key() {
         (
             Config {
                 engine: EngineSection {
-                    preload: vec!["nope".into()],
+                    preload: vec!["a".into(), "b".into()],
                     ..EngineSection::default()
                 },
                 ..Config::default()

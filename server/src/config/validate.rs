@@ -140,12 +140,7 @@ impl Config {
             }
         }
         if self.backend == BackendKind::Rkllm {
-            if self.model.is_none() && self.models.is_empty() {
-                return Err(invalid(
-                    "model",
-                    "the rkllm backend needs a model file: pass --model PATH or declare [[models]]",
-                ));
-            }
+            // Without a configured model, start-up looks in the store.
             if let Some(m) = models.iter().find(|m| m.path.is_none()) {
                 return Err(invalid(
                     "models.path",
@@ -252,6 +247,26 @@ impl Config {
             ));
         }
         self.validate_lifecycle()?;
+        if let Some(endpoint) = &self.store.endpoint
+            && !(endpoint.starts_with("https://") || endpoint.starts_with("http://"))
+        {
+            return Err(invalid(
+                "store.endpoint",
+                format!("must be an https:// (or http:// mirror) URL, got {endpoint:?}"),
+            ));
+        }
+        if !matches!(
+            self.store.platform.as_str(),
+            "auto" | "none" | "rk3588" | "rk3576" | "rk3562"
+        ) {
+            return Err(invalid(
+                "store.platform",
+                format!(
+                    "must be auto, none, rk3588, rk3576 or rk3562, got {:?}",
+                    self.store.platform
+                ),
+            ));
+        }
         if !log_filter_is_valid(&self.log_level) {
             return Err(invalid(
                 "log_level",
@@ -300,18 +315,7 @@ impl Config {
                 format!("must be between 1 and 1000, got {}", e.max_crashes),
             ));
         }
-        let names: Vec<String> = self.model_specs().into_iter().map(|m| m.name).collect();
-        for name in &e.preload {
-            if !names.contains(name) {
-                return Err(invalid(
-                    "engine.preload",
-                    format!(
-                        "names model `{name}`, which is not configured (models: {})",
-                        names.join(", ")
-                    ),
-                ));
-            }
-        }
+        // Names are checked at start, against the configured and stored models.
         if e.preload.len() > e.max_loaded_models {
             return Err(invalid(
                 "engine.preload",

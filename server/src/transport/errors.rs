@@ -126,11 +126,6 @@ pub async fn api_shapes(
 /// Ollama endpoints this server does not offer yet, with what to do instead.
 const OLLAMA_UNSUPPORTED: &[(&str, &str)] = &[
     (
-        "/api/pull",
-        "rkllm-server cannot pull models yet: download the model's .rkllm file (for example \
-         from Hugging Face), add it to [[models]] in the configuration and restart the server",
-    ),
-    (
         "/api/push",
         "rkllm-server does not push models to a registry",
     ),
@@ -142,11 +137,6 @@ const OLLAMA_UNSUPPORTED: &[(&str, &str)] = &[
     (
         "/api/copy",
         "rkllm-server does not copy models: add another [[models]] entry with the same path",
-    ),
-    (
-        "/api/delete",
-        "rkllm-server cannot delete models yet: remove the [[models]] entry from the \
-         configuration and restart the server",
     ),
     ("/api/embed", "rkllm-server does not compute embeddings yet"),
     (

@@ -14,6 +14,7 @@ pub mod lines;
 pub mod mcp_http;
 pub mod mcp_session;
 pub mod ollama;
+pub mod ollama_store;
 pub mod openai;
 pub mod serve;
 pub mod session;

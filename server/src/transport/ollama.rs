@@ -65,25 +65,56 @@ pub async fn version() -> Response {
     Json(json!({"version": OLLAMA_VERSION})).into_response()
 }
 
-fn details() -> Value {
-    json!({"parent_model": "", "format": "rkllm", "family": "", "families": [], "parameter_size": "", "quantization_level": ""})
+/// Ollama's `details`, with what the model file's name says (chip,
+/// quantisation, runtime version).
+fn details(model: &ModelInfo) -> Value {
+    let file = model
+        .path
+        .as_ref()
+        .and_then(|p| p.file_name())
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let said = crate::store::details_of(&file);
+    let mut details = json!({"parent_model": "", "format": "rkllm", "family": "", "families": [],
+                             "parameter_size": "",
+                             "quantization_level": said.quantization.clone().unwrap_or_default()});
+    if let Some(platform) = said.platform {
+        details["platform"] = json!(platform);
+    }
+    if let Some(version) = said.runtime_version {
+        details["runtime_version"] = json!(version);
+    }
+    details
 }
 
 fn model_entry(state: &AppState, model: &ModelInfo) -> Value {
     let meta = model.path.as_ref().and_then(|p| std::fs::metadata(p).ok());
     let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
-    let modified = meta
-        .and_then(|m| m.modified().ok())
-        .unwrap_or(state.started);
-    let digest: String = {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in model.name.bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    let stored = state
+        .store
+        .store
+        .get(&model.name)
+        .ok()
+        .flatten()
+        .filter(|m| model.path.as_ref().is_some_and(|p| p.ends_with(&m.file)));
+    let modified = match &stored {
+        Some(m) => SystemTime::UNIX_EPOCH + Duration::from_secs(m.pulled_unix),
+        None => meta
+            .and_then(|m| m.modified().ok())
+            .unwrap_or(state.started),
+    };
+    let digest: String = match &stored {
+        Some(m) => m.sha256.clone(),
+        None => {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in model.name.bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            format!("{h:016x}").repeat(4)
         }
-        format!("{h:016x}").repeat(4)
     };
     json!({"name": model.name, "model": model.name, "modified_at": rfc3339(modified), "size": size,
-           "digest": digest, "details": details()})
+           "digest": digest, "details": details(model)})
 }
 
 /// `GET /api/tags`.
@@ -183,10 +214,15 @@ fn resolve(state: &AppState, name: Option<&str>) -> Result<Option<String>, Box<R
     };
     let models = state.engine.models();
     let bare = name.strip_suffix(":latest").unwrap_or(name);
+    // A stored model also answers to what it was pulled as (`owner/repo:file`).
+    let pulled_as = || state.store.find_by_source(name).map(|m| m.name);
     models
         .iter()
         .find(|m| m.name == name || m.name == bare)
-        .map(|m| Some(m.name.clone()))
+        .map(|m| m.name.clone())
+        .or_else(pulled_as)
+        .filter(|found| models.iter().any(|m| &m.name == found))
+        .map(Some)
         .ok_or_else(|| {
             let names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
             Box::new(error(
@@ -222,9 +258,13 @@ pub async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         Err(response) => return *response,
     };
     let info = state.engine.models().into_iter().find(|m| m.name == name);
-    let entry = info.map(|m| model_entry(&state, &m)).unwrap_or_default();
+    let entry = info
+        .as_ref()
+        .map(|m| model_entry(&state, m))
+        .unwrap_or_default();
+    let details = info.as_ref().map(details).unwrap_or_default();
     Json(json!({
-        "modelfile": "", "parameters": "", "template": "", "details": details(),
+        "modelfile": "", "parameters": "", "template": "", "details": details,
         "model_info": {"general.architecture": "rkllm", "general.basename": name},
         "capabilities": ["completion", "tools"], "modified_at": entry["modified_at"]
     }))

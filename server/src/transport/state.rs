@@ -62,6 +62,8 @@ pub struct AppState {
     pub started: std::time::SystemTime,
     /// The same, in seconds since the Unix epoch.
     pub started_unix: u64,
+    /// The model store (`/api/pull`, `/api/delete`, store details).
+    pub store: Arc<crate::store::Service>,
     shutdown: watch::Sender<bool>,
     connections: Arc<ConnectionCount>,
 }
@@ -89,7 +91,12 @@ impl Drop for ConnectionGuard {
 impl AppState {
     /// The state of a server whose engine (with its stream manager) is
     /// running: adds what the transports keep themselves.
-    pub fn new(engine: Engine, rpc: RpcLimits, settings: Settings) -> Arc<Self> {
+    pub fn new(
+        engine: Engine,
+        rpc: RpcLimits,
+        settings: Settings,
+        store: crate::store::Service,
+    ) -> Arc<Self> {
         let engine = Arc::new(engine);
         let streams = Arc::clone(engine.streams());
         Arc::new(Self {
@@ -105,6 +112,7 @@ impl AppState {
             engine,
             streams,
             settings,
+            store: Arc::new(store),
             shutdown: watch::Sender::new(false),
             connections: Arc::default(),
         })

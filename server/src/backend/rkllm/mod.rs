@@ -122,6 +122,11 @@ impl RkllmBackend {
         }
     }
 
+    /// The runtime's version, when the library says it (`1.2.1`).
+    pub fn version(&self) -> Option<String> {
+        self.runtime.version().map(|v| v.to_string())
+    }
+
     /// The runtime's path and version, for messages.
     pub fn describe(&self) -> String {
         format!(

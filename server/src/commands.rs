@@ -1,0 +1,193 @@
+//! The model-store commands of the command line: `pull` (with a progress
+//! bar on a terminal), `list`, `show`, `rm`. A running server sees their
+//! changes within seconds.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::backend::RkllmBackend;
+use crate::config::{BackendKind, Config, StoreCommand};
+use crate::store::{Progress, details_of};
+
+/// Runs `command` against the configured store; returns the exit code.
+pub async fn run(command: StoreCommand, config: &Config) -> u8 {
+    // The runtime's version helps choose among a repository's files.
+    let runtime_version = match (&command, config.backend) {
+        (StoreCommand::Pull { .. }, BackendKind::Rkllm) => {
+            RkllmBackend::new(config.rkllm_settings())
+                .ok()
+                .and_then(|b| b.version())
+        }
+        _ => None,
+    };
+    let service = match config.store_service(runtime_version) {
+        Ok(service) => service,
+        Err(err) => {
+            eprintln!("rkllm-server: {err}");
+            return 2;
+        }
+    };
+    match command {
+        StoreCommand::Pull {
+            source,
+            name,
+            revision,
+        } => pull(&service, &source, name, revision).await,
+        StoreCommand::List => {
+            let models = service.store.list();
+            if models.is_empty() {
+                println!(
+                    "no models in {} (pull one: rkllm-server pull OWNER/REPO)",
+                    service.store.dir().display()
+                );
+                return 0;
+            }
+            println!("{:<40} {:>10}  {:<10}  SOURCE", "NAME", "SIZE", "PULLED");
+            for m in models {
+                println!(
+                    "{:<40} {:>10}  {:<10}  {}",
+                    m.name,
+                    human_bytes(m.size),
+                    pulled_date(m.pulled_unix),
+                    m.source.spec
+                );
+            }
+            0
+        }
+        StoreCommand::Show { name } => match service.store.get(&name) {
+            Ok(Some(m)) => {
+                let shown = serde_json::json!({
+                    "manifest": m,
+                    "path": service.store.model_dir(&m.name).join(&m.file),
+                    "details": details_of(&m.file),
+                });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&shown).unwrap_or_default()
+                );
+                0
+            }
+            Ok(None) => {
+                eprintln!(
+                    "rkllm-server: no model {name:?} in {}",
+                    service.store.dir().display()
+                );
+                1
+            }
+            Err(err) => {
+                eprintln!("rkllm-server: {err}");
+                1
+            }
+        },
+        StoreCommand::Rm { name } => match service.store.remove(&name) {
+            Ok(true) => {
+                println!("removed {name}");
+                0
+            }
+            Ok(false) => {
+                eprintln!(
+                    "rkllm-server: no model {name:?} in {}",
+                    service.store.dir().display()
+                );
+                1
+            }
+            Err(err) => {
+                eprintln!("rkllm-server: cannot remove {name}: {err}");
+                1
+            }
+        },
+    }
+}
+
+async fn pull(
+    service: &crate::store::Service,
+    source: &str,
+    name: Option<String>,
+    revision: Option<String>,
+) -> u8 {
+    let request = service.request(source, name, revision);
+    let bar = ProgressBar::with_draw_target(
+        None,
+        if std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        },
+    );
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let mut on_progress = |p: Progress| match p {
+        Progress::Resolving => bar.set_message(format!("resolving {source}")),
+        Progress::Waiting => bar.set_message("waiting for another pull of this model"),
+        Progress::Downloading {
+            file,
+            completed,
+            total,
+            ..
+        } => {
+            if let Some(total) = total {
+                bar.set_length(total);
+            }
+            bar.set_position(completed);
+            bar.set_message(file);
+        }
+        Progress::Verifying => bar.set_message("verifying sha256"),
+        Progress::Writing => bar.set_message("writing the manifest"),
+        Progress::Done { .. } => {}
+    };
+    let result =
+        crate::store::pull::pull(&service.store, &service.hub, &request, &mut on_progress).await;
+    bar.finish_and_clear();
+    match result {
+        Ok(manifest) => {
+            println!(
+                "pulled {} ({}, sha256 {}{}) into {}",
+                manifest.name,
+                human_bytes(manifest.size),
+                manifest.sha256,
+                if manifest.sha256_verified {
+                    ", verified"
+                } else {
+                    ", computed: the source published none"
+                },
+                service.store.model_dir(&manifest.name).display()
+            );
+            0
+        }
+        Err(err) => {
+            eprintln!("rkllm-server: pull {source}: {err}");
+            1
+        }
+    }
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// `YYYY-MM-DD` of a Unix time.
+fn pulled_date(unix: u64) -> String {
+    let time = std::time::UNIX_EPOCH + Duration::from_secs(unix);
+    crate::transport::clock::rfc3339(time)
+        .chars()
+        .take(10)
+        .collect()
+}
