@@ -72,6 +72,11 @@ pub fn server_command() -> Command {
             command.env_remove(key);
         }
     }
+    // Never the developer's own model store: an empty one of the tests.
+    command.env(
+        "XDG_DATA_HOME",
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("no-store"),
+    );
     if !runner.trim().is_empty() {
         // Runner processes are the same binary: under the emulator too.
         command.env("RKLLM_SERVER_RUNNER_PREFIX", runner.trim());

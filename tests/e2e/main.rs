@@ -14,5 +14,6 @@ mod rkllm;
 mod runners;
 mod soak;
 mod stdio;
+mod store;
 mod streaming;
 mod systemd;

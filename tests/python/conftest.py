@@ -24,8 +24,11 @@ def anyio_backend():
 
 def start_server(*args: str):
     """Starts the server on 127.0.0.1:0; returns the process and its base URL."""
+    # Never the developer's own model store.
+    env = dict(os.environ, XDG_DATA_HOME=str(ROOT / "target" / "tmp" / "no-store"))
     proc = subprocess.Popen(
         [server_binary(), "--listen", "127.0.0.1:0", *args],
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

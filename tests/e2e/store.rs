@@ -1,0 +1,532 @@
+//! The model store against a stand-in for Hugging Face (tests/fake-hf, a
+//! test double on loopback): pulling with the file chosen for the chip,
+//! resuming a cut download, refusing a wrong checksum, gated repositories,
+//! bad names, concurrent pulls, Ollama's /api/pull and /api/delete, and
+//! generation with a pulled model on the runtime test double.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::harness::{Fake, ScratchDir, Server, fake_runtime, server_command};
+
+/// The fake Hugging Face, serving `repos` (see tests/fake-hf/fake_hf.py).
+struct FakeHf {
+    child: Child,
+    hub: u16,
+    log: PathBuf,
+    _dir: ScratchDir,
+}
+
+impl FakeHf {
+    fn start(repos: &Value) -> Self {
+        let dir = ScratchDir::new();
+        let repos_file = dir.0.join("repos.json");
+        std::fs::write(&repos_file, repos.to_string()).unwrap();
+        let log = dir.0.join("requests.log");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fake-hf/fake_hf.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(&repos_file)
+            .arg(&log)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs the fake Hugging Face");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let hub = line
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the fake Hugging Face did not start: {line:?}"));
+        Self {
+            child,
+            hub,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.hub)
+    }
+
+    /// The requests it served, one JSON object each.
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Downloads of `file` from its CDN: (whole, ranged).
+    fn downloads(&self, file: &str) -> (usize, usize) {
+        let gets: Vec<Value> = self
+            .requests()
+            .into_iter()
+            .filter(|r| r["server"] == "cdn" && r["method"] == "GET")
+            .filter(|r| r["path"].as_str().unwrap().ends_with(file))
+            .collect();
+        let ranged = gets.iter().filter(|r| r["range"].is_string()).count();
+        (gets.len() - ranged, ranged)
+    }
+}
+
+impl Drop for FakeHf {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const TEXT: &str = "Grüße vom NPU 東京 🦀. ";
+
+/// A repository with a model for each chip, a gated one, a broken one.
+fn repos() -> Value {
+    json!({
+        "token": "secret",
+        "repos": {
+            "acme/tiny": {"files": {
+                "README.md": {"text": "# tiny"},
+                "tiny_w8a8_rk3588_v1.2.1.rkllm": {"text": TEXT, "repeat": 30000},
+                "tiny_w8a8_rk3576_v1.2.1.rkllm": {"text": "for the other chip ", "repeat": 10},
+            }},
+            "acme/cut": {"files": {"cut_rk3588.rkllm": {"text": TEXT, "repeat": 40000, "cut": 1}}},
+            "acme/bad": {"files": {"bad_rk3588.rkllm": {"text": TEXT, "repeat": 100,
+                "sha256": "0000000000000000000000000000000000000000000000000000000000000000"}}},
+            "acme/gated": {"gated": true, "files": {"gated.rkllm": {"text": TEXT}}},
+            "acme/many": {"files": {
+                "m_w4a16.rkllm": {"text": "a"}, "m_w8a8.rkllm": {"text": "b"},
+            }},
+        }
+    })
+}
+
+/// Runs `rkllm-server ARGS` against the store in `dir` and `hf`; returns
+/// (success, stdout, stderr).
+fn cli(hf: &FakeHf, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let config = dir.join("cli.toml");
+    std::fs::write(&config, "[store]\nplatform = \"rk3588\"\n").unwrap();
+    let output = server_command()
+        .arg("--config")
+        .arg(&config)
+        .arg("--models-dir")
+        .arg(dir.join("models"))
+        .args(args)
+        .env("HF_ENDPOINT", hf.endpoint())
+        .env_remove("HF_TOKEN")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run rkllm-server");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    // The same digest the store records, computed here by `sha256sum`.
+    let dir = ScratchDir::new();
+    let file = dir.0.join("f");
+    std::fs::write(&file, bytes).unwrap();
+    let out = Command::new("sha256sum").arg(&file).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_pulled_model_is_the_file_for_this_chip_and_generates_on_the_runtime() {
+    let hf = FakeHf::start(&repos());
+    let dir = ScratchDir::new();
+    let (ok, out, err) = cli(&hf, &dir.0, &["pull", "acme/tiny"], &[]);
+    assert!(ok, "{out}\n{err}");
+    let name = "tiny_w8a8_rk3588_v1.2.1";
+    assert!(out.contains(&format!("pulled {name}")), "{out}");
+    assert!(out.contains("verified"), "{out}");
+    let expected = TEXT.repeat(30000);
+    let stored = dir
+        .0
+        .join("models")
+        .join(name)
+        .join(format!("{name}.rkllm"));
+    assert_eq!(std::fs::read_to_string(&stored).unwrap(), expected);
+    // Redirected to the CDN; the token never goes there.
+    assert!(hf.requests().iter().any(|r| r["server"] == "cdn"));
+
+    let (ok, out, _) = cli(&hf, &dir.0, &["list"], &[]);
+    assert!(
+        ok && out.contains(name) && out.contains("acme/tiny"),
+        "{out}"
+    );
+    let (ok, out, _) = cli(&hf, &dir.0, &["show", name], &[]);
+    assert!(ok, "{out}");
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["manifest"]["sha256"], sha256_hex(expected.as_bytes()));
+    assert_eq!(shown["manifest"]["sha256_verified"], true);
+    assert_eq!(shown["manifest"]["source"]["repository"], "acme/tiny");
+    assert_eq!(shown["details"]["platform"], "rk3588");
+    assert_eq!(shown["details"]["quantization"], "w8a8");
+    // Pulled again: nothing downloaded twice.
+    let (ok, out, err) = cli(&hf, &dir.0, &["pull", "acme/tiny"], &[]);
+    assert!(ok, "{out}{err}");
+    assert_eq!(hf.downloads(&format!("{name}.rkllm")), (1, 0));
+
+    // The server serves it on the runtime test double (which "generates"
+    // its model file): byte for byte, with no [[models]] entry.
+    let runtime = fake_runtime(Fake::V1_3);
+    let server = Server::start_env(
+        "",
+        &[
+            "--backend",
+            "rkllm",
+            "--runtime",
+            runtime.to_str().unwrap(),
+            "--models-dir",
+            dir.0.join("models").to_str().unwrap(),
+        ],
+        &[("FAKE_RKLLM_TOKEN_MS", "0")],
+    );
+    let result = server
+        .ok(
+            "run",
+            json!({"prompt": "hi", "model": name, "max_tokens": 8192}),
+        )
+        .await;
+    let text = result["text"].as_str().unwrap();
+    assert!(expected.starts_with(text) && !text.is_empty(), "{result}");
+
+    // rm from the shell: the running server lets the model go.
+    let (ok, out, _) = cli(&hf, &dir.0, &["rm", name], &[]);
+    assert!(ok, "{out}");
+    assert!(!dir.0.join("models").join(name).exists());
+    let deadline = tokio::time::Instant::now() + crate::harness::LIVENESS;
+    loop {
+        let models = server.ok("models", json!({})).await;
+        if models["models"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{models}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn a_cut_download_resumes_where_it_stopped() {
+    let hf = FakeHf::start(&repos());
+    let dir = ScratchDir::new();
+    let (ok, out, err) = cli(&hf, &dir.0, &["pull", "acme/cut"], &[]);
+    assert!(!ok, "{out}");
+    assert!(err.contains("connection was cut after"), "{err}");
+    assert!(err.contains("pull again to resume"), "{err}");
+    // Nothing in the store; the part waits in .partial.
+    let (_, list, _) = cli(&hf, &dir.0, &["list"], &[]);
+    assert!(list.contains("no models"), "{list}");
+    let (ok, out, err) = cli(&hf, &dir.0, &["pull", "acme/cut"], &[]);
+    assert!(ok, "{out}{err}");
+    assert_eq!(
+        hf.downloads("cut_rk3588.rkllm"),
+        (1, 1),
+        "one whole (cut), one ranged"
+    );
+    let stored = dir.0.join("models/cut_rk3588/cut_rk3588.rkllm");
+    assert_eq!(std::fs::read_to_string(stored).unwrap(), TEXT.repeat(40000));
+    assert!(!dir.0.join("models/.partial/cut_rk3588").exists());
+}
+
+#[test]
+fn wrong_checksums_gated_repositories_and_bad_input_are_refused_cleanly() {
+    let hf = FakeHf::start(&repos());
+    let dir = ScratchDir::new();
+    let (ok, _, err) = cli(&hf, &dir.0, &["pull", "acme/bad"], &[]);
+    assert!(!ok);
+    assert!(err.contains("checksum mismatch"), "{err}");
+    assert!(!dir.0.join("models/bad_rk3588").exists());
+    assert!(!dir.0.join("models/.partial/bad_rk3588").exists());
+
+    let (ok, _, err) = cli(&hf, &dir.0, &["pull", "acme/gated"], &[]);
+    assert!(!ok);
+    assert!(err.contains("gated") && err.contains("HF_TOKEN"), "{err}");
+    let (ok, out, err) = cli(
+        &hf,
+        &dir.0,
+        &["pull", "acme/gated"],
+        &[("HF_TOKEN", "secret")],
+    );
+    assert!(ok, "{out}{err}");
+    // The token went to the hub only, never to the CDN.
+    assert!(
+        hf.requests()
+            .iter()
+            .filter(|r| r["server"] == "cdn")
+            .all(|r| r["authorization"] == false)
+    );
+
+    for (args, needle) in [
+        (vec!["pull", "acme/nope"], "not found"),
+        (vec!["pull", "acme/tiny:nope.rkllm"], "no file nope.rkllm"),
+        (vec!["pull", "acme/many"], "acme/many:FILE"),
+        (vec!["pull", "acme/tiny:../../etc/passwd"], "no `..`"),
+        (vec!["pull", "acme/tiny", "--name", "../evil"], "model name"),
+        (vec!["pull", "acme/tiny", "--name", "a/b"], "may hold only"),
+        (vec!["pull", "https:/nope"], "expected owner/repo"),
+        (vec!["rm", "../models"], "must not start"),
+    ] {
+        let (ok, out, err) = cli(&hf, &dir.0, &args, &[]);
+        assert!(!ok, "{args:?}: {out}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    // Plain http only under a mirror configured as such.
+    let (ok, _, err) = cli(&hf, &dir.0, &["pull", "http://example.org/m.rkllm"], &[]);
+    assert!(!ok);
+    assert!(err.contains("https only"), "{err}");
+    let listed = cli(&hf, &dir.0, &["list"], &[]).1;
+    assert!(!listed.contains("evil"), "{listed}");
+}
+
+#[test]
+fn two_pulls_of_one_model_download_it_once() {
+    let hf = FakeHf::start(&repos());
+    let dir = ScratchDir::new();
+    let pulls: Vec<_> = (0..2)
+        .map(|_| {
+            let dir = dir.0.clone();
+            let endpoint = hf.endpoint();
+            std::thread::spawn(move || {
+                let config = dir.join("cli.toml");
+                std::fs::write(&config, "[store]\nplatform = \"rk3588\"\n").unwrap();
+                server_command()
+                    .arg("--config")
+                    .arg(&config)
+                    .arg("--models-dir")
+                    .arg(dir.join("models"))
+                    .args(["pull", "acme/tiny"])
+                    .env("HF_ENDPOINT", endpoint)
+                    .output()
+                    .unwrap()
+            })
+        })
+        .collect();
+    for pull in pulls {
+        let output = pull.join().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    assert_eq!(hf.downloads("tiny_w8a8_rk3588_v1.2.1.rkllm"), (1, 0));
+}
+
+#[tokio::test]
+async fn ollama_pull_streams_progress_and_delete_removes_the_model() {
+    let hf = FakeHf::start(&repos());
+    let dir = ScratchDir::new();
+    let config = format!(
+        "[store]\nplatform = \"rk3588\"\nendpoint = \"{}\"\nmodels_dir = \"{}\"\n",
+        hf.endpoint(),
+        dir.0.join("models").display()
+    );
+    let server = Server::start(&config, &["--api-key", "k"]);
+    let url = |path: &str| format!("http://{}{path}", server.addr);
+    let refused = server
+        .http
+        .post(url("/api/pull"))
+        .json(&json!({"model": "acme/tiny"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let body = server
+        .http
+        .post(url("/api/pull"))
+        .bearer_auth("k")
+        .json(&json!({"model": "acme/tiny"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let lines: Vec<Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["status"], "pulling manifest", "{body}");
+    let downloading: Vec<&Value> = lines.iter().filter(|l| l["completed"].is_u64()).collect();
+    assert!(downloading.len() >= 2, "{body}");
+    let total = TEXT.repeat(30000).len() as u64;
+    assert_eq!(downloading.last().unwrap()["completed"], total);
+    assert!(
+        downloading[0]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert_eq!(lines.last().unwrap()["status"], "success", "{body}");
+    let name = "tiny_w8a8_rk3588_v1.2.1";
+
+    // Usable at once, by its name or by what it was pulled as.
+    for model in [name, "acme/tiny"] {
+        let answer: Value = server
+            .http
+            .post(url("/api/generate"))
+            .bearer_auth("k")
+            .json(&json!({"model": model, "prompt": "hi", "stream": false}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["done"], true, "{answer}");
+    }
+    let tags: Value = server
+        .http
+        .get(url("/api/tags"))
+        .bearer_auth("k")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let entry = tags["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .unwrap_or_else(|| panic!("{tags}"));
+    assert_eq!(entry["size"], total);
+    assert_eq!(entry["details"]["platform"], "rk3588");
+    assert_eq!(entry["details"]["quantization_level"], "w8a8");
+    let openai: Value = server
+        .http
+        .get(url("/v1/models"))
+        .bearer_auth("k")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        openai["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == name),
+        "{openai}"
+    );
+
+    // Errors come as the last line, and a bad name is a 400.
+    let failed = server
+        .http
+        .post(url("/api/pull"))
+        .bearer_auth("k")
+        .json(&json!({"model": "acme/bad"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let last: Value = serde_json::from_str(failed.lines().last().unwrap()).unwrap();
+    assert!(
+        last["error"]
+            .as_str()
+            .unwrap()
+            .contains("checksum mismatch"),
+        "{failed}"
+    );
+    let not_streamed = server
+        .http
+        .post(url("/api/pull"))
+        .bearer_auth("k")
+        .json(&json!({"model": "acme/nope", "stream": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_streamed.status(), 404);
+    let bad = server
+        .http
+        .delete(url("/api/delete"))
+        .bearer_auth("k")
+        .json(&json!({"model": "../models"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let configured = server
+        .http
+        .delete(url("/api/delete"))
+        .bearer_auth("k")
+        .json(&json!({"model": "mock"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(configured.status(), 400);
+
+    let deleted = server
+        .http
+        .delete(url("/api/delete"))
+        .bearer_auth("k")
+        .json(&json!({"model": name}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 200);
+    assert!(!dir.0.join("models").join(name).exists());
+    let gone = server
+        .http
+        .delete(url("/api/delete"))
+        .bearer_auth("k")
+        .json(&json!({"model": name}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 404);
+    let tags: Value = server
+        .http
+        .get(url("/api/tags"))
+        .bearer_auth("k")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(!tags.to_string().contains(name), "{tags}");
+}
+
+#[tokio::test]
+async fn pulling_over_the_api_can_be_switched_off() {
+    let server = Server::start("[store]\napi_pull = false\n", &[]);
+    for (method, path) in [
+        (reqwest::Method::POST, "/api/pull"),
+        (reqwest::Method::DELETE, "/api/delete"),
+    ] {
+        let response = server
+            .http
+            .request(method, format!("http://{}{path}", server.addr))
+            .json(&json!({"model": "acme/tiny"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 403, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["error"].as_str().unwrap().contains("api_pull"),
+            "{body}"
+        );
+    }
+}

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""A stand-in for Hugging Face, for the model store's tests (a test double).
+
+It serves repositories described by a JSON file on two loopback servers, as
+Hugging Face does with its hub and its file CDN:
+
+- hub: GET /api/models/OWNER/REPO/tree/REV     the file list (LFS files with sha256)
+       HEAD|GET /OWNER/REPO/resolve/REV/FILE  small files directly; LFS files with a
+                                               302 to the CDN, under another host name
+                                               (localhost), and X-Linked-Etag (their
+                                               sha256), X-Linked-Size, X-Repo-Commit
+- cdn: HEAD|GET /cdn/OWNER/REPO/FILE           the bytes, with Range and If-Range
+
+Repository description (JSON):
+  {"token": "secret",                          the token gated repositories need
+   "repos": {"OWNER/REPO": {"gated": false,
+     "files": {"NAME": {"text": "...",          the file's content
+                        "repeat": 1,            repeated this many times
+                        "lfs": true,            served from the CDN (default true for .rkllm)
+                        "sha256": "...",        publish this instead of the true sha256
+                        "cut": 1}}}}}           cut the first N downloads halfway
+
+Every request is appended to the log file as a JSON line (server, method, path,
+range). On start it prints "HUB_PORT CDN_PORT" on stdout.
+
+Usage: fake_hf.py REPOS.json LOG_FILE
+"""
+
+import hashlib
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlparse
+
+REPOS_FILE, LOG_FILE = sys.argv[1], sys.argv[2]
+with open(REPOS_FILE, encoding="utf-8") as f:
+    CONFIG = json.load(f)
+TOKEN = CONFIG.get("token", "")
+LOCK = threading.Lock()
+CUTS = {}
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def content(spec):
+    return (spec.get("text", "") * spec.get("repeat", 1)).encode("utf-8")
+
+
+def files_of(repo):
+    return CONFIG["repos"].get(repo, {}).get("files", {})
+
+
+def is_lfs(name, spec):
+    return spec.get("lfs", name.endswith(".rkllm"))
+
+
+def log(server, handler):
+    entry = {
+        "server": server,
+        "method": handler.command,
+        "path": handler.path,
+        "range": handler.headers.get("Range"),
+        "authorization": handler.headers.get("Authorization") is not None,
+    }
+    with LOCK, open(LOG_FILE, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_name = "hub"
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def send_json(self, status, value, extra=None):
+        body = json.dumps(value).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for key, val in (extra or {}).items():
+            self.send_header(key, val)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def authorized(self, repo):
+        if not CONFIG["repos"].get(repo, {}).get("gated"):
+            return True
+        return self.headers.get("Authorization") == f"Bearer {TOKEN}"
+
+    def do_HEAD(self):
+        self.do_GET()
+
+    def do_GET(self):
+        log(self.server_name, self)
+        path = urlparse(self.path).path
+        parts = path.strip("/").split("/")
+        if self.server_name == "cdn":
+            return self.cdn(parts)
+        if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] == "tree":
+            repo = "/".join(parts[2:4])
+            if repo not in CONFIG["repos"]:
+                return self.send_json(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+            if not self.authorized(repo):
+                return self.send_json(401, {"error": "Access to this repository is restricted"})
+            listing = []
+            for name, spec in files_of(repo).items():
+                data = content(spec)
+                entry = {"type": "file", "path": name, "size": len(data), "oid": "f" * 40}
+                if is_lfs(name, spec):
+                    entry["lfs"] = {"oid": spec.get("sha256", hashlib.sha256(data).hexdigest()),
+                                    "size": len(data), "pointerSize": 134}
+                    entry["size"] = 134
+                listing.append(entry)
+            return self.send_json(200, listing)
+        if len(parts) >= 5 and parts[2] == "resolve":
+            repo, name = "/".join(parts[:2]), "/".join(parts[4:])
+            if repo not in CONFIG["repos"]:
+                return self.send_json(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+            if not self.authorized(repo):
+                return self.send_json(401, {"error": "Access to this repository is restricted"})
+            spec = files_of(repo).get(name)
+            if spec is None:
+                return self.send_json(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
+            data = content(spec)
+            if is_lfs(name, spec):
+                sha = spec.get("sha256", hashlib.sha256(data).hexdigest())
+                cdn_port = self.server.cdn_port
+                self.send_response(302)
+                self.send_header("Location", f"http://localhost:{cdn_port}/cdn/{repo}/{name}")
+                self.send_header("X-Linked-Etag", f'"{sha}"')
+                self.send_header("X-Linked-Size", str(len(data)))
+                self.send_header("X-Repo-Commit", COMMIT)
+                self.send_header("ETag", '"pointer"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("ETag", '"' + hashlib.sha1(data).hexdigest() + '"')
+            self.send_header("X-Repo-Commit", COMMIT)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+            return None
+        return self.send_json(404, {"error": "not found"})
+
+    def cdn(self, parts):
+        if len(parts) < 4 or parts[0] != "cdn":
+            return self.send_json(404, {"error": "not found"})
+        repo, name = "/".join(parts[1:3]), "/".join(parts[3:])
+        spec = files_of(repo).get(name)
+        if spec is None:
+            return self.send_json(404, {"error": "not found"})
+        data = content(spec)
+        etag = '"' + hashlib.sha256(data).hexdigest() + '"'
+        start = 0
+        ranged = self.headers.get("Range")
+        if_range = self.headers.get("If-Range")
+        if ranged and ranged.startswith("bytes=") and (if_range is None or if_range.strip() == etag
+                                                       or if_range.strip('"') == spec.get("sha256", "")
+                                                       or if_range.strip('"') == hashlib.sha256(data).hexdigest()):
+            start = int(ranged[len("bytes="):].split("-")[0])
+            if start >= len(data):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(data)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+        body = data[start:]
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", etag)
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.end_headers()
+        if self.command == "HEAD":
+            return None
+        key = (repo, name)
+        with LOCK:
+            cut = CUTS.get(key, spec.get("cut", 0)) > 0
+            if cut:
+                CUTS[key] = CUTS.get(key, spec.get("cut", 0)) - 1
+        if cut:
+            # Half the body, then the connection goes.
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return None
+        # In pieces, so that progress has something to report.
+        for at in range(0, len(body), 64 * 1024):
+            self.wfile.write(body[at:at + 64 * 1024])
+        return None
+
+
+class CdnHandler(Handler):
+    server_name = "cdn"
+
+
+def main():
+    hub = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    cdn = ThreadingHTTPServer(("127.0.0.1", 0), CdnHandler)
+    hub.cdn_port = cdn.server_address[1]
+    for server in (hub, cdn):
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(hub.server_address[1], cdn.server_address[1], flush=True)
+    try:
+        sys.stdin.read()  # runs until its stdin closes
+    finally:
+        hub.shutdown()
+        cdn.shutdown()
+
+
+if __name__ == "__main__":
+    main()
