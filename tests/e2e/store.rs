@@ -530,3 +530,28 @@ async fn pulling_over_the_api_can_be_switched_off() {
         );
     }
 }
+
+#[test]
+fn a_full_disk_is_said_and_leaves_nothing_behind() {
+    // The download's part file is made to point at /dev/full, where every
+    // write fails with ENOSPC, as on a full disk.
+    let hf = FakeHf::start(&repos());
+    let dir = ScratchDir::new();
+    let name = "tiny_w8a8_rk3588_v1.2.1";
+    let file = format!("{name}.rkllm");
+    let content = TEXT.repeat(30000);
+    let work = dir.0.join("models/.partial").join(name);
+    std::fs::create_dir_all(&work).unwrap();
+    let meta = json!({
+        "url": format!("{}/acme/tiny/resolve/main/{file}", hf.endpoint()),
+        "etag": format!("\"{}\"", sha256_hex(content.as_bytes())),
+        "size": content.len(),
+    });
+    std::fs::write(work.join(format!("{file}.part.json")), meta.to_string()).unwrap();
+    std::os::unix::fs::symlink("/dev/full", work.join(format!("{file}.part"))).unwrap();
+    let (ok, out, err) = cli(&hf, &dir.0, &["pull", "acme/tiny"], &[]);
+    assert!(!ok, "{out}");
+    assert!(err.contains("no space left"), "{err}");
+    assert!(!dir.0.join("models").join(name).exists());
+    assert!(!work.exists(), "the partial download was removed");
+}
