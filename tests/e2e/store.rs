@@ -555,3 +555,26 @@ fn a_full_disk_is_said_and_leaves_nothing_behind() {
     assert!(!dir.0.join("models").join(name).exists());
     assert!(!work.exists(), "the partial download was removed");
 }
+
+#[test]
+fn a_model_is_pulled_by_url_under_a_name_of_its_own() {
+    let hf = FakeHf::start(&repos());
+    let dir = ScratchDir::new();
+    let url = format!(
+        "{}/acme/tiny/resolve/main/tiny_w8a8_rk3576_v1.2.1.rkllm",
+        hf.endpoint()
+    );
+    let (ok, out, err) = cli(&hf, &dir.0, &["pull", &url, "--name", "other-chip"], &[]);
+    assert!(ok, "{out}{err}");
+    let stored = dir
+        .0
+        .join("models/other-chip/tiny_w8a8_rk3576_v1.2.1.rkllm");
+    assert_eq!(
+        std::fs::read_to_string(stored).unwrap(),
+        "for the other chip ".repeat(10)
+    );
+    let (_, shown, _) = cli(&hf, &dir.0, &["show", "other-chip"], &[]);
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["manifest"]["source"]["url"], url);
+    assert_eq!(shown["details"]["platform"], "rk3576");
+}
