@@ -289,6 +289,35 @@ impl Server {
         serde_json::from_str(&text).expect("JSON response")
     }
 
+    /// Sends `body` as JSON to `path` (with the API key `key`, if any).
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        key: Option<&str>,
+    ) -> reqwest::Response {
+        let mut request = self
+            .http
+            .request(method, format!("http://{}{path}", self.addr));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send().await.expect("HTTP request")
+    }
+
+    /// `GET path` (with the API key `key`, if any) as JSON.
+    pub async fn get_json(&self, path: &str, key: Option<&str>) -> Value {
+        self.send(reqwest::Method::GET, path, None, key)
+            .await
+            .json()
+            .await
+            .expect("a JSON body")
+    }
+
     /// The `result` of a call that must succeed.
     pub async fn ok(&self, method: &str, params: Value) -> Value {
         let response = self.call(method, params).await;

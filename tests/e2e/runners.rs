@@ -22,6 +22,33 @@ fn mock_in_runners(tokens_per_second: f64, engine: &str, models: &str) -> Server
     Server::start(&config, &[])
 }
 
+/// A server on the runtime test double whose model `NAME.rkllm` holds
+/// `text` (what the double "generates"), with `extra` flags and `env`.
+/// The scratch folder must outlive the server.
+fn on_fake_runtime(
+    fake: Fake,
+    name: &str,
+    text: &str,
+    config: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Server, ScratchDir) {
+    let dir = ScratchDir::new();
+    let model_path = dir.0.join(format!("{name}.rkllm"));
+    std::fs::write(&model_path, text).unwrap();
+    let runtime = fake_runtime(fake);
+    let mut args = vec![
+        "--backend",
+        "rkllm",
+        "--runtime",
+        runtime.to_str().unwrap(),
+        "--model",
+        model_path.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    (Server::start_env(config, &args, env), dir)
+}
+
 async fn models(server: &Server) -> Vec<Value> {
     server.ok("models", json!({})).await["models"]
         .as_array()
@@ -54,8 +81,10 @@ async fn wait_model_state(server: &Server, name: &str, state: &str) -> Value {
 }
 
 async fn health_ok(server: &Server) {
-    let url = format!("http://{}/health", server.addr);
-    let status = server.http.get(url).send().await.unwrap().status();
+    let status = server
+        .send(reqwest::Method::GET, "/health", None, None)
+        .await
+        .status();
     assert_eq!(status, 200);
 }
 
@@ -127,13 +156,14 @@ async fn a_crash_ends_the_stream_on_every_transport_and_the_waiting_request_is_s
 
     // OpenAI SSE: the crash arrives as an error event.
     let sse = server
-        .http
-        .post(format!("http://{}/v1/chat/completions", server.addr))
-        .json(&json!({"model": "mock", "stream": true,
-                      "messages": [{"role": "user", "content": CRASH}]}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            reqwest::Method::POST,
+            "/v1/chat/completions",
+            Some(json!({"model": "mock", "stream": true,
+                      "messages": [{"role": "user", "content": CRASH}]})),
+            None,
+        )
+        .await;
     assert_eq!(sse.status(), 200);
     let waiting = start_polled(&server, &waiting_prompts[2]).await;
     let body = sse.text().await.unwrap();
@@ -155,12 +185,13 @@ async fn a_crash_ends_the_stream_on_every_transport_and_the_waiting_request_is_s
 
     // Ollama NDJSON: the last line is the error.
     let ndjson = server
-        .http
-        .post(format!("http://{}/api/generate", server.addr))
-        .json(&json!({"model": "mock", "prompt": CRASH}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            reqwest::Method::POST,
+            "/api/generate",
+            Some(json!({"model": "mock", "prompt": CRASH})),
+            None,
+        )
+        .await;
     assert_eq!(ndjson.status(), 200);
     let waiting = start_polled(&server, &waiting_prompts[3]).await;
     let body = ndjson.text().await.unwrap();
@@ -260,16 +291,7 @@ async fn models_load_on_demand_and_unload_after_keep_alive() {
     assert_eq!(before["state"], "available");
     assert_eq!(before["loaded"], false);
     assert!(before.get("runner_pids").is_none(), "{before}");
-    let url = format!("http://{}/api/ps", server.addr);
-    let ps: Value = server
-        .http
-        .get(&url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ps = server.get_json("/api/ps", None).await;
     assert_eq!(ps["models"], json!([]));
 
     server.ok("run", json!({"prompt": "first"})).await;
@@ -278,15 +300,7 @@ async fn models_load_on_demand_and_unload_after_keep_alive() {
     let pid = loaded["runner_pids"][0].as_u64().unwrap();
     assert!(process_exists(pid));
     assert!(loaded["memory_bytes"].as_u64().unwrap() > 0, "{loaded}");
-    let ps: Value = server
-        .http
-        .get(&url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ps = server.get_json("/api/ps", None).await;
     assert_eq!(ps["models"][0]["name"], "mock", "{ps}");
     assert!(ps["models"][0]["expires_at"].is_string(), "{ps}");
 
@@ -403,11 +417,8 @@ async fn a_crash_loop_marks_the_model_failed_until_an_explicit_load() {
     let refused = server.call("run", json!({"prompt": "hello"})).await;
     assert_eq!(refused["error"]["code"], -32003, "{refused}");
     let ready = server
-        .http
-        .get(format!("http://{}/ready", server.addr))
-        .send()
-        .await
-        .unwrap();
+        .send(reqwest::Method::GET, "/ready", None, None)
+        .await;
     assert_eq!(ready.status(), 503);
     let reason: Value = ready.json().await.unwrap();
     assert!(
@@ -419,15 +430,7 @@ async fn a_crash_loop_marks_the_model_failed_until_an_explicit_load() {
         metrics.contains("rkllm_model_state{model=\"mock\",state=\"failed\"} 1"),
         "{metrics}"
     );
-    let ps: Value = server
-        .http
-        .get(format!("http://{}/api/ps", server.addr))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ps: Value = server.get_json("/api/ps", None).await;
     assert_eq!(ps["models"], json!([]), "{ps}");
     assert_eq!(ps["failed"][0]["name"], "mock", "{ps}");
     assert!(
@@ -447,11 +450,8 @@ async fn a_crash_loop_marks_the_model_failed_until_an_explicit_load() {
         "stop"
     );
     let ready = server
-        .http
-        .get(format!("http://{}/ready", server.addr))
-        .send()
-        .await
-        .unwrap();
+        .send(reqwest::Method::GET, "/ready", None, None)
+        .await;
     assert_eq!(ready.status(), 200);
 }
 
@@ -569,20 +569,12 @@ async fn ollama_generate_without_a_prompt_loads_and_with_keep_alive_zero_unloads
 async fn runtime_crashes_and_hangs_on_the_fake_runtime_spare_the_server_for_both_abis() {
     let text = "Grüße aus 東京 🦀, la réponse est quarante-deux. ".repeat(4);
     for fake in [Fake::V1_3, Fake::V1_2] {
-        let dir = ScratchDir::new();
-        let model_path = dir.0.join("fake-model.rkllm");
-        std::fs::write(&model_path, &text).unwrap();
-        let runtime = fake_runtime(fake);
-        let server = Server::start_env(
+        let (server, _dir) = on_fake_runtime(
+            fake,
+            "fake-model",
+            &text,
             "[engine]\nstall_timeout_secs = 1\nmax_crashes = 10\n",
-            &[
-                "--backend",
-                "rkllm",
-                "--runtime",
-                runtime.to_str().unwrap(),
-                "--model",
-                model_path.to_str().unwrap(),
-            ],
+            &[],
             &[("FAKE_RKLLM_TOKEN_MS", "3")],
         );
         for (prompt, needle) in [
@@ -608,22 +600,12 @@ async fn runtime_crashes_and_hangs_on_the_fake_runtime_spare_the_server_for_both
 async fn shutdown_stops_runners_and_a_lingering_one_gets_sigterm() {
     // A runtime that takes a minute to free its model: after the pipe
     // closes and the grace passes, the server sends SIGTERM.
-    let dir = ScratchDir::new();
-    let model_path = dir.0.join("slow.rkllm");
-    std::fs::write(&model_path, "slow to unload").unwrap();
-    let runtime = fake_runtime(Fake::V1_3);
-    let mut server = Server::start_env(
+    let (mut server, _dir) = on_fake_runtime(
+        Fake::V1_3,
+        "slow",
+        "slow to unload",
         "",
-        &[
-            "--backend",
-            "rkllm",
-            "--runtime",
-            runtime.to_str().unwrap(),
-            "--model",
-            model_path.to_str().unwrap(),
-            "--preload",
-            "slow",
-        ],
+        &["--preload", "slow"],
         &[("FAKE_RKLLM_DESTROY_MS", "60000")],
     );
     let pid = model(&server, "slow").await["runner_pids"][0]
@@ -655,21 +637,14 @@ async fn shutdown_stops_runners_and_a_lingering_one_gets_sigterm() {
 #[tokio::test]
 async fn an_abort_reaches_the_runtime_in_its_runner_within_one_token() {
     for fake in [Fake::V1_3, Fake::V1_2] {
-        let dir = ScratchDir::new();
-        let model_path = dir.0.join("slow.rkllm");
-        std::fs::write(&model_path, "abcdefghij".repeat(100)).unwrap();
-        let log = dir.0.join("fake.log");
-        let runtime = fake_runtime(fake);
-        let server = Server::start_env(
+        let logs = ScratchDir::new();
+        let log = logs.0.join("fake.log");
+        let (server, _dir) = on_fake_runtime(
+            fake,
+            "slow",
+            &"abcdefghij".repeat(100),
             "",
-            &[
-                "--backend",
-                "rkllm",
-                "--runtime",
-                runtime.to_str().unwrap(),
-                "--model",
-                model_path.to_str().unwrap(),
-            ],
+            &[],
             &[
                 ("FAKE_RKLLM_TOKEN_MS", "40"),
                 ("FAKE_RKLLM_TOKEN_BYTES", "1"),

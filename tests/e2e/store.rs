@@ -337,23 +337,23 @@ async fn ollama_pull_streams_progress_and_delete_removes_the_model() {
         dir.0.join("models").display()
     );
     let server = Server::start(&config, &["--api-key", "k"]);
-    let url = |path: &str| format!("http://{}{path}", server.addr);
     let refused = server
-        .http
-        .post(url("/api/pull"))
-        .json(&json!({"model": "acme/tiny"}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            reqwest::Method::POST,
+            "/api/pull",
+            Some(json!({"model": "acme/tiny"})),
+            None,
+        )
+        .await;
     assert_eq!(refused.status(), 401);
     let body = server
-        .http
-        .post(url("/api/pull"))
-        .bearer_auth("k")
-        .json(&json!({"model": "acme/tiny"}))
-        .send()
+        .send(
+            reqwest::Method::POST,
+            "/api/pull",
+            Some(json!({"model": "acme/tiny"})),
+            Some("k"),
+        )
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -378,28 +378,19 @@ async fn ollama_pull_streams_progress_and_delete_removes_the_model() {
     // Usable at once, by its name or by what it was pulled as.
     for model in [name, "acme/tiny"] {
         let answer: Value = server
-            .http
-            .post(url("/api/generate"))
-            .bearer_auth("k")
-            .json(&json!({"model": model, "prompt": "hi", "stream": false}))
-            .send()
+            .send(
+                reqwest::Method::POST,
+                "/api/generate",
+                Some(json!({"model": model, "prompt": "hi", "stream": false})),
+                Some("k"),
+            )
             .await
-            .unwrap()
             .json()
             .await
             .unwrap();
         assert_eq!(answer["done"], true, "{answer}");
     }
-    let tags: Value = server
-        .http
-        .get(url("/api/tags"))
-        .bearer_auth("k")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let tags: Value = server.get_json("/api/tags", Some("k")).await;
     let entry = tags["models"]
         .as_array()
         .unwrap()
@@ -409,16 +400,7 @@ async fn ollama_pull_streams_progress_and_delete_removes_the_model() {
     assert_eq!(entry["size"], total);
     assert_eq!(entry["details"]["platform"], "rk3588");
     assert_eq!(entry["details"]["quantization_level"], "w8a8");
-    let openai: Value = server
-        .http
-        .get(url("/v1/models"))
-        .bearer_auth("k")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let openai: Value = server.get_json("/v1/models", Some("k")).await;
     assert!(
         openai["data"]
             .as_array()
@@ -430,13 +412,13 @@ async fn ollama_pull_streams_progress_and_delete_removes_the_model() {
 
     // Errors come as the last line, and a bad name is a 400.
     let failed = server
-        .http
-        .post(url("/api/pull"))
-        .bearer_auth("k")
-        .json(&json!({"model": "acme/bad"}))
-        .send()
+        .send(
+            reqwest::Method::POST,
+            "/api/pull",
+            Some(json!({"model": "acme/bad"})),
+            Some("k"),
+        )
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -449,62 +431,53 @@ async fn ollama_pull_streams_progress_and_delete_removes_the_model() {
         "{failed}"
     );
     let not_streamed = server
-        .http
-        .post(url("/api/pull"))
-        .bearer_auth("k")
-        .json(&json!({"model": "acme/nope", "stream": false}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            reqwest::Method::POST,
+            "/api/pull",
+            Some(json!({"model": "acme/nope", "stream": false})),
+            Some("k"),
+        )
+        .await;
     assert_eq!(not_streamed.status(), 404);
     let bad = server
-        .http
-        .delete(url("/api/delete"))
-        .bearer_auth("k")
-        .json(&json!({"model": "../models"}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            reqwest::Method::DELETE,
+            "/api/delete",
+            Some(json!({"model": "../models"})),
+            Some("k"),
+        )
+        .await;
     assert_eq!(bad.status(), 400);
     let configured = server
-        .http
-        .delete(url("/api/delete"))
-        .bearer_auth("k")
-        .json(&json!({"model": "mock"}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            reqwest::Method::DELETE,
+            "/api/delete",
+            Some(json!({"model": "mock"})),
+            Some("k"),
+        )
+        .await;
     assert_eq!(configured.status(), 400);
 
     let deleted = server
-        .http
-        .delete(url("/api/delete"))
-        .bearer_auth("k")
-        .json(&json!({"model": name}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            reqwest::Method::DELETE,
+            "/api/delete",
+            Some(json!({"model": name})),
+            Some("k"),
+        )
+        .await;
     assert_eq!(deleted.status(), 200);
     assert!(!dir.0.join("models").join(name).exists());
     let gone = server
-        .http
-        .delete(url("/api/delete"))
-        .bearer_auth("k")
-        .json(&json!({"model": name}))
-        .send()
-        .await
-        .unwrap();
+        .send(
+            reqwest::Method::DELETE,
+            "/api/delete",
+            Some(json!({"model": name})),
+            Some("k"),
+        )
+        .await;
     assert_eq!(gone.status(), 404);
-    let tags: Value = server
-        .http
-        .get(url("/api/tags"))
-        .bearer_auth("k")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let tags: Value = server.get_json("/api/tags", Some("k")).await;
     assert!(!tags.to_string().contains(name), "{tags}");
 }
 
