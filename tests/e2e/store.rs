@@ -439,34 +439,18 @@ async fn ollama_pull_streams_progress_and_delete_removes_the_model() {
         )
         .await;
     assert_eq!(not_streamed.status(), 404);
-    let bad = server
-        .send(
-            reqwest::Method::DELETE,
-            "/api/delete",
-            Some(json!({"model": "../models"})),
-            Some("k"),
-        )
-        .await;
-    assert_eq!(bad.status(), 400);
-    let configured = server
-        .send(
-            reqwest::Method::DELETE,
-            "/api/delete",
-            Some(json!({"model": "mock"})),
-            Some("k"),
-        )
-        .await;
-    assert_eq!(configured.status(), 400);
-
-    let deleted = server
-        .send(
-            reqwest::Method::DELETE,
-            "/api/delete",
-            Some(json!({"model": name})),
-            Some("k"),
-        )
-        .await;
-    assert_eq!(deleted.status(), 200);
+    // A bad name, a configured model, the pulled one.
+    for (model, status) in [("../models", 400), ("mock", 400), (name, 200)] {
+        let deleted = server
+            .send(
+                reqwest::Method::DELETE,
+                "/api/delete",
+                Some(json!({ "model": model })),
+                Some("k"),
+            )
+            .await;
+        assert_eq!(deleted.status(), status, "{model}");
+    }
     assert!(!dir.0.join("models").join(name).exists());
     let gone = server
         .send(
