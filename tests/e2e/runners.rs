@@ -205,14 +205,35 @@ async fn a_crash_ends_the_stream_on_every_transport_and_the_waiting_request_is_s
     );
     assert_eq!(polled_text(&server, &waiting).await, expected[3]);
 
-    // Four crashes, four restarts; the server itself never went down, and
+    // MCP: the tool call is an error result naming the cause.
+    let called = server
+        .ok(
+            "tools/call",
+            json!({"name": "generate", "arguments": {"prompt": CRASH}}),
+        )
+        .await;
+    assert_eq!(called["isError"], true, "{called}");
+    assert!(
+        called["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("runtime crashed: SIGABRT"),
+        "{called}"
+    );
+
+    assert_eq!(
+        server.ok("run", json!({"prompt": "after"})).await["finish_reason"],
+        "stop"
+    );
+
+    // Five crashes, five restarts; the server itself never went down, and
     // the runner's last words reached the log.
     let now = model(&server, "mock").await;
     assert_eq!(now["state"], "loaded");
     assert_ne!(now["runner_pids"][0], first_pid);
     let metrics = server.metrics_text().await;
     assert!(
-        metrics.contains("rkllm_runner_crashes_total{model=\"mock\"} 4"),
+        metrics.contains("rkllm_runner_crashes_total{model=\"mock\"} 5"),
         "{metrics}"
     );
     let log = server.log().join("\n");

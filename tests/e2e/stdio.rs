@@ -422,3 +422,35 @@ async fn the_client_escalates_to_sigterm_and_sigkill_for_a_child_that_ignores_st
     assert_eq!(stage, CloseStage::Killed);
     assert!(!status.success());
 }
+
+#[tokio::test]
+async fn a_runner_crash_over_stdio_is_an_error_and_the_next_request_is_served() {
+    let config = mock_config(0.0, 0, "runner = \"process\"\n");
+    let mut server = StdioServer::start(&config, &[], &[]);
+    server
+        .write(
+            request(
+                1,
+                "run",
+                json!({"prompt": "crash @mock(length=50, crash_after=5)"}),
+            )
+            .as_bytes(),
+        )
+        .await;
+    let crashed = server.message().await;
+    assert_eq!(crashed["error"]["code"], -32004, "{crashed}");
+    assert!(
+        crashed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("runtime crashed: SIGABRT"),
+        "{crashed}"
+    );
+    server
+        .write(request(2, "run", json!({"prompt": "still here"})).as_bytes())
+        .await;
+    let served = server.message().await;
+    assert_eq!(served["result"]["finish_reason"], "stop", "{served}");
+    let (status, _, _) = server.finish().await;
+    assert!(status.success());
+}
