@@ -660,6 +660,12 @@ async fn an_abort_reaches_the_runtime_in_its_runner_within_one_token() {
     for fake in [Fake::V1_3, Fake::V1_2] {
         let logs = ScratchDir::new();
         let log = logs.0.join("fake.log");
+        // Slower tokens under an emulator, where everything takes longer.
+        let token_ms = if std::env::var_os("RKLLM_E2E_RUNNER").is_some() {
+            "250"
+        } else {
+            "40"
+        };
         let (server, _dir) = on_fake_runtime(
             fake,
             "slow",
@@ -667,7 +673,7 @@ async fn an_abort_reaches_the_runtime_in_its_runner_within_one_token() {
             "",
             &[],
             &[
-                ("FAKE_RKLLM_TOKEN_MS", "40"),
+                ("FAKE_RKLLM_TOKEN_MS", token_ms),
                 ("FAKE_RKLLM_TOKEN_BYTES", "1"),
                 ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
             ],
