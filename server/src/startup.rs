@@ -8,6 +8,7 @@ use crate::backend::process::{ProcessBackend, RunnerSettings};
 use crate::backend::{Backend, BackendError, BackendSettings, MockBackend, RkllmBackend};
 use crate::config::{BackendKind, Config, RunnerKind};
 use crate::engine::{Engine, EngineError};
+use crate::store::Store;
 use crate::stream::StreamManager;
 use crate::transport::AppState;
 
@@ -22,6 +23,14 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
     config
         .check_files()
         .map_err(|e| BackendError::Unavailable(e.in_file(config.source.as_deref()).to_string()))?;
+    if config.model_specs().is_empty() && Store::new(config.models_dir()).list().is_empty() {
+        return Err(BackendError::Unavailable(format!(
+            "the rkllm backend needs a model: pass --model PATH, declare [[models]], or pull one \
+             into the store ({}) with `rkllm-server pull OWNER/REPO`",
+            config.models_dir().display()
+        ))
+        .into());
+    }
     let streams = Arc::new(
         StreamManager::new(config.stream_limits()).with_timestamps(config.bench.timestamps),
     );
@@ -72,14 +81,6 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
         } else {
             specs.push(store.store.spec(&manifest));
         }
-    }
-    if specs.is_empty() {
-        return Err(BackendError::Unavailable(format!(
-            "the rkllm backend needs a model: pass --model PATH, declare [[models]], or pull one \
-             into the store ({}) with `rkllm-server pull OWNER/REPO`",
-            store.store.dir().display()
-        ))
-        .into());
     }
     let engine = Engine::start(backend, &specs, config.engine_limits(), streams)?;
     engine.preload(&config.engine.preload)?;
