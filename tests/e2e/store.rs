@@ -439,6 +439,16 @@ async fn ollama_pull_streams_progress_and_delete_removes_the_model() {
         )
         .await;
     assert_eq!(not_streamed.status(), 404);
+    // URLs are for the command line: the API fetches from the endpoint only.
+    let by_url = server
+        .send(
+            reqwest::Method::POST,
+            "/api/pull",
+            Some(json!({"model": format!("{}/acme/tiny/resolve/main/x.rkllm", hf.endpoint())})),
+            Some("k"),
+        )
+        .await;
+    assert_eq!(by_url.status(), 400);
     // A bad name, a configured model, the pulled one.
     for (model, status) in [("../models", 400), ("mock", 400), (name, 200)] {
         let deleted = server

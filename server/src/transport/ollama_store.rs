@@ -62,7 +62,8 @@ fn progress_line(progress: &Progress) -> Option<Value> {
     })
 }
 
-/// `POST /api/pull {"model": "owner/repo[:file]" | URL, "stream"?}`.
+/// `POST /api/pull {"model": "owner/repo[:file]", "stream"?}`. URLs are
+/// for the command line only.
 pub async fn pull(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     let service = Arc::clone(&state.store);
     if !service.api_pull {
@@ -87,6 +88,14 @@ pub async fn pull(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
             "`model` is required: owner/repo, owner/repo:file.rkllm or an https:// URL",
         );
     };
+    if spec.contains("://") {
+        // A URL would let any API client make the server fetch any address.
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the API pulls from the model endpoint only (owner/repo or owner/repo:file.rkllm); \
+             pull a URL with `rkllm-server pull URL` on the server",
+        );
+    }
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<Value, PullError>>();
     let pull_request = service.request(&spec, None, None);
     let worker_state = Arc::clone(&state);
