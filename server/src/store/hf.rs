@@ -44,6 +44,14 @@ pub struct Hub {
     token: Option<String>,
     /// Plain HTTP allowed: only for an endpoint configured over http.
     allow_http: bool,
+    /// The HTTP clients, made at the first pull (TLS set-up takes memory
+    /// a server that never pulls should not pay).
+    clients: std::sync::Arc<std::sync::OnceLock<Clients>>,
+}
+
+/// The two HTTP clients of a [`Hub`].
+#[derive(Debug)]
+struct Clients {
     /// For the first request of a download (its redirect is read, not followed).
     direct: reqwest::Client,
     /// For the download itself.
@@ -75,6 +83,27 @@ impl Hub {
                 "the model endpoint {endpoint:?} must start with https:// (or http:// for a mirror)"
             ));
         };
+        Ok(Self {
+            endpoint,
+            token: token.filter(|t| !t.is_empty()),
+            allow_http,
+            clients: std::sync::Arc::default(),
+        })
+    }
+
+    /// The HTTP clients, made on first use.
+    ///
+    /// # Errors
+    /// When TLS cannot be set up.
+    fn clients(&self) -> Result<&Clients, PullError> {
+        if let Some(clients) = self.clients.get() {
+            return Ok(clients);
+        }
+        let made = Self::make_clients(self.allow_http).map_err(PullError::Transfer)?;
+        Ok(self.clients.get_or_init(|| made))
+    }
+
+    fn make_clients(allow_http: bool) -> Result<Clients, String> {
         let user_agent = concat!("rkllm-server/", env!("CARGO_PKG_VERSION"));
         let direct = reqwest::Client::builder()
             .user_agent(user_agent)
@@ -98,13 +127,7 @@ impl Hub {
             .read_timeout(Duration::from_secs(60))
             .build()
             .map_err(|e| format!("cannot set up the HTTP client: {e}"))?;
-        Ok(Self {
-            endpoint,
-            token: token.filter(|t| !t.is_empty()),
-            allow_http,
-            direct,
-            follow,
-        })
+        Ok(Clients { direct, follow })
     }
 
     /// The endpoint, without a trailing `/`.
@@ -148,7 +171,7 @@ impl Hub {
             self.endpoint
         );
         let response = self
-            .with_token(self.direct.get(&url))
+            .with_token(self.clients()?.direct.get(&url))
             .send()
             .await
             .map_err(|e| PullError::Transfer(format!("{url}: {e}")))?;
@@ -188,7 +211,7 @@ impl Hub {
     pub async fn resolve(&self, url: &str, repo: &str, what: &str) -> Result<Resolved, PullError> {
         self.check_url(url)?;
         let response = self
-            .with_token(self.direct.head(url))
+            .with_token(self.clients()?.direct.head(url))
             .send()
             .await
             .map_err(|e| PullError::Transfer(format!("{url}: {e}")))?;
@@ -244,7 +267,7 @@ impl Hub {
         repo: &str,
         what: &str,
     ) -> Result<reqwest::Response, PullError> {
-        let mut request = self.follow.get(&resolved.location);
+        let mut request = self.clients()?.follow.get(&resolved.location);
         // The token goes to the endpoint only, never to the file host.
         if resolved
             .location
