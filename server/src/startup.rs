@@ -154,6 +154,14 @@ pub fn check(config: &Config) -> Result<String, String> {
         .check_files()
         .map_err(|e| e.in_file(config.source.as_deref()).to_string())?;
     let models = config.model_specs().len();
+    let stored = Store::new(config.models_dir()).list().len();
+    if config.backend == BackendKind::Rkllm && models + stored == 0 {
+        return Err(format!(
+            "the rkllm backend needs a model: pass --model PATH, declare [[models]], or pull one \
+             into the store ({}) with `rkllm-server pull OWNER/REPO`",
+            config.models_dir().display()
+        ));
+    }
     let backend = match config.backend {
         BackendKind::Mock => "mock".to_owned(),
         BackendKind::Rkllm => {
@@ -166,7 +174,9 @@ pub fn check(config: &Config) -> Result<String, String> {
         .as_ref()
         .map_or_else(|| "no file".to_owned(), |p| p.display().to_string());
     Ok(format!(
-        "configuration OK ({file}): backend {backend}, {models} model(s), listen {}",
+        "configuration OK ({file}): backend {backend}, {models} model(s) configured, {stored} in \
+         the store ({}), listen {}",
+        config.models_dir().display(),
         config.listen
     ))
 }
