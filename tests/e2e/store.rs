@@ -101,6 +101,7 @@ fn repos() -> Value {
             "acme/bad": {"files": {"bad_rk3588.rkllm": {"text": TEXT, "repeat": 100,
                 "sha256": "0000000000000000000000000000000000000000000000000000000000000000"}}},
             "acme/gated": {"gated": true, "files": {"gated.rkllm": {"text": TEXT}}},
+            "acme/plain": {"files": {"plain.rkllm": {"text": "not in LFS", "lfs": false}}},
             "acme/many": {"files": {
                 "m_w4a16.rkllm": {"text": "a"}, "m_w8a8.rkllm": {"text": "b"},
             }},
@@ -544,4 +545,17 @@ fn a_model_is_pulled_by_url_under_a_name_of_its_own() {
     let shown: Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(shown["manifest"]["source"]["url"], url);
     assert_eq!(shown["details"]["platform"], "rk3576");
+}
+
+#[test]
+fn a_file_without_a_published_checksum_gets_one_computed_and_recorded() {
+    let hf = FakeHf::start(&repos());
+    let dir = ScratchDir::new();
+    let (ok, out, err) = cli(&hf, &dir.0, &["pull", "acme/plain"], &[]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("computed"), "{out}");
+    let (_, shown, _) = cli(&hf, &dir.0, &["show", "plain"], &[]);
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["manifest"]["sha256_verified"], false);
+    assert_eq!(shown["manifest"]["sha256"], sha256_hex(b"not in LFS"));
 }
