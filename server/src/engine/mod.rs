@@ -19,3 +19,6 @@ pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};
 pub use request::{RequestLimits, RunRequest, ValidationError};
 pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo};
+
+#[cfg(test)]
+mod tests;
