@@ -323,6 +323,14 @@ async fn models_load_on_demand_and_unload_after_keep_alive() {
     assert!(loaded["memory_bytes"].as_u64().unwrap() > 0, "{loaded}");
     let ps = server.get_json("/api/ps", None).await;
     assert_eq!(ps["models"][0]["name"], "mock", "{ps}");
+    // The runner's memory is a metric.
+    let metrics = server.metrics_text().await;
+    let memory: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("rkllm_runner_memory_bytes{model=\"mock\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(memory > 0, "{metrics}");
     assert!(ps["models"][0]["expires_at"].is_string(), "{ps}");
 
     // Idle for keep_alive_secs: unloaded, and its runner is gone.

@@ -120,8 +120,11 @@ fn models_load_on_demand_and_the_least_recently_used_idle_one_makes_room() {
             ("c".to_owned(), ModelState::Loaded),
         ]
     );
+    // The watchdog's view: sound while the workers run, not once they stopped.
+    assert!(engine.supervisor_healthy());
     engine.shutdown();
     assert!(engine.wait_stopped(Duration::from_secs(10)));
+    assert!(!engine.supervisor_healthy());
 }
 
 #[test]
