@@ -54,6 +54,8 @@ pub const DEFAULT_MOCK_MODEL: &str = "mock";
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/rkllm-server/config.toml";
 /// Default runtime library, found by the dynamic loader.
 pub const DEFAULT_RUNTIME: &str = "librkllmrt.so";
+/// Default RKNN runtime library (vision encoders), found by the dynamic loader.
+pub const DEFAULT_RKNN_RUNTIME: &str = "librknnrt.so";
 
 /// Which backend generates text.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
@@ -111,6 +113,9 @@ pub struct Cli {
     /// ABI of the runtime: auto (read its version), 1.3 or 1.2.
     #[arg(long, env = "RKLLM_SERVER_RUNTIME_ABI", value_enum)]
     pub runtime_abi: Option<RuntimeAbi>,
+    /// RKNN runtime library for vision encoders (default: librknnrt.so).
+    #[arg(long, env = "RKLLM_SERVER_RKNN_RUNTIME", value_name = "PATH")]
+    pub rknn_runtime: Option<PathBuf>,
     /// Serve JSON-RPC/MCP on stdin/stdout instead of HTTP.
     #[arg(long, env = "RKLLM_SERVER_STDIO", value_parser = BoolishValueParser::new())]
     pub stdio: bool,
@@ -297,9 +302,127 @@ pub struct ModelEntry {
     /// The model used when a request names none (else the first).
     #[serde(default)]
     pub default: bool,
+    /// The vision encoder (`.rknn`) of a vision-language model.
+    #[serde(default)]
+    pub vision_encoder: Option<PathBuf>,
+    /// Image settings of a vision-language model.
+    #[serde(default)]
+    pub vision: Option<VisionEntry>,
     /// Init settings of this model, over `[rkllm]`.
     #[serde(flatten)]
     pub settings: crate::engine::ModelSettings,
+}
+
+/// A model's `vision` table: image markers, encoder cores, padding colour
+/// and per-request limits. Every key is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct VisionEntry {
+    /// `qwen`, `minicpm`, `internvl` or `deepseek-ocr`: the markers'
+    /// defaults (else guessed from the model's name, else `qwen`).
+    pub family: Option<String>,
+    /// Text before each image's tokens.
+    pub img_start: Option<String>,
+    /// Text after them.
+    pub img_end: Option<String>,
+    /// The token each image token stands in for.
+    pub img_content: Option<String>,
+    /// NPU cores of the encoder: `auto`, `0`, `1`, `2`, `0-1`, `0-2`.
+    pub core_mask: Option<String>,
+    /// Padding colour, `[r, g, b]`.
+    pub background: Option<[u8; 3]>,
+    /// Images per request.
+    pub max_images: Option<usize>,
+    /// Bytes per image.
+    pub max_image_bytes: Option<usize>,
+    /// Pixels per image.
+    pub max_image_pixels: Option<u64>,
+}
+
+impl VisionEntry {
+    /// The engine's vision spec of model `name` with encoder `encoder`.
+    ///
+    /// # Errors
+    /// An unknown family or core mask, or a limit out of range.
+    pub fn resolve(
+        &self,
+        name: &str,
+        encoder: &std::path::Path,
+    ) -> Result<crate::engine::VisionSpec, String> {
+        use crate::engine::{ImageLimits, VISION_FAMILIES};
+        let guessed = |text: &str| {
+            let text = text.to_ascii_lowercase();
+            VISION_FAMILIES
+                .iter()
+                .find(|f| text.contains(f.0) || (f.0 == "deepseek-ocr" && text.contains("ocr")))
+                .map(|f| f.0)
+        };
+        let family_name = match &self.family {
+            Some(f) => f.as_str(),
+            None => guessed(name)
+                .or_else(|| guessed(&encoder.to_string_lossy()))
+                .unwrap_or("qwen"),
+        };
+        let family = VISION_FAMILIES
+            .iter()
+            .find(|f| f.0 == family_name)
+            .ok_or_else(|| {
+                format!(
+                    "unknown vision family {family_name:?}; known: {} (or give img_start, img_end and img_content)",
+                    VISION_FAMILIES.iter().map(|f| f.0).collect::<Vec<_>>().join(", ")
+                )
+            })?;
+        let core_mask = match self.core_mask.as_deref().unwrap_or("auto") {
+            "auto" => 0,
+            "0" => 1,
+            "1" => 2,
+            "2" => 4,
+            "0-1" => 3,
+            "0-2" => 7,
+            other => {
+                return Err(format!(
+                    "core_mask must be auto, 0, 1, 2, 0-1 or 0-2, got {other:?}"
+                ));
+            }
+        };
+        let defaults = ImageLimits::default();
+        let limits = ImageLimits {
+            max_images: self.max_images.unwrap_or(defaults.max_images),
+            max_image_bytes: self.max_image_bytes.unwrap_or(defaults.max_image_bytes),
+            max_image_pixels: self.max_image_pixels.unwrap_or(defaults.max_image_pixels),
+        };
+        if !(1..=64).contains(&limits.max_images) {
+            return Err(format!(
+                "max_images must be between 1 and 64, got {}",
+                limits.max_images
+            ));
+        }
+        if !(1024..=256 * 1024 * 1024).contains(&limits.max_image_bytes) {
+            return Err("max_image_bytes must be between 1024 and 268435456".into());
+        }
+        if !(1..=400_000_000).contains(&limits.max_image_pixels) {
+            return Err("max_image_pixels must be between 1 and 400000000".into());
+        }
+        let img_content = self
+            .img_content
+            .clone()
+            .unwrap_or_else(|| family.3.to_owned());
+        if img_content.is_empty() {
+            return Err("img_content must not be empty".into());
+        }
+        Ok(crate::engine::VisionSpec {
+            encoder: encoder.to_owned(),
+            img_start: self
+                .img_start
+                .clone()
+                .unwrap_or_else(|| family.1.to_owned()),
+            img_end: self.img_end.clone().unwrap_or_else(|| family.2.to_owned()),
+            img_content,
+            core_mask,
+            background: self.background.unwrap_or([128, 128, 128]),
+            limits,
+        })
+    }
 }
 
 /// A chat template in the config: `"builtin"`, `"chatml"`, `"llama3"`, or a
@@ -352,6 +475,8 @@ pub struct Config {
     pub runtime: PathBuf,
     /// ABI of the runtime library.
     pub runtime_abi: RuntimeAbi,
+    /// RKNN runtime library, loaded when a model has a vision encoder.
+    pub rknn_runtime: PathBuf,
     /// Serve stdin/stdout instead of HTTP.
     pub stdio: bool,
     /// Framing of the line transports.
@@ -399,6 +524,7 @@ impl Default for Config {
             chat_template: TemplateSetting::Named("builtin".into()),
             runtime: PathBuf::from(DEFAULT_RUNTIME),
             runtime_abi: RuntimeAbi::default(),
+            rknn_runtime: PathBuf::from(DEFAULT_RKNN_RUNTIME),
             stdio: false,
             stdio_framing: Framing::default(),
             tcp: None,
@@ -623,6 +749,9 @@ impl Config {
         }
         if let Some(abi) = cli.runtime_abi {
             self.runtime_abi = abi;
+        }
+        if let Some(rknn) = cli.rknn_runtime {
+            self.rknn_runtime = rknn;
         }
         if cli.stdio {
             self.stdio = true;

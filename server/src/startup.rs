@@ -48,6 +48,11 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
                 // ABI chosen here.
                 let rkllm = RkllmBackend::new(config.rkllm_settings())
                     .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+                if config.model_specs().iter().any(|m| m.vision.is_some()) {
+                    // A vision model needs librknnrt.so: say so now, not
+                    // at its first request.
+                    rkllm.rknn_runtime().map_err(BackendError::Unavailable)?;
+                }
                 let settings = BackendSettings::Rkllm(rkllm.settings());
                 runtime_version = rkllm.version();
                 (Arc::new(rkllm), settings, config.rkllm.runner)
@@ -166,6 +171,9 @@ pub fn check(config: &Config) -> Result<String, String> {
         BackendKind::Mock => "mock".to_owned(),
         BackendKind::Rkllm => {
             let backend = RkllmBackend::new(config.rkllm_settings()).map_err(|e| e.to_string())?;
+            if config.model_specs().iter().any(|m| m.vision.is_some()) {
+                backend.rknn_runtime()?;
+            }
             format!("rkllm, {}", backend.describe())
         }
     };

@@ -68,6 +68,8 @@ typedef struct {
     struct timespec abort_time;
     pthread_mutex_t abort_lock;
     int kv_cache;
+    /* the image markers of ABI 1.2.x, given at init */
+    char *img_start, *img_end, *img_content;
 } fake_handle;
 
 static int env_int(const char *name, int fallback) {
@@ -219,6 +221,11 @@ int rkllm_init(LLMHandle *handle, RKLLMParam *param, LLMResultCallback callback)
     const char *log_path = getenv("FAKE_RKLLM_LOG");
     h->log_path = log_path ? strdup(log_path) : NULL;
     pthread_mutex_init(&h->abort_lock, NULL);
+#if defined(FAKE_ABI_V1_2)
+    h->img_start = param->img_start ? strdup(param->img_start) : NULL;
+    h->img_end = param->img_end ? strdup(param->img_end) : NULL;
+    h->img_content = param->img_content ? strdup(param->img_content) : NULL;
+#endif
     fake_log(h, "init model=%s max_context_len=%d max_new_tokens=%d top_k=%d n_keep=%d cpus=%d mask=0x%x",
              param->model_path, param->max_context_len, param->max_new_tokens, param->top_k, param->n_keep,
              param->extend_param.enabled_cpus_num, param->extend_param.enabled_cpus_mask);
@@ -244,6 +251,9 @@ int rkllm_destroy(LLMHandle handle) {
     sleep_ms(env_int("FAKE_RKLLM_DESTROY_MS", 0));
     free(h->text);
     free(h->log_path);
+    free(h->img_start);
+    free(h->img_end);
+    free(h->img_content);
     pthread_mutex_destroy(&h->abort_lock);
     free(h);
     return 0;
@@ -252,6 +262,11 @@ int rkllm_destroy(LLMHandle handle) {
 typedef struct {
     fake_handle *h;
     const char *prompt;
+    /* what this run "generates": the model file's text, after a line
+     * describing the images of a multimodal input */
+    char *text;
+    size_t text_len;
+    int image_tokens;
     void *userdata;
     int32_t cap;
     long error_after;
@@ -288,7 +303,7 @@ static void *generate(void *arg) {
     double first = now_ms();
     RKLLMPerfStat perf;
     memset(&perf, 0, sizeof perf);
-    perf.prefill_tokens = (int)(strlen(a->prompt) / 4 + 1);
+    perf.prefill_tokens = (int)(strlen(a->prompt) / 4 + 1) + a->image_tokens;
     perf.memory_usage_mb = 700.0f;
     unsigned char pending[64];
     size_t pending_len = 0;
@@ -296,7 +311,7 @@ static void *generate(void *arg) {
     int32_t tokens = 0;
     int stopped_by_abort = 0;
     a->rc = 0;
-    while (at < h->text_len) {
+    while (at < a->text_len) {
         if (abort_due(h)) {
             stopped_by_abort = 1;
             break;
@@ -321,17 +336,17 @@ static void *generate(void *arg) {
         }
         sleep_ms(h->token_ms);
         size_t take = (size_t)h->token_bytes;
-        if (at + take > h->text_len) take = h->text_len - at;
+        if (at + take > a->text_len) take = a->text_len - at;
         int32_t token_id = 1000 + tokens;
         tokens++;
         if (h->split_mode) {
             /* Raw pieces: a character may be split across NORMAL callbacks. */
             char piece[64];
-            memcpy(piece, h->text + at, take);
+            memcpy(piece, a->text + at, take);
             piece[take] = '\0';
             emit(h, a->userdata, piece, token_id, RKLLM_RUN_NORMAL, NULL);
         } else {
-            memcpy(pending + pending_len, h->text + at, take);
+            memcpy(pending + pending_len, a->text + at, take);
             pending_len += take;
             size_t whole = complete_prefix(pending, pending_len);
             if (whole < pending_len) {
@@ -366,6 +381,75 @@ static void *generate(void *arg) {
     return NULL;
 }
 
+/* FNV-1a over bytes: the digest of the embeddings a run received. */
+static uint32_t fnv1a(const void *data, size_t n) {
+    const unsigned char *p = data;
+    uint32_t hash = 2166136261u;
+    for (size_t i = 0; i < n; i++) hash = (hash ^ p[i]) * 16777619u;
+    return hash;
+}
+
+static size_t count_tags(const char *s, const char *tag) {
+    size_t n = 0, len = strlen(tag);
+    for (const char *at = strstr(s, tag); at; at = strstr(at + len, tag)) n++;
+    return n;
+}
+
+/* Checks a multimodal input as the runtime does and describes its images
+ * in one line, "[image 1: tokens=16 size=448x448 rgb=191,64,64
+ * digest=1a2b3c4d] ... markers=<s>|<e>|<c>\n": the mean of each colour
+ * channel over the image's embeddings (elements d % 3 hold channel d % 3,
+ * as the fake encoder makes them) times 255, and a digest of its floats.
+ * NULL, with the runtime's message, when the input is incomplete. The
+ * embedding width is FAKE_RKLLM_EMBED_DIM (default 64), the model's hidden
+ * size. */
+static char *describe_images(fake_handle *h, const RKLLMMultiModalInput *m, int *image_tokens) {
+#if defined(FAKE_ABI_V1_3)
+    const float *embed = m->image.image_embed;
+    size_t n_image = m->image.n_image, n_tokens = m->image.n_image_tokens;
+    size_t width = m->image.image_width, height = m->image.image_height;
+    const char *start = m->image.image_start, *end = m->image.image_end, *content = m->image.image_content;
+#else
+    const float *embed = m->image_embed;
+    size_t n_image = m->n_image, n_tokens = m->n_image_tokens;
+    size_t width = m->image_width, height = m->image_height;
+    const char *start = h->img_start, *end = h->img_end, *content = h->img_content;
+#endif
+    if (!m->prompt || !embed || n_image == 0 || n_tokens == 0) {
+        runtime_print("E rkllm: The n_image/n_image_token of multimodal_input is not set");
+        return NULL;
+    }
+    if (!start || !end || !content || !content[0]) {
+        runtime_print("E rkllm: image_start/image_end/image_content are not set");
+        return NULL;
+    }
+    size_t tags = count_tags(m->prompt, "<image>");
+    if (tags != n_image) {
+        runtime_print("E rkllm: the prompt has %zu <image> tags for %zu images", tags, n_image);
+        return NULL;
+    }
+    size_t dim = (size_t)env_int("FAKE_RKLLM_EMBED_DIM", 64);
+    size_t per_image = n_tokens * dim;
+    size_t cap = 160 * n_image + strlen(start) + strlen(end) + strlen(content) + 32;
+    char *out = malloc(cap);
+    size_t len = 0;
+    for (size_t i = 0; i < n_image; i++) {
+        const float *e = embed + i * per_image;
+        double sum[3] = {0, 0, 0};
+        for (size_t k = 0; k < per_image; k++) sum[(k % dim) % 3] += e[k];
+        double count[3] = {0, 0, 0};
+        for (size_t d = 0; d < dim; d++) count[d % 3] += (double)n_tokens;
+        len += (size_t)snprintf(out + len, cap - len, "[image %zu: tokens=%zu size=%zux%zu rgb=%d,%d,%d digest=%08x] ",
+                                i + 1, n_tokens, width, height, (int)(sum[0] / count[0] * 255.0 + 0.5),
+                                (int)(sum[1] / count[1] * 255.0 + 0.5), (int)(sum[2] / count[2] * 255.0 + 0.5),
+                                fnv1a(e, per_image * sizeof(float)));
+    }
+    snprintf(out + len, cap - len, "markers=%s|%s|%s\n", start, end, content);
+    fake_log(h, "multimodal n_image=%zu n_image_tokens=%zu width=%zu height=%zu", n_image, n_tokens, width, height);
+    *image_tokens = (int)(n_image * n_tokens);
+    return out;
+}
+
 static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params, void *userdata, int async) {
     if (!h) return -1;
     int idle = 0;
@@ -374,39 +458,64 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
         fake_log(h, "concurrent-run-refused");
         return -1;
     }
-    if (!input || input->input_type != RKLLM_INPUT_PROMPT || !input->prompt_input || !input->role) {
+    const char *prompt = NULL;
+    if (input && input->input_type == RKLLM_INPUT_PROMPT) prompt = input->prompt_input;
+    if (input && input->input_type == RKLLM_INPUT_MULTIMODAL) prompt = input->multimodal_input.prompt;
+    if (!prompt || !input->role) {
         runtime_print("E rkllm: invalid input");
         fake_log(h, "invalid-input");
         atomic_store(&h->running, 0);
         return -1;
     }
+    char *images = NULL;
+    int image_tokens = 0;
+    if (input->input_type == RKLLM_INPUT_MULTIMODAL) {
+        images = describe_images(h, &input->multimodal_input, &image_tokens);
+        if (!images) {
+            fake_log(h, "invalid-multimodal-input");
+            atomic_store(&h->running, 0);
+            return -1;
+        }
+    }
     atomic_store(&h->abort_requested, 0);
     run_args *a = calloc(1, sizeof *a);
     a->h = h;
-    a->prompt = input->prompt_input;
+    a->prompt = prompt;
+    a->image_tokens = image_tokens;
+    if (images) {
+        size_t n = strlen(images);
+        a->text = malloc(n + h->text_len + 1);
+        memcpy(a->text, images, n);
+        memcpy(a->text + n, h->text, h->text_len + 1);
+        a->text_len = n + h->text_len;
+        free(images);
+    } else {
+        a->text = h->text;
+        a->text_len = h->text_len;
+    }
 #if defined(FAKE_ABI_V1_3)
     a->userdata = userdata ? userdata : h->default_userdata;
     a->cap = (params && params->max_new_tokens > 0) ? params->max_new_tokens : h->max_new_tokens;
     const RKLLMSamplingParam *s = params ? params->sampling_params : NULL;
     fake_log(h, "run role=%s thinking=%d max_new_tokens=%d temperature=%.2f top_p=%.2f top_k=%d keep_history=%d prompt=%s",
              input->role, input->enable_thinking, a->cap, s ? s->temperature : -1.0, s ? s->top_p : -1.0,
-             s ? s->top_k : -1, params ? params->keep_history : 0, input->prompt_input);
+             s ? s->top_k : -1, params ? params->keep_history : 0, prompt);
 #else
     a->userdata = userdata;
     a->cap = h->max_new_tokens;
     fake_log(h, "run role=%s thinking=%d max_new_tokens=%d keep_history=%d prompt=%s", input->role,
-             input->enable_thinking, a->cap, params ? params->keep_history : 0, input->prompt_input);
+             input->enable_thinking, a->cap, params ? params->keep_history : 0, prompt);
 #endif
     a->keep_history = params ? params->keep_history : 0;
     /* Error injection for one request: "@fake-error=N" in the prompt fails
      * the run with an ERROR callback after N tokens. */
-    const char *inject = strstr(input->prompt_input, "@fake-error=");
+    const char *inject = strstr(prompt, "@fake-error=");
     a->error_after = inject ? atol(inject + strlen("@fake-error=")) : -1;
     /* "@fake-crash=N" aborts the process after N tokens; "@fake-hang=N"
      * stops calling back after N tokens and never returns. */
-    const char *crash = strstr(input->prompt_input, "@fake-crash=");
+    const char *crash = strstr(prompt, "@fake-crash=");
     a->crash_after = crash ? atol(crash + strlen("@fake-crash=")) : -1;
-    const char *hang = strstr(input->prompt_input, "@fake-hang=");
+    const char *hang = strstr(prompt, "@fake-hang=");
     a->hang_after = hang ? atol(hang + strlen("@fake-hang=")) : -1;
     runtime_print("I rkllm: fake run started");
     if (async) {
@@ -424,6 +533,7 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
         generate(a);
     }
     int rc = a->rc;
+    if (a->text != h->text) free(a->text);
     free(a);
     atomic_store(&h->running, 0);
     return rc;

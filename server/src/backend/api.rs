@@ -51,7 +51,50 @@ pub struct ModelSpec {
     pub template: ChatTemplate,
     /// Init settings over the backend's defaults.
     pub settings: ModelSettings,
+    /// The vision encoder, for a vision-language model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vision: Option<VisionSpec>,
 }
+
+/// A vision-language model's encoder and image settings (config
+/// `vision_encoder` and `vision`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct VisionSpec {
+    /// The encoder's `.rknn` file.
+    pub encoder: PathBuf,
+    /// Text the runtime puts before each image's tokens.
+    pub img_start: String,
+    /// Text it puts after them.
+    pub img_end: String,
+    /// The token each image token stands in for.
+    pub img_content: String,
+    /// NPU cores the encoder may use (`rknn_core_mask`: 0 auto, 1, 2, 4,
+    /// 3 for cores 0-1, 7 for 0-2).
+    pub core_mask: u32,
+    /// Colour of the padding that makes a picture square.
+    pub background: [u8; 3],
+    /// Per-request limits.
+    pub limits: super::ImageLimits,
+}
+
+/// Image markers of the vision model families Rockchip's tools convert:
+/// `(family, img_start, img_end, img_content)`.
+pub const VISION_FAMILIES: &[(&str, &str, &str, &str)] = &[
+    (
+        "qwen",
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|image_pad|>",
+    ),
+    ("minicpm", "<image>", "</image>", "<unk>"),
+    ("internvl", "<img>", "</img>", "<IMG_CONTEXT>"),
+    (
+        "deepseek-ocr",
+        "",
+        "",
+        "<\u{ff5c}\u{2581}pad\u{2581}\u{ff5c}>",
+    ),
+];
 
 /// Why a backend failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]

@@ -8,6 +8,7 @@
 
 mod api;
 mod conversation;
+pub mod image;
 pub mod mock;
 pub mod process;
 mod request;
@@ -19,9 +20,10 @@ mod utf8;
 
 pub use api::{
     ALL_OVERRIDES, Backend, BackendError, BackendSettings, Generation, ModelSettings, ModelSpec,
-    Runner,
+    Runner, VISION_FAMILIES, VisionSpec,
 };
 pub use conversation::{ConversationState, Plan, Turn};
+pub use image::{IMAGE_TAG, ImageData, ImageLimits};
 pub use mock::{MockBackend, MockConfig};
 pub use request::{Role, Sampling, ValidRunRequest};
 pub use rkllm::{InitSettings, RkllmBackend, RkllmSettings, SamplingValues};

@@ -64,4 +64,7 @@ pub struct ValidRunRequest {
     pub conversation: Option<Vec<Turn>>,
     /// Function tools (a JSON array), when the request offers some.
     pub tools: Option<String>,
+    /// Images, in the order of the prompt's `<image>` tags (vision models).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<super::ImageData>,
 }

@@ -199,6 +199,11 @@ pub struct LimitsSection {
     /// Streams one connection (WebSocket, stdio, TCP, MCP session) may
     /// have unfinished at once.
     pub max_streams_per_connection: usize,
+    /// Fetch http(s) image URLs of the OpenAI API (off: images must come
+    /// as data URLs or base64).
+    pub allow_remote_images: bool,
+    /// Time allowed for fetching one image URL.
+    pub remote_image_timeout_secs: u64,
 }
 
 impl Default for LimitsSection {
@@ -209,6 +214,8 @@ impl Default for LimitsSection {
             default_max_tokens: DEFAULT_MAX_TOKENS,
             max_tokens: DEFAULT_MAX_TOKENS_LIMIT,
             max_streams_per_connection: 32,
+            allow_remote_images: false,
+            remote_image_timeout_secs: 10,
         }
     }
 }

@@ -35,6 +35,7 @@ impl Config {
                 path: Some(path.clone()),
                 template: self.chat_template.resolve().unwrap_or_default(),
                 settings: ModelSettings::default(),
+                vision: None,
             }];
         }
         if self.models.is_empty() {
@@ -47,6 +48,7 @@ impl Config {
                 path: None,
                 template: self.chat_template.resolve().unwrap_or_default(),
                 settings: ModelSettings::default(),
+                vision: None,
             }];
         }
         // The default model goes first.
@@ -64,6 +66,13 @@ impl Config {
                     .resolve()
                     .unwrap_or_default(),
                 settings: m.settings.clone(),
+                vision: m.vision_encoder.as_ref().and_then(|encoder| {
+                    m.vision
+                        .clone()
+                        .unwrap_or_default()
+                        .resolve(&m.name, encoder)
+                        .ok()
+                }),
             })
             .collect()
     }
@@ -192,6 +201,7 @@ impl Config {
         let r = &self.rkllm;
         RkllmSettings {
             runtime: self.runtime.clone(),
+            rknn_runtime: self.rknn_runtime.clone(),
             abi: match self.runtime_abi {
                 RuntimeAbi::Auto => None,
                 RuntimeAbi::V1_3 => Some(Abi::V1_3),
@@ -238,6 +248,18 @@ impl Config {
             ws_idle_timeout: Duration::from_secs(self.websocket.idle_timeout_secs),
             api_keys: self.api_keys.clone(),
             line: self.line_options(),
+            remote_images: crate::transport::images::RemoteImages {
+                allowed: self.limits.allow_remote_images,
+                timeout: Duration::from_secs(self.limits.remote_image_timeout_secs),
+                // The largest image any model takes; each model's own
+                // limit is checked after.
+                max_bytes: self
+                    .model_specs()
+                    .iter()
+                    .filter_map(|m| m.vision.as_ref().map(|v| v.limits.max_image_bytes))
+                    .max()
+                    .unwrap_or(crate::engine::ImageLimits::default().max_image_bytes),
+            },
         }
     }
 }

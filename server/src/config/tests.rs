@@ -163,6 +163,8 @@ fn invalid_values_name_their_key() {
                         path: None,
                         chat_template: None,
                         default: false,
+                        vision_encoder: None,
+                        vision: None,
                         settings: crate::engine::ModelSettings::default(),
                     },
                     ModelEntry {
@@ -170,6 +172,8 @@ fn invalid_values_name_their_key() {
                         path: None,
                         chat_template: None,
                         default: false,
+                        vision_encoder: None,
+                        vision: None,
                         settings: crate::engine::ModelSettings::default(),
                     },
                 ],

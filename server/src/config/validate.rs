@@ -87,6 +87,33 @@ impl Config {
             ));
         }
         for entry in &self.models {
+            match (&entry.vision_encoder, &entry.vision) {
+                (Some(encoder), vision) => {
+                    vision
+                        .clone()
+                        .unwrap_or_default()
+                        .resolve(&entry.name, encoder)
+                        .map_err(|m| {
+                            invalid("models.vision", format!("model `{}`: {m}", entry.name))
+                        })?;
+                    if self.backend != BackendKind::Rkllm {
+                        return Err(invalid(
+                            "models.vision_encoder",
+                            format!(
+                                "model `{}`: a vision encoder needs the rkllm backend (the mock runs no encoder)",
+                                entry.name
+                            ),
+                        ));
+                    }
+                }
+                (None, Some(_)) => {
+                    return Err(invalid(
+                        "models.vision",
+                        format!("model `{}`: `vision` needs a `vision_encoder`", entry.name),
+                    ));
+                }
+                (None, None) => {}
+            }
             let m = &entry.settings;
             if m.max_context_len
                 .is_some_and(|n| !(16..=131_072).contains(&n))
@@ -173,6 +200,15 @@ impl Config {
                     "must be between 1024 and {}, got {}",
                     64 << 20,
                     l.max_request_bytes
+                ),
+            ));
+        }
+        if !(1..=300).contains(&l.remote_image_timeout_secs) {
+            return Err(invalid(
+                "limits.remote_image_timeout_secs",
+                format!(
+                    "must be between 1 and 300, got {}",
+                    l.remote_image_timeout_secs
                 ),
             ));
         }

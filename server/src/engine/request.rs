@@ -5,7 +5,7 @@
 //! Every check names the field and the bound, e.g.
 //! "`max_tokens` must be between 1 and 4096, got 0".
 
-use crate::backend::{Role, Sampling, Turn, ValidRunRequest};
+use crate::backend::{IMAGE_TAG, ImageData, Role, Sampling, Turn, ValidRunRequest, VisionSpec};
 
 /// A generation request as a transport parsed it (types checked, values not).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -28,6 +28,9 @@ pub struct RunRequest {
     pub conversation: Option<Vec<Turn>>,
     /// Function tools the model may call: a JSON array in OpenAI's shape.
     pub tools: Option<String>,
+    /// Images for a vision model, one per `<image>` tag of the prompt, in
+    /// order.
+    pub images: Vec<ImageData>,
 }
 
 /// Limits applied when validating requests (config section `[limits]`).
@@ -150,8 +153,69 @@ impl RunRequest {
             enable_thinking: self.enable_thinking.unwrap_or(false),
             conversation: self.conversation,
             tools: self.tools,
+            images: self.images,
         })
     }
+}
+
+/// Checks a request's images against the model: the model takes images,
+/// there are no more than its limit, each is a JPEG, PNG or WebP within
+/// the limits, and the prompt has one `<image>` tag per image.
+///
+/// # Errors
+/// A [`ValidationError::Invalid`] on `images` (or `TooLarge` for an image
+/// over a limit), naming the image by its number.
+pub fn check_images(
+    request: &ValidRunRequest,
+    vision: Option<&VisionSpec>,
+) -> Result<(), ValidationError> {
+    if request.images.is_empty() {
+        return Ok(());
+    }
+    let Some(vision) = vision else {
+        return Err(invalid(
+            "images",
+            format!(
+                "model `{}` does not take images (it has no vision_encoder); send text only or use a vision model",
+                request.model
+            ),
+        ));
+    };
+    let limits = &vision.limits;
+    if request.images.len() > limits.max_images {
+        return Err(ValidationError::TooLarge {
+            field: "images",
+            message: format!(
+                "at most {} images per request (vision.max_images), got {}",
+                limits.max_images,
+                request.images.len()
+            ),
+        });
+    }
+    for (i, image) in request.images.iter().enumerate() {
+        crate::backend::image::inspect(&image.0, limits).map_err(|e| {
+            let message = format!("image {} {e}", i + 1);
+            if e.contains("over the limit") {
+                ValidationError::TooLarge {
+                    field: "images",
+                    message,
+                }
+            } else {
+                invalid("images", message)
+            }
+        })?;
+    }
+    let tags = request.prompt.matches(IMAGE_TAG).count();
+    if tags != request.images.len() {
+        return Err(invalid(
+            "images",
+            format!(
+                "the prompt has {tags} `{IMAGE_TAG}` tags for {} images; put one tag where each image goes, or none to have them all placed before the text",
+                request.images.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -81,6 +81,9 @@ pub struct ModelInfo {
     pub default: bool,
     /// The per-request parameters the backend applies.
     pub overrides: &'static [&'static str],
+    /// What it takes: `completion`, and `vision` for a model with a
+    /// vision encoder.
+    pub capabilities: Vec<&'static str>,
     /// Why it failed, or why its last load failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -257,6 +260,11 @@ impl Engine {
                     loaded: state == ModelState::Loaded,
                     default: index == 0,
                     overrides: self.shared.backend.overrides(),
+                    capabilities: if slot.spec.vision.is_some() {
+                        vec!["completion", "vision"]
+                    } else {
+                        vec!["completion"]
+                    },
                     error: matches!(state, ModelState::Failed | ModelState::Available)
                         .then_some(error)
                         .flatten(),
@@ -393,6 +401,7 @@ impl Engine {
             stop = template.stop_strings();
         }
         let request = request.validate(slot.name().to_owned(), &self.limits.request)?;
+        super::check_images(&request, slot.spec.vision.as_ref())?;
         self.shared
             .backend
             .check(&request)

@@ -15,6 +15,7 @@ fn spec(name: &str) -> ModelSpec {
         path: None,
         template: ChatTemplate::default(),
         settings: ModelSettings::default(),
+        vision: None,
     }
 }
 

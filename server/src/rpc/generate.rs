@@ -9,6 +9,8 @@ use serde_json::json;
 use super::context::{RequestCtx, Services, Summary};
 use super::params::Params;
 use super::{RpcError, codes};
+use crate::backend::image::decode_base64_image;
+use crate::backend::{IMAGE_TAG, ImageData};
 use crate::engine::{Role, RunRequest, Sampling};
 use crate::stream::{Consumer, PrivateStream, Stream};
 use crate::vocab::EndInfo;
@@ -24,8 +26,14 @@ pub(super) fn run_request(p: &mut Params) -> Result<RunRequest, RpcError> {
             ));
         }
     };
+    let mut prompt = p.req_str("prompt")?;
+    let images = images(p)?;
+    if !images.is_empty() && !prompt.contains(IMAGE_TAG) {
+        // Without tags of their own, the images go before the text.
+        prompt = IMAGE_TAG.repeat(images.len()) + &prompt;
+    }
     Ok(RunRequest {
-        prompt: p.req_str("prompt")?,
+        prompt,
         model: p.opt_str("model")?,
         max_tokens: p.opt_int("max_tokens", 0, u64::MAX)?,
         sampling: Sampling {
@@ -40,7 +48,36 @@ pub(super) fn run_request(p: &mut Params) -> Result<RunRequest, RpcError> {
         enable_thinking: p.opt_bool("enable_thinking")?,
         conversation: None,
         tools: None,
+        images,
     })
+}
+
+/// `images`: an array of base64 strings or `data:` URLs.
+fn images(p: &mut Params) -> Result<Vec<ImageData>, RpcError> {
+    let Some(value) = p.0.remove("images").filter(|v| !v.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let serde_json::Value::Array(items) = value else {
+        return Err(RpcError::invalid_params(
+            "images",
+            "`images` must be an array of base64 strings or data URLs",
+        ));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let text = item.as_str().ok_or_else(|| {
+                RpcError::invalid_params(
+                    "images",
+                    format!("image {} must be a base64 string or a data URL", i + 1),
+                )
+            })?;
+            decode_base64_image(text)
+                .map(ImageData)
+                .map_err(|e| RpcError::invalid_params("images", format!("image {} {e}", i + 1)))
+        })
+        .collect()
 }
 
 /// Submits a request, counting its stream against the connection's limit.

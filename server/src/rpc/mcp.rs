@@ -34,7 +34,12 @@ pub(super) fn tools_list() -> Value {
                     "temperature": {"type": "number", "minimum": 0, "maximum": 2},
                     "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
                     "top_k": {"type": "integer", "minimum": 0, "maximum": 1000},
-                    "model": {"type": "string", "description": "Model name (see `models`); the default model if absent."}
+                    "model": {"type": "string", "description": "Model name (see `models`); the default model if absent."},
+                    "images": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Images for a vision model, as base64 or data URLs (JPEG, PNG, WebP), one per `<image>` tag of the prompt, or placed before it."
+                    }
                 },
                 "required": ["prompt"]
             },

@@ -184,6 +184,7 @@ impl Store {
                 .and_then(ChatTemplate::named)
                 .unwrap_or_default(),
             settings: manifest.settings.clone(),
+            vision: None,
         }
     }
 

@@ -14,13 +14,17 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::images::{ImageSource, parse_source};
 use super::state::AppState;
 use super::tools::ToolCallFilter;
+use crate::backend::IMAGE_TAG;
 use crate::engine::{EngineError, Role};
 use crate::stream::PrivateStream;
 use crate::vocab::EndInfo;
 
-/// One chat message; `content` may be a string or a list of text parts.
+/// One chat message; `content` may be a string or a list of parts (text
+/// and, for vision models, `image_url`); Ollama sends images beside the
+/// content, in `images`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatMessage {
     /// `system`, `user`, `assistant` or `tool`.
@@ -28,21 +32,68 @@ pub struct ChatMessage {
     /// The text.
     #[serde(default)]
     pub content: Value,
+    /// Ollama's images (base64), shown before the content.
+    #[serde(default)]
+    pub images: Vec<String>,
+}
+
+/// The URL of an OpenAI `image_url` part (`{"url": ...}` or a bare string).
+fn image_url(part: &Value) -> Option<&str> {
+    if part.get("type").and_then(Value::as_str) != Some("image_url") {
+        return None;
+    }
+    let url = part.get("image_url")?;
+    url.as_str()
+        .or_else(|| url.get("url").and_then(Value::as_str))
 }
 
 impl ChatMessage {
-    /// The message's text (text parts joined).
+    /// The message's text: text parts joined, an `<image>` tag where each
+    /// image goes (Ollama's images, without tags of their own in the
+    /// content, go first).
     pub fn text(&self) -> String {
-        match &self.content {
+        let content = match &self.content {
             Value::String(s) => s.clone(),
             Value::Array(parts) => parts
                 .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .filter_map(|p| {
+                    image_url(p)
+                        .map(|_| IMAGE_TAG)
+                        .or_else(|| p.get("text").and_then(Value::as_str))
+                })
                 .collect::<Vec<_>>()
                 .join(""),
             _ => String::new(),
+        };
+        if self.images.is_empty() || content.contains(IMAGE_TAG) {
+            content
+        } else {
+            IMAGE_TAG.repeat(self.images.len()) + &content
         }
     }
+
+    /// The message's images, in the order of its tags.
+    fn image_refs(&self) -> Vec<&str> {
+        let mut refs: Vec<&str> = self.images.iter().map(String::as_str).collect();
+        if let Value::Array(parts) = &self.content {
+            refs.extend(parts.iter().filter_map(image_url));
+        }
+        refs
+    }
+}
+
+/// Every image of a conversation, in the order its tags appear.
+///
+/// # Errors
+/// A message naming the image that is neither a data URL, base64 nor an
+/// http(s) URL.
+pub fn image_sources(messages: &[ChatMessage]) -> Result<Vec<ImageSource>, String> {
+    messages
+        .iter()
+        .flat_map(ChatMessage::image_refs)
+        .enumerate()
+        .map(|(i, r)| parse_source(r, i + 1))
+        .collect()
 }
 
 /// The conversation as the engine keeps it, for history reuse.
@@ -169,7 +220,36 @@ mod tests {
         ChatMessage {
             role: role.into(),
             content,
+            images: Vec::new(),
         }
+    }
+
+    #[test]
+    fn image_parts_become_tags_in_order() {
+        let m = msg(
+            "user",
+            json!([
+                {"type": "text", "text": "compare "},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAEC"}},
+                {"type": "text", "text": " and "},
+                {"type": "image_url", "image_url": "https://example.com/b.png"}
+            ]),
+        );
+        assert_eq!(m.text(), "compare <image> and <image>");
+        let sources = image_sources(std::slice::from_ref(&m)).unwrap();
+        assert_eq!(
+            sources,
+            vec![
+                ImageSource::Inline(vec![0, 1, 2]),
+                ImageSource::Remote("https://example.com/b.png".into())
+            ]
+        );
+        let ollama = ChatMessage {
+            images: vec!["AAEC".into(), "AAED".into()],
+            ..msg("user", json!("what is this?"))
+        };
+        assert_eq!(ollama.text(), "<image><image>what is this?");
+        assert_eq!(image_sources(&[ollama]).unwrap().len(), 2);
     }
 
     #[test]

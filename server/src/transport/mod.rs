@@ -9,6 +9,7 @@ pub mod compat;
 pub mod errors;
 pub mod health;
 pub mod http;
+pub mod images;
 pub mod line_session;
 pub mod lines;
 pub mod mcp_http;

@@ -18,10 +18,13 @@ use serde_json::{Value, json};
 
 use super::clock::rfc3339;
 use super::compat::{
-    ChatMessage, log_ignored_fields, next_shown, prompt_from_messages, start_private, turns,
+    ChatMessage, image_sources, log_ignored_fields, next_shown, prompt_from_messages,
+    start_private, turns,
 };
+use super::images;
 use super::state::AppState;
 use super::tools::{ToolCall, ToolCallFilter};
+use crate::backend::{IMAGE_TAG, ImageData};
 use crate::engine::{
     EngineError, KeepAlive, ModelInfo, Role, RunRequest, Sampling, Turn, ValidationError,
 };
@@ -263,10 +266,17 @@ pub async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         .map(|m| model_entry(&state, m))
         .unwrap_or_default();
     let details = info.as_ref().map(details).unwrap_or_default();
+    let mut capabilities = vec!["completion", "tools"];
+    if info
+        .as_ref()
+        .is_some_and(|m| m.capabilities.contains(&"vision"))
+    {
+        capabilities.push("vision");
+    }
     Json(json!({
         "modelfile": "", "parameters": "", "template": "", "details": details,
         "model_info": {"general.architecture": "rkllm", "general.basename": name},
-        "capabilities": ["completion", "tools"], "modified_at": entry["modified_at"]
+        "capabilities": capabilities, "modified_at": entry["modified_at"]
     }))
     .into_response()
 }
@@ -293,6 +303,8 @@ struct GenerateRequest {
     options: Options,
     think: Option<bool>,
     keep_alive: Option<Value>,
+    #[serde(default)]
+    images: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -306,6 +318,20 @@ struct ChatRequest {
     think: Option<bool>,
     tools: Option<Vec<Value>>,
     keep_alive: Option<Value>,
+}
+
+/// The request's images as bytes; a bad one is a 400.
+async fn load_images(
+    state: &AppState,
+    sources: Result<Vec<images::ImageSource>, String>,
+) -> Result<Vec<ImageData>, Box<Response>> {
+    let sources = sources.map_err(|m| Box::new(error(StatusCode::BAD_REQUEST, m)))?;
+    if sources.is_empty() {
+        return Ok(Vec::new());
+    }
+    images::load(sources, state.settings.remote_images)
+        .await
+        .map_err(|m| Box::new(error(StatusCode::BAD_REQUEST, m)))
 }
 
 fn run_request(
@@ -336,6 +362,7 @@ fn run_request(
         enable_thinking: think,
         conversation,
         tools,
+        images: Vec::new(),
     }
 }
 
@@ -358,6 +385,7 @@ pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Respon
             "options",
             "think",
             "keep_alive",
+            "images",
         ],
     );
     let request: GenerateRequest = match serde_json::from_slice(&body) {
@@ -378,14 +406,26 @@ pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Respon
         Err(response) => return *response,
     };
     let name = model.clone().unwrap_or_else(|| default_model(&state));
-    if request.prompt.is_empty() {
+    if request.prompt.is_empty() && request.images.is_empty() {
         return load_or_unload(&state, model.as_deref(), keep_alive, Api::Generate).await;
     }
-    let prompt = match &request.system {
-        Some(system) if !system.is_empty() => format!("{system}\n\n{}", request.prompt),
-        _ => request.prompt.clone(),
+    // The images' tags go before the text unless the prompt places them.
+    let user = if request.images.is_empty() || request.prompt.contains(IMAGE_TAG) {
+        request.prompt.clone()
+    } else {
+        IMAGE_TAG.repeat(request.images.len()) + &request.prompt
     };
-    let run = run_request(
+    let prompt = match &request.system {
+        Some(system) if !system.is_empty() => format!("{system}\n\n{user}"),
+        _ => user,
+    };
+    let sources = request
+        .images
+        .iter()
+        .enumerate()
+        .map(|(i, image)| images::parse_source(image, i + 1))
+        .collect::<Result<Vec<_>, _>>();
+    let mut run = run_request(
         model,
         prompt,
         Role::User,
@@ -394,6 +434,10 @@ pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Respon
         None,
         None,
     );
+    match load_images(&state, sources).await {
+        Ok(images) => run.images = images,
+        Err(response) => return *response,
+    }
     respond(
         &state,
         run,
@@ -450,7 +494,7 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         Ok(p) => p,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    let run = run_request(
+    let mut run = run_request(
         model,
         prompt,
         role,
@@ -459,6 +503,10 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         Some(turns(&request.messages)),
         tools,
     );
+    match load_images(&state, image_sources(&request.messages)).await {
+        Ok(images) => run.images = images,
+        Err(response) => return *response,
+    }
     respond(
         &state,
         run,

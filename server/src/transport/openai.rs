@@ -22,8 +22,10 @@ use serde_json::{Value, json};
 
 use super::clock::unix_now;
 use super::compat::{
-    ChatMessage, log_ignored_fields, next_shown, prompt_from_messages, start_private, turns,
+    ChatMessage, image_sources, log_ignored_fields, next_shown, prompt_from_messages,
+    start_private, turns,
 };
+use super::images::{self, ImageSource};
 use super::state::AppState;
 use super::tools::{ToolCall, ToolCallFilter};
 use crate::engine::{EngineError, Role, RunRequest, Sampling, Turn, ValidationError};
@@ -118,7 +120,10 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
         .engine
         .models()
         .into_iter()
-        .map(|m| json!({"id": m.name, "object": "model", "created": created, "owned_by": "rkllm"}))
+        .map(|m| {
+            json!({"id": m.name, "object": "model", "created": created, "owned_by": "rkllm",
+                   "capabilities": m.capabilities})
+        })
         .collect();
     Json(json!({"object": "list", "data": data})).into_response()
 }
@@ -218,6 +223,7 @@ impl Common {
             enable_thinking: None,
             conversation,
             tools,
+            images: Vec::new(),
         })
     }
 }
@@ -243,6 +249,10 @@ pub async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -
         Ok(p) => p,
         Err(message) => return bad_request(message, Some("messages")),
     };
+    let images = match image_sources(&request.messages) {
+        Ok(images) => images,
+        Err(message) => return bad_request(message, Some("messages")),
+    };
     let conversation = Some(turns(&request.messages));
     respond(
         state,
@@ -250,6 +260,7 @@ pub async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -
         prompt,
         role,
         conversation,
+        images,
         Kind::Chat,
     )
     .await
@@ -279,6 +290,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: Bytes) -> Res
         prompt,
         Role::User,
         None,
+        Vec::new(),
         Kind::Completion,
     )
     .await
@@ -290,12 +302,19 @@ async fn respond(
     prompt: String,
     role: Role,
     conversation: Option<Vec<Turn>>,
+    images: Vec<ImageSource>,
     kind: Kind,
 ) -> Response {
-    let run = match common.request(prompt, role, conversation) {
+    let mut run = match common.request(prompt, role, conversation) {
         Ok(run) => run,
         Err(response) => return *response,
     };
+    if !images.is_empty() {
+        run.images = match images::load(images, state.settings.remote_images).await {
+            Ok(images) => images,
+            Err(message) => return bad_request(message, Some("messages")),
+        };
+    }
     let private = match start_private(&state, run, None) {
         Ok(p) => p,
         Err(err) => return engine_error(err),

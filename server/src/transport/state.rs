@@ -41,6 +41,8 @@ pub struct Settings {
     pub api_keys: Vec<String>,
     /// The line transports (stdio; TCP takes the same with its own name).
     pub line: LineOptions,
+    /// Whether and how image URLs are fetched.
+    pub remote_images: super::images::RemoteImages,
 }
 
 /// Everything a request handler needs.

@@ -2,7 +2,7 @@
 //! and callback registration) and `rkllm_run` (input and infer
 //! parameters), plus one result callback per ABI.
 
-use std::ffi::{CStr, c_int};
+use std::ffi::{CStr, CString, c_int};
 use std::os::raw::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
@@ -61,6 +61,32 @@ pub(super) struct RunSettings<'a> {
     pub max_new_tokens: i32,
     /// Keep this turn in the runtime's history (chats).
     pub keep_history: bool,
+    /// The images' embeddings, for a multimodal run.
+    pub images: Option<ImageRun<'a>>,
+}
+
+/// The images of a multimodal run: their embeddings, back to back, and
+/// how the runtime is to place them.
+#[derive(Debug)]
+pub(super) struct ImageRun<'a> {
+    /// `n_image × tokens × width` floats.
+    pub embed: &'a [f32],
+    pub n_image: usize,
+    /// Embedding tokens per image.
+    pub tokens: usize,
+    /// The encoder's input size.
+    pub width: usize,
+    pub height: usize,
+    /// The markers (ABI 1.3.0 takes them per run; 1.2.x at init).
+    pub markers: &'a ImageMarkers,
+}
+
+/// Image markers, as C strings.
+#[derive(Debug, Clone)]
+pub(super) struct ImageMarkers {
+    pub start: CString,
+    pub end: CString,
+    pub content: CString,
 }
 
 static EMPTY: &CStr = c"";
@@ -96,7 +122,8 @@ macro_rules! fill_params {
     }};
 }
 
-/// Builds a prompt `RKLLMInput` of either ABI.
+/// Builds a prompt `RKLLMInput` of either ABI (the multimodal member is
+/// filled by the caller when the run has images).
 macro_rules! prompt_input {
     ($module:ident, $run:expr) => {{
         // SAFETY: every field of RKLLMInput is an integer or a raw pointer,
@@ -139,17 +166,21 @@ pub(super) fn init_v1_3(
 }
 
 /// `rkllm_init` for ABI 1.2.1-1.2.3.
+/// This ABI takes a vision model's image markers at init.
 pub(super) fn init_v1_2(
     api: &v1_2::RkllmApi,
     settings: &InitSettings,
     model_path: &CStr,
+    markers: Option<&ImageMarkers>,
 ) -> Result<RawHandle, c_int> {
     // SAFETY: as in `init_v1_3`.
     let mut param = unsafe { api.rkllm_createDefaultParam() };
     fill_params!(param, settings, model_path);
-    param.img_start = EMPTY.as_ptr();
-    param.img_end = EMPTY.as_ptr();
-    param.img_content = EMPTY.as_ptr();
+    // The runtime may keep these pointers: the markers live as long as
+    // the handle (ModelHandle keeps them).
+    param.img_start = markers.map_or(EMPTY.as_ptr(), |m| m.start.as_ptr());
+    param.img_end = markers.map_or(EMPTY.as_ptr(), |m| m.end.as_ptr());
+    param.img_content = markers.map_or(EMPTY.as_ptr(), |m| m.content.as_ptr());
     let mut handle: v1_2::LLMHandle = std::ptr::null_mut();
     // SAFETY: as in `init_v1_3`; this ABI passes `userdata` per run.
     let rc = unsafe { api.rkllm_init(&raw mut handle, &raw mut param, Some(callback_v1_2)) };
@@ -173,6 +204,26 @@ pub(super) fn run_v1_3(
     userdata: *mut c_void,
 ) -> c_int {
     let mut input = prompt_input!(v1_3_0, run);
+    if let Some(images) = &run.images {
+        input.input_type = v1_3_0::RKLLM_INPUT_MULTIMODAL;
+        // SAFETY: as in `prompt_input!`: integers and pointers, zero is valid.
+        let mut video: v1_3_0::RKLLMMultiModalInput__bindgen_ty_2 = unsafe { std::mem::zeroed() };
+        video.n_video = 0;
+        input.__bindgen_anon_1.multimodal_input = v1_3_0::RKLLMMultiModalInput {
+            prompt: run.prompt.as_ptr().cast_mut(),
+            image: v1_3_0::RKLLMMultiModalInput__bindgen_ty_1 {
+                image_embed: images.embed.as_ptr().cast_mut(),
+                n_image_tokens: images.tokens,
+                n_image: images.n_image,
+                image_start: images.markers.start.as_ptr(),
+                image_end: images.markers.end.as_ptr(),
+                image_content: images.markers.content.as_ptr(),
+                image_width: images.width,
+                image_height: images.height,
+            },
+            video,
+        };
+    }
     let s = run.sampling;
     let mut sampling = v1_3_0::RKLLMSamplingParam {
         top_k: s.top_k,
@@ -194,8 +245,8 @@ pub(super) fn run_v1_3(
         max_new_tokens: run.max_new_tokens,
     };
     // SAFETY: the handle is live and used by this thread only; the input,
-    // its strings and the params outlive this blocking call; `userdata` is
-    // the handle's callback slot.
+    // its strings, the image embeddings and the params outlive this
+    // blocking call; `userdata` is the handle's callback slot.
     unsafe { api.rkllm_run(handle.0.as_ptr(), &raw mut input, &raw mut params, userdata) }
 }
 
@@ -207,6 +258,17 @@ pub(super) fn run_v1_2(
     userdata: *mut c_void,
 ) -> c_int {
     let mut input = prompt_input!(v1_2, run);
+    if let Some(images) = &run.images {
+        input.input_type = v1_2::RKLLM_INPUT_MULTIMODAL;
+        input.__bindgen_anon_1.multimodal_input = v1_2::RKLLMMultiModalInput {
+            prompt: run.prompt.as_ptr().cast_mut(),
+            image_embed: images.embed.as_ptr().cast_mut(),
+            n_image_tokens: images.tokens,
+            n_image: images.n_image,
+            image_width: images.width,
+            image_height: images.height,
+        };
+    }
     let mut params = v1_2::RKLLMInferParam {
         mode: v1_2::RKLLM_INFER_GENERATE,
         lora_params: std::ptr::null_mut(),

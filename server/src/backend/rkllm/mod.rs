@@ -8,6 +8,7 @@
 //! half a character whatever pieces the runtime sends.
 
 mod abi;
+mod encoder;
 mod handle;
 mod runtime;
 
@@ -16,17 +17,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::backend::image;
+
 use rkllm_sys::version::Abi;
 
 pub use self::abi::{InitSettings, SamplingValues};
+pub use encoder::RknnRuntime;
 pub use runtime::{LoadError, Runtime};
 
-use self::abi::RunSettings;
+use self::abi::{ImageMarkers, ImageRun, RunSettings};
+use self::encoder::Encoder;
 use self::handle::{CallbackSlot, ModelHandle};
 use self::runtime::{Api, shared_call};
 use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, ModelSpec, Plan, Runner,
-    TokenSink, ValidRunRequest,
+    TokenSink, ValidRunRequest, VisionSpec,
 };
 use crate::vocab::{FinishReason, Usage};
 
@@ -40,6 +45,8 @@ const OVERRIDES_1_2: &[&str] = &["max_tokens", "role", "enable_thinking"];
 pub struct RkllmSettings {
     /// The runtime library (a bare name is found by the dynamic loader).
     pub runtime: PathBuf,
+    /// The RKNN runtime, loaded when a model has a vision encoder.
+    pub rknn_runtime: PathBuf,
     /// The ABI to bind; `None` reads it from the library's version.
     #[serde(with = "abi_name")]
     pub abi: Option<Abi>,
@@ -76,6 +83,9 @@ pub struct RkllmBackend {
     runtime: Arc<Runtime>,
     init: InitSettings,
     next_run: Arc<AtomicU64>,
+    rknn_path: PathBuf,
+    /// The RKNN runtime, loaded with the first vision model.
+    rknn: parking_lot::Mutex<Option<Arc<RknnRuntime>>>,
 }
 
 impl RkllmBackend {
@@ -89,7 +99,23 @@ impl RkllmBackend {
             runtime: Arc::new(runtime),
             init: settings.init,
             next_run: Arc::new(AtomicU64::new(1)),
+            rknn_path: settings.rknn_runtime,
+            rknn: parking_lot::Mutex::new(None),
         })
+    }
+
+    /// Loads the RKNN runtime (once) for vision encoders.
+    ///
+    /// # Errors
+    /// A message naming the library's path.
+    pub fn rknn_runtime(&self) -> Result<Arc<RknnRuntime>, String> {
+        let mut rknn = self.rknn.lock();
+        if let Some(loaded) = &*rknn {
+            return Ok(Arc::clone(loaded));
+        }
+        let loaded = Arc::new(RknnRuntime::load(&self.rknn_path)?);
+        *rknn = Some(Arc::clone(&loaded));
+        Ok(loaded)
     }
 
     /// The init settings of `model`: `[rkllm]` with the model's own values over it.
@@ -117,6 +143,7 @@ impl RkllmBackend {
     pub fn settings(&self) -> RkllmSettings {
         RkllmSettings {
             runtime: self.runtime.path().to_owned(),
+            rknn_runtime: self.rknn_path.clone(),
             abi: Some(self.runtime.abi()),
             init: self.init.clone(),
         }
@@ -169,12 +196,18 @@ impl Backend for RkllmBackend {
         let c_path = CString::new(path.to_string_lossy().into_owned()).map_err(|_| {
             load_error(format!("model path {} contains a NUL byte", path.display()))
         })?;
+        let vision = match &model.vision {
+            Some(spec) => Some(self.open_vision(spec).map_err(load_error)?),
+            None => None,
+        };
         let slot = Box::new(CallbackSlot::default());
         let userdata = std::ptr::from_ref::<CallbackSlot>(&slot).cast_mut().cast();
         let init = self.init_for(model);
         let handle = match &self.runtime.api {
             Api::V1_3(api) => abi::init_v1_3(api, &init, &c_path, userdata),
-            Api::V1_2(api) => abi::init_v1_2(api, &init, &c_path),
+            Api::V1_2(api) => {
+                abi::init_v1_2(api, &init, &c_path, vision.as_ref().map(|v| &v.markers))
+            }
         }
         .map_err(|rc| {
             load_error(format!(
@@ -211,7 +244,60 @@ impl Backend for RkllmBackend {
             conversation: ConversationState::default(),
             history_dirty: false,
             tools_set: None,
+            vision,
         }))
+    }
+}
+
+impl RkllmBackend {
+    fn open_vision(&self, spec: &VisionSpec) -> Result<Vision, String> {
+        let marker =
+            |s: &str| CString::new(s).map_err(|_| "an image marker contains a NUL byte".to_owned());
+        let markers = ImageMarkers {
+            start: marker(&spec.img_start)?,
+            end: marker(&spec.img_end)?,
+            content: marker(&spec.img_content)?,
+        };
+        let encoder = Encoder::open(self.rknn_runtime()?, spec)?;
+        Ok(Vision {
+            encoder,
+            markers,
+            background: spec.background,
+            max_pixels: spec.limits.max_image_pixels,
+        })
+    }
+}
+
+/// A vision model's encoder and what its runs need.
+struct Vision {
+    encoder: Encoder,
+    /// Kept for the handle's life: ABI 1.2.x takes them at init.
+    markers: ImageMarkers,
+    background: [u8; 3],
+    max_pixels: u64,
+}
+
+impl Vision {
+    /// Preprocesses and encodes every image of `request`, in order.
+    fn encode(&mut self, request: &ValidRunRequest) -> Result<Vec<f32>, BackendError> {
+        let mut embed = Vec::with_capacity(self.encoder.floats_per_image() * request.images.len());
+        for (i, image) in request.images.iter().enumerate() {
+            let pixels = image::prepare(
+                &image.0,
+                self.encoder.width,
+                self.encoder.height,
+                self.background,
+                self.max_pixels,
+            )
+            .map_err(|e| runtime_error(None, format!("image {} {e}", i + 1)))?;
+            self.encoder.encode(&pixels, &mut embed).map_err(|e| {
+                runtime_error(
+                    None,
+                    format!("the vision encoder failed on image {}: {e}", i + 1),
+                )
+            })?;
+        }
+        Ok(embed)
     }
 }
 
@@ -227,6 +313,9 @@ struct RkllmRunner {
     history_dirty: bool,
     /// The tools last handed to `rkllm_set_function_tools`.
     tools_set: Option<String>,
+    /// The vision encoder, for a vision model. Declared after `handle`, so
+    /// the markers outlive the runtime handle that may point at them.
+    vision: Option<Vision>,
 }
 
 impl RkllmRunner {
@@ -268,6 +357,9 @@ impl Runner for RkllmRunner {
         if let Some(tools) = &request.tools {
             self.set_tools(request, tools)?;
         }
+        if !request.images.is_empty() {
+            return self.generate_with_images(request, sink);
+        }
         let plan = request
             .conversation
             .as_deref()
@@ -284,7 +376,7 @@ impl Runner for RkllmRunner {
             self.clear_history();
         }
         self.history_dirty |= keep_history;
-        let result = self.run_once(request, sink, prompt, role, keep_history);
+        let result = self.run_once(request, sink, prompt, role, keep_history, None);
         match (&request.conversation, &result) {
             (Some(conversation), Ok(g))
                 if g.finish_reason != FinishReason::Abort && sink.is_open() =>
@@ -298,6 +390,37 @@ impl Runner for RkllmRunner {
 }
 
 impl RkllmRunner {
+    /// A run with images: the whole prompt, outside the runtime's history
+    /// (the images' tokens are not kept for a later turn).
+    fn generate_with_images(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+    ) -> Result<Generation, BackendError> {
+        let Some(vision) = self.vision.as_mut() else {
+            return Err(runtime_error(None, "this model does not take images"));
+        };
+        let embed = vision.encode(request)?;
+        if self.history_dirty {
+            self.clear_history();
+        }
+        self.conversation.reset();
+        let Some(vision) = self.vision.as_ref() else {
+            return Err(runtime_error(None, "this model does not take images"));
+        };
+        let markers = vision.markers.clone();
+        let images = ImageRun {
+            embed: &embed,
+            n_image: request.images.len(),
+            tokens: vision.encoder.tokens,
+            width: vision.encoder.width as usize,
+            height: vision.encoder.height as usize,
+            markers: &markers,
+        };
+        let (prompt, role) = (request.prompt.clone(), request.role.as_str());
+        self.run_once(request, sink, &prompt, role, false, Some(images))
+    }
+
     /// Hands the request's tools to the runtime when they changed. The
     /// system prompt is the chat's system message, if any.
     fn set_tools(&mut self, request: &ValidRunRequest, tools: &str) -> Result<(), BackendError> {
@@ -357,6 +480,7 @@ impl RkllmRunner {
         prompt: &str,
         role: &str,
         keep_history: bool,
+        images: Option<ImageRun<'_>>,
     ) -> Result<Generation, BackendError> {
         let prompt = CString::new(prompt).map_err(|_| {
             runtime_error(
@@ -375,6 +499,7 @@ impl RkllmRunner {
             sampling: self.sampling(request),
             max_new_tokens: i32::try_from(request.max_tokens).unwrap_or(i32::MAX),
             keep_history,
+            images,
         };
         let abort = Arc::clone(&self.handle.abort);
         abort.set_running(run_id);
