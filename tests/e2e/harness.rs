@@ -133,6 +133,33 @@ pub fn fake_runtime(fake: Fake) -> PathBuf {
     out
 }
 
+/// Builds (once per test process) and returns the fake RKNN runtime
+/// (tests/fake-rknnrt), with `RKLLM_FAKE_CC` like [`fake_runtime`].
+pub fn fake_rknn_runtime() -> PathBuf {
+    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap();
+    if let Some(path) = &*built {
+        return path.clone();
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-rknnrt");
+    std::fs::create_dir_all(&dir).expect("fake runtime dir");
+    let out = dir.join(format!("librknnrt-fake-{}.so", std::process::id()));
+    let cc = std::env::var("RKLLM_FAKE_CC").unwrap_or_else(|_| "cc".to_owned());
+    let status = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror"])
+        .arg("-I")
+        .arg(root.join("rknn-sys/include"))
+        .arg(root.join("tests/fake-rknnrt/fake_rknnrt.c"))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
+    assert!(status.success(), "building the fake RKNN runtime failed");
+    *built = Some(out.clone());
+    out
+}
+
 /// Runs the server expecting it to fail at start; returns the exit code
 /// and what it wrote on stderr.
 pub fn start_failure(args: &[&str], env: &[(&str, &str)], config: Option<&str>) -> (i32, String) {

@@ -17,3 +17,4 @@ mod stdio;
 mod store;
 mod streaming;
 mod systemd;
+mod vision;
