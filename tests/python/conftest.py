@@ -98,3 +98,17 @@ def fake_server(tmp_path):
         del os.environ["FAKE_RKLLM_LOG"]
     yield base, log
     stop_server(proc)
+
+
+def build_fake_rknn(tmp: pathlib.Path) -> pathlib.Path:
+    """Builds the fake librknnrt.so (tests/fake-rknnrt) with cc."""
+    out = tmp / "librknnrt-fake.so"
+    subprocess.run(
+        [
+            os.environ.get("RKLLM_FAKE_CC", "cc"), "-shared", "-fPIC", "-O1",
+            "-I", str(ROOT / "rknn-sys" / "include"), str(ROOT / "tests" / "fake-rknnrt" / "fake_rknnrt.c"),
+            "-o", str(out),
+        ],
+        check=True,
+    )
+    return out
