@@ -11,6 +11,7 @@ mod memory;
 mod report;
 mod server;
 mod stats;
+mod vision;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -87,6 +88,13 @@ struct Args {
     /// Skip the paced run.
     #[arg(long)]
     no_paced: bool,
+    /// Measure only what one picture adds to a request to a vision model
+    /// (the test doubles of both runtimes, built with `cc`).
+    #[arg(long)]
+    vision: bool,
+    /// Requests of each kind (with and without a picture) for --vision.
+    #[arg(long, default_value_t = 40)]
+    vision_requests: usize,
     /// Where to write the JSON report.
     #[arg(long, value_name = "FILE", default_value = "bench-report.json")]
     json: PathBuf,
@@ -139,6 +147,30 @@ async fn main() {
             binary.display()
         );
         std::process::exit(2);
+    }
+    if args.vision {
+        eprintln!("rkllm-bench: vision");
+        match vision::measure(&binary, args.vision_requests.max(1)).await {
+            Ok(result) => {
+                let markdown = result.markdown();
+                print!("{markdown}");
+                let json = serde_json::to_string_pretty(&result).expect("report serialises");
+                let written =
+                    std::fs::write(&args.json, json + "\n").and_then(|()| match &args.markdown {
+                        Some(path) => std::fs::write(path, &markdown),
+                        None => Ok(()),
+                    });
+                if let Err(e) = written {
+                    eprintln!("rkllm-bench: cannot write the report: {e}");
+                    std::process::exit(1);
+                }
+                return;
+            }
+            Err(message) => {
+                eprintln!("rkllm-bench: vision: {message}");
+                std::process::exit(1);
+            }
+        }
     }
     let mut report = Report::new(std::env::args().collect::<Vec<_>>().join(" "));
     let poll_interval = Duration::from_millis(args.poll_interval_ms);

@@ -228,6 +228,7 @@ int rknn_run(rknn_context context, rknn_run_extend *extend) {
         fprintf(stderr, "E RKNN: rknn_run without input\n");
         return RKNN_ERR_INPUT_INVALID;
     }
+    double started = now_ms();
     free(c->embed);
     c->embed = calloc((size_t)c->tokens * c->dim, sizeof(float));
     uint32_t cols = c->dim / 3;
@@ -252,7 +253,8 @@ int rknn_run(rknn_context context, rknn_run_extend *extend) {
         }
     }
     c->ran = 1;
-    fake_log("run");
+    /* The fake's own time, which a benchmark subtracts. */
+    fake_log("run us=%ld", (long)((now_ms() - started) * 1000.0));
     return RKNN_SUCC;
 }
 

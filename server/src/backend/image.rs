@@ -4,17 +4,18 @@
 //!
 //! Preprocessing follows Rockchip's multimodal demo: the picture, as RGB,
 //! is padded to a square with the model's background colour (centred),
-//! then resized (bilinear) to the encoder's input size. Both steps are
+//! then resized to the encoder's input size with bilinear interpolation
+//! as OpenCV's `INTER_LINEAR` does it (four neighbours around each
+//! output pixel's centre, no smoothing when shrinking). Both steps are
 //! done at once here: the picture is resized straight to the part of the
 //! input the square's content covers, and the bands around it are filled
-//! with the background, which gives the same pixels without building the
-//! padded square first.
+//! with the background, without building the padded square first.
 
 use std::io::Cursor;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use image::{ImageFormat, ImageReader, RgbImage, imageops};
+use image::{ImageFormat, ImageReader, RgbImage};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The bytes of one image as the client sent it (JPEG, PNG or WebP).
@@ -85,10 +86,19 @@ pub fn decode_base64_image(text: &str) -> Result<Vec<u8>, String> {
     } else {
         text
     };
-    let compact: String = payload.chars().filter(|c| !c.is_whitespace()).collect();
+    // Line breaks are allowed (MIME-style base64); copied out only if any.
+    let compact: std::borrow::Cow<'_, [u8]> = if payload.bytes().any(|b| b.is_ascii_whitespace()) {
+        payload
+            .bytes()
+            .filter(|b| !b.is_ascii_whitespace())
+            .collect::<Vec<u8>>()
+            .into()
+    } else {
+        payload.as_bytes().into()
+    };
     STANDARD
-        .decode(compact.as_bytes())
-        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(compact.as_bytes()))
+        .decode(&compact)
+        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(&compact))
         .map_err(|e| format!("is not valid base64 image data ({e})"))
 }
 
@@ -188,20 +198,67 @@ pub fn fit(picture: &RgbImage, width: u32, height: u32, background: [u8; 3]) -> 
     let content_w = ((f64::from(w) * f64::from(width) / side).round() as u32).clamp(1, width);
     let content_h = ((f64::from(h) * f64::from(height) / side).round() as u32).clamp(1, height);
     let mut canvas = RgbImage::from_pixel(width, height, image::Rgb(background));
-    let resized = if (content_w, content_h) == (w, h) {
-        picture.clone()
-    } else {
-        imageops::resize(
-            picture,
-            content_w,
-            content_h,
-            imageops::FilterType::Triangle,
-        )
-    };
-    let x = i64::from((width - content_w) / 2);
-    let y = i64::from((height - content_h) / 2);
-    imageops::replace(&mut canvas, &resized, x, y);
+    let (x0, y0) = ((width - content_w) / 2, (height - content_h) / 2);
+    let stride = width as usize * 3;
+    bilinear(
+        picture,
+        content_w,
+        content_h,
+        &mut canvas,
+        (x0 as usize * 3, y0 as usize),
+        stride,
+    );
     canvas
+}
+
+/// One output coordinate's two source neighbours and the second one's
+/// weight, in 1/2048ths (OpenCV's pixel-centre mapping, clamped at the
+/// edges).
+fn taps(out: u32, source: u32) -> Vec<(usize, usize, u32)> {
+    let scale = f64::from(source) / f64::from(out);
+    let last = source as usize - 1;
+    (0..out)
+        .map(|i| {
+            let at = ((f64::from(i) + 0.5) * scale - 0.5).max(0.0);
+            let left = (at.floor() as usize).min(last);
+            let right = (left + 1).min(last);
+            let weight = ((at - left as f64) * 2048.0).round().clamp(0.0, 2048.0) as u32;
+            (left, right, weight)
+        })
+        .collect()
+}
+
+/// Resizes `picture` to `out_w` × `out_h` into `canvas`, whose row
+/// `top + y` at byte `left + 3x` receives output pixel (x, y).
+fn bilinear(
+    picture: &RgbImage,
+    out_w: u32,
+    out_h: u32,
+    canvas: &mut RgbImage,
+    (left, top): (usize, usize),
+    stride: usize,
+) {
+    let (w, h) = picture.dimensions();
+    let src = picture.as_raw();
+    let src_stride = w as usize * 3;
+    let xs = taps(out_w, w);
+    let ys = taps(out_h, h);
+    let out = &mut **canvas;
+    for (y, &(top_row, bottom_row, wy)) in ys.iter().enumerate() {
+        let upper = &src[top_row * src_stride..][..src_stride];
+        let lower = &src[bottom_row * src_stride..][..src_stride];
+        let row = &mut out[(top + y) * stride + left..][..out_w as usize * 3];
+        for (pixel, &(l, r, wx)) in row.chunks_exact_mut(3).zip(&xs) {
+            for c in 0..3 {
+                let mix = |line: &[u8]| {
+                    u32::from(line[l * 3 + c]) * (2048 - wx) + u32::from(line[r * 3 + c]) * wx
+                };
+                let value = mix(upper) * (2048 - wy) + mix(lower) * wy;
+                // Rounded: the sum carries 2048 × 2048 = 2^22 of scale.
+                pixel[c] = ((value + (1 << 21)) >> 22) as u8;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -224,6 +281,8 @@ mod tests {
         assert_eq!(decode_base64_image(&url).unwrap(), bytes);
         assert!(decode_base64_image("data:image/png,rawtext").is_err());
         assert!(decode_base64_image("not base64 at all!").is_err());
+        let wrapped = format!("{}\n{}", &b64[..8], &b64[8..]);
+        assert_eq!(decode_base64_image(&wrapped).unwrap(), bytes);
     }
 
     #[test]
@@ -271,6 +330,24 @@ mod tests {
         assert_eq!(at(5, 10), [0, 0, 255]);
         assert_eq!(at(14, 10), [0, 0, 255]);
         assert_eq!(at(15, 10), [0, 0, 0]);
+    }
+
+    #[test]
+    fn bilinear_takes_the_two_neighbours_of_each_pixel_centre() {
+        // 4x1 to 2x1: output centres fall at source 0.5 and 2.5.
+        let picture = RgbImage::from_fn(4, 1, |x, _| {
+            let v = [0, 100, 200, 255][x as usize];
+            image::Rgb([v, v, v])
+        });
+        let out = fit(&picture, 2, 2, [7, 7, 7]);
+        // The 4x1 picture in a 4x4 square, on 2x2: one content row of 2 at y 0
+        // (rounded 0.5 up to 1 row, centred at (2 - 1) / 2 = 0).
+        assert_eq!(out.get_pixel(0, 0).0, [50, 50, 50]);
+        assert_eq!(out.get_pixel(1, 0).0, [228, 228, 228]);
+        assert_eq!(out.get_pixel(0, 1).0, [7, 7, 7]);
+        // Same size: the picture itself.
+        let same = fit(&picture, 4, 1, [0, 0, 0]);
+        assert_eq!(same.get_pixel(1, 0).0, [100, 100, 100]);
     }
 
     #[test]

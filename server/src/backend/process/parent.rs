@@ -109,6 +109,12 @@ impl Backend for ProcessBackend {
             let _ = child.wait();
             return Err(load_error("the runner's pipes are missing".into()));
         };
+        // Orders carry a request's images (hundreds of KiB of base64): a
+        // larger pipe takes one in a few writes instead of 64 KiB at a
+        // time. Best effort: the system may cap it (fs.pipe-max-size).
+        if let Err(e) = rustix::pipe::fcntl_setpipe_size(&orders, 1 << 20) {
+            tracing::debug!(error = %e, "could not enlarge the order pipe");
+        }
         let tail = Arc::new(StderrTail::default());
         let stderr_thread = {
             let tail = Arc::clone(&tail);

@@ -1,0 +1,269 @@
+//! `rkllm-bench --vision`: what a picture adds to a request, end to end.
+//!
+//! Starts the server on the rkllm backend with the test doubles of both
+//! runtimes (tests/fake-rkllmrt and tests/fake-rknnrt, built here with
+//! `cc`), a vision encoder shaped like Qwen2.5-VL's (448x448 input, 256
+//! tokens of 2048 floats) and a runtime that answers one token at once.
+//! Then it times JSON-RPC `run` requests (one token) with a 1024x768 JPEG
+//! and without, alternately. The difference of the medians is the cost of
+//! the picture: the check before queueing, the base64 hop to the runner,
+//! decoding, padding and resizing, the encoder call and the embeddings'
+//! way into the runtime. The test doubles' own computing time (each logs
+//! it: the encoder's grid means, the runtime's digest of the embeddings)
+//! is subtracted, since a real encoder's NPU time and a real runtime's
+//! prefill replace it.
+
+use std::io::{BufRead, BufReader, Cursor};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// The encoder the test double imitates.
+const ENCODER: &str =
+    "fake-rknn width=448 height=448 channels=3 fmt=NHWC type=UINT8 tokens=256 dim=2048 outputs=1";
+const EMBED_DIM: &str = "2048";
+
+/// The measured figures, in milliseconds (medians).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VisionResult {
+    pub requests: usize,
+    pub jpeg_bytes: usize,
+    pub with_image_ms: f64,
+    pub without_image_ms: f64,
+    pub fake_encoder_ms: f64,
+    pub fake_runtime_ms: f64,
+    /// with − without − the test doubles' own time.
+    pub picture_cost_ms: f64,
+}
+
+impl VisionResult {
+    /// The Markdown section of the report.
+    pub fn markdown(&self) -> String {
+        format!(
+            "## Vision: what one picture adds\n\n\
+             | requests (each kind) | JPEG | with picture (p50) | without (p50) | test doubles' own time (p50: encoder + runtime) | preprocessing + encoder hop | target |\n\
+             |---|---|---|---|---|---|---|\n\
+             | {} | 1024x768, {} KiB | {:.2} ms | {:.2} ms | {:.2} + {:.2} ms | **{:.2} ms** | ≤ 20 ms: {} |\n",
+            self.requests,
+            self.jpeg_bytes / 1024,
+            self.with_image_ms,
+            self.without_image_ms,
+            self.fake_encoder_ms,
+            self.fake_runtime_ms,
+            self.picture_cost_ms,
+            if self.picture_cost_ms <= 20.0 {
+                "met"
+            } else {
+                "not met"
+            }
+        )
+    }
+}
+
+/// A 1024x768 photo-like JPEG (quality 90).
+pub fn photo_jpeg() -> Vec<u8> {
+    let picture = image::RgbImage::from_fn(1024, 768, |x, y| {
+        let noise = ((x * 7919 + y * 104_729) % 31) as u8;
+        image::Rgb([
+            (x / 4) as u8 ^ noise,
+            (y / 3) as u8,
+            ((x + y) / 7) as u8 ^ (noise / 2),
+        ])
+    });
+    let mut out = Cursor::new(Vec::new());
+    let encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90);
+    picture
+        .write_with_encoder(encoder)
+        .expect("encoding a JPEG in memory");
+    out.into_inner()
+}
+
+fn build(
+    dir: &Path,
+    source: &str,
+    include: &str,
+    defines: &[&str],
+    out: &str,
+) -> Result<PathBuf, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = dir.join(out);
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2"])
+        .args(defines)
+        .arg("-I")
+        .arg(root.join(include))
+        .arg(root.join(source))
+        .arg("-o")
+        .arg(&path)
+        .arg("-lpthread")
+        .status()
+        .map_err(|e| format!("cannot run cc to build the test doubles: {e}"))?;
+    if !status.success() {
+        return Err(format!("building {source} failed"));
+    }
+    Ok(path)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Runs the measurement with `binary`, `requests` of each kind.
+///
+/// # Errors
+/// A message when the test doubles cannot be built or the server fails.
+pub async fn measure(binary: &Path, requests: usize) -> Result<VisionResult, String> {
+    let dir = std::env::temp_dir().join(format!("rkllm-bench-vision-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let rkllm = build(
+        &dir,
+        "tests/fake-rkllmrt/fake_rkllmrt.c",
+        "rkllm-sys/include",
+        &["-DFAKE_ABI_V1_3"],
+        "librkllmrt-fake.so",
+    )?;
+    let rknn = build(
+        &dir,
+        "tests/fake-rknnrt/fake_rknnrt.c",
+        "rknn-sys/include",
+        &[],
+        "librknnrt-fake.so",
+    )?;
+    let model = dir.join("vl.rkllm");
+    let encoder = dir.join("vl.rknn");
+    let log = dir.join("rknn.log");
+    let rkllm_log = dir.join("rkllm.log");
+    std::fs::write(&model, "x").map_err(|e| e.to_string())?;
+    std::fs::write(&encoder, ENCODER).map_err(|e| e.to_string())?;
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "log_level = \"warn\"\n[[models]]\nname = \"vl\"\npath = {model:?}\nvision_encoder = {encoder:?}\n\
+             [engine]\npreload = [\"vl\"]\nkeep_alive_secs = -1\n[limits]\nmax_request_bytes = 16777216\n"
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut child = Command::new(binary)
+        .arg("--config")
+        .arg(&config)
+        .args(["--backend", "rkllm", "--listen", "127.0.0.1:0", "--runtime"])
+        .arg(&rkllm)
+        .arg("--rknn-runtime")
+        .arg(&rknn)
+        .env("FAKE_RKLLM_EMBED_DIM", EMBED_DIM)
+        .env("FAKE_RKLLM_TOKEN_MS", "0")
+        .env("FAKE_RKNN_LOG", &log)
+        .env("FAKE_RKLLM_LOG", &rkllm_log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = line.strip_prefix("rkllm-server listening on http://")
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(addr.to_owned());
+            } else if line.contains("ERROR") {
+                eprintln!("server: {line}");
+            }
+        }
+    });
+    let result = async {
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .map_err(|_| "the server did not start".to_owned())?;
+        let url = format!("http://{addr}/mcp");
+        let http = reqwest::Client::new();
+        let jpeg = photo_jpeg();
+        let image = base64_encode(&jpeg);
+        let call = |images: Option<&str>| {
+            let mut params = json!({"model": "vl", "prompt": "Describe it.", "max_tokens": 1});
+            if let Some(image) = images {
+                params["images"] = json!([image]);
+            }
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "run", "params": params});
+            let http = http.clone();
+            let url = url.clone();
+            async move {
+                let started = Instant::now();
+                let response: Value = http
+                    .post(&url)
+                    .json(&body)
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .json()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if let Some(error) = response.get("error") {
+                    return Err(format!("run failed: {error}"));
+                }
+                Ok::<f64, String>(started.elapsed().as_secs_f64() * 1000.0)
+            }
+        };
+        // Warm up both paths (first decode, allocator, connections).
+        for _ in 0..3 {
+            call(Some(&image)).await?;
+            call(None).await?;
+        }
+        let _ = std::fs::remove_file(&log);
+        let _ = std::fs::remove_file(&rkllm_log);
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for _ in 0..requests {
+            with.push(call(Some(&image)).await?);
+            without.push(call(None).await?);
+        }
+        let mut encoder_ms = logged_ms(&log, "run ")?;
+        let mut runtime_ms = logged_ms(&rkllm_log, "multimodal ")?;
+        if encoder_ms.len() != requests || runtime_ms.len() != requests {
+            return Err(format!(
+                "the test doubles logged {} encoder runs and {} multimodal runs for {requests} requests",
+                encoder_ms.len(),
+                runtime_ms.len()
+            ));
+        }
+        let (with_ms, without_ms) = (median(&mut with), median(&mut without));
+        let (encoder_ms, runtime_ms) = (median(&mut encoder_ms), median(&mut runtime_ms));
+        Ok(VisionResult {
+            requests,
+            jpeg_bytes: jpeg.len(),
+            with_image_ms: with_ms,
+            without_image_ms: without_ms,
+            fake_encoder_ms: encoder_ms,
+            fake_runtime_ms: runtime_ms,
+            picture_cost_ms: with_ms - without_ms - encoder_ms - runtime_ms,
+        })
+    }
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// The `us=` times of the log lines starting with `event`, in ms.
+fn logged_ms(log: &Path, event: &str) -> Result<Vec<f64>, String> {
+    let text =
+        std::fs::read_to_string(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with(event))
+        .filter_map(|l| l.rsplit_once(" us=").or_else(|| l.split_once("us=")))
+        .filter_map(|(_, us)| us.trim().parse::<f64>().ok())
+        .map(|us| us / 1000.0)
+        .collect())
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
