@@ -349,29 +349,7 @@ impl VisionEntry {
         name: &str,
         encoder: &std::path::Path,
     ) -> Result<crate::engine::VisionSpec, String> {
-        use crate::engine::{ImageLimits, VISION_FAMILIES};
-        let guessed = |text: &str| {
-            let text = text.to_ascii_lowercase();
-            VISION_FAMILIES
-                .iter()
-                .find(|f| text.contains(f.0) || (f.0 == "deepseek-ocr" && text.contains("ocr")))
-                .map(|f| f.0)
-        };
-        let family_name = match &self.family {
-            Some(f) => f.as_str(),
-            None => guessed(name)
-                .or_else(|| guessed(&encoder.to_string_lossy()))
-                .unwrap_or("qwen"),
-        };
-        let family = VISION_FAMILIES
-            .iter()
-            .find(|f| f.0 == family_name)
-            .ok_or_else(|| {
-                format!(
-                    "unknown vision family {family_name:?}; known: {} (or give img_start, img_end and img_content)",
-                    VISION_FAMILIES.iter().map(|f| f.0).collect::<Vec<_>>().join(", ")
-                )
-            })?;
+        let defaults = crate::engine::VisionSpec::defaults(name, encoder, self.family.as_deref())?;
         let core_mask = match self.core_mask.as_deref().unwrap_or("auto") {
             "auto" => 0,
             "0" => 1,
@@ -385,11 +363,14 @@ impl VisionEntry {
                 ));
             }
         };
-        let defaults = ImageLimits::default();
-        let limits = ImageLimits {
-            max_images: self.max_images.unwrap_or(defaults.max_images),
-            max_image_bytes: self.max_image_bytes.unwrap_or(defaults.max_image_bytes),
-            max_image_pixels: self.max_image_pixels.unwrap_or(defaults.max_image_pixels),
+        let limits = crate::engine::ImageLimits {
+            max_images: self.max_images.unwrap_or(defaults.limits.max_images),
+            max_image_bytes: self
+                .max_image_bytes
+                .unwrap_or(defaults.limits.max_image_bytes),
+            max_image_pixels: self
+                .max_image_pixels
+                .unwrap_or(defaults.limits.max_image_pixels),
         };
         if !(1..=64).contains(&limits.max_images) {
             return Err(format!(
@@ -403,23 +384,17 @@ impl VisionEntry {
         if !(1..=400_000_000).contains(&limits.max_image_pixels) {
             return Err("max_image_pixels must be between 1 and 400000000".into());
         }
-        let img_content = self
-            .img_content
-            .clone()
-            .unwrap_or_else(|| family.3.to_owned());
+        let img_content = self.img_content.clone().unwrap_or(defaults.img_content);
         if img_content.is_empty() {
             return Err("img_content must not be empty".into());
         }
         Ok(crate::engine::VisionSpec {
             encoder: encoder.to_owned(),
-            img_start: self
-                .img_start
-                .clone()
-                .unwrap_or_else(|| family.1.to_owned()),
-            img_end: self.img_end.clone().unwrap_or_else(|| family.2.to_owned()),
+            img_start: self.img_start.clone().unwrap_or(defaults.img_start),
+            img_end: self.img_end.clone().unwrap_or(defaults.img_end),
             img_content,
             core_mask,
-            background: self.background.unwrap_or([128, 128, 128]),
+            background: self.background.unwrap_or(defaults.background),
             limits,
         })
     }

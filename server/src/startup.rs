@@ -48,11 +48,6 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
                 // ABI chosen here.
                 let rkllm = RkllmBackend::new(config.rkllm_settings())
                     .map_err(|e| BackendError::Unavailable(e.to_string()))?;
-                if config.model_specs().iter().any(|m| m.vision.is_some()) {
-                    // A vision model needs librknnrt.so: say so now, not
-                    // at its first request.
-                    rkllm.rknn_runtime().map_err(BackendError::Unavailable)?;
-                }
                 let settings = BackendSettings::Rkllm(rkllm.settings());
                 runtime_version = rkllm.version();
                 (Arc::new(rkllm), settings, config.rkllm.runner)
@@ -86,6 +81,12 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
         } else {
             specs.push(store.store.spec(&manifest));
         }
+    }
+    if config.backend == BackendKind::Rkllm && specs.iter().any(|m| m.vision.is_some()) {
+        // A vision model (configured or stored) needs librknnrt.so: say so
+        // now, not at its first request.
+        crate::backend::rkllm::RknnRuntime::load(&config.rknn_runtime)
+            .map_err(BackendError::Unavailable)?;
     }
     let engine = Engine::start(backend, &specs, config.engine_limits(), streams)?;
     engine.preload(&config.engine.preload)?;

@@ -559,3 +559,79 @@ fn a_file_without_a_published_checksum_gets_one_computed_and_recorded() {
     assert_eq!(shown["manifest"]["sha256_verified"], false);
     assert_eq!(shown["manifest"]["sha256"], sha256_hex(b"not in LFS"));
 }
+
+#[tokio::test]
+async fn a_vision_model_is_pulled_with_its_encoder_and_takes_images() {
+    let encoder_text =
+        "fake-rknn width=32 height=32 channels=3 fmt=NHWC type=UINT8 tokens=4 dim=6 outputs=1";
+    let hf = FakeHf::start(&json!({"repos": {"acme/qwen2-vl-tiny": {"files": {
+        "qwen2-vl-tiny_w8a8_rk3588.rkllm": {"text": "I see it."},
+        "qwen2-vl-tiny_vision_rk3588.rknn": {"text": encoder_text, "lfs": true},
+        "qwen2-vl-tiny_vision_rk3576.rknn": {"text": "for the other chip", "lfs": true},
+    }}}}));
+    let dir = ScratchDir::new();
+    let (ok, out, err) = cli(&hf, &dir.0, &["pull", "acme/qwen2-vl-tiny"], &[]);
+    assert!(ok, "{out}\n{err}");
+    let name = "qwen2-vl-tiny_w8a8_rk3588";
+    let folder = dir.0.join("models").join(name);
+    assert_eq!(
+        std::fs::read_to_string(folder.join("qwen2-vl-tiny_vision_rk3588.rknn")).unwrap(),
+        encoder_text
+    );
+    assert!(!folder.join("qwen2-vl-tiny_vision_rk3576.rknn").exists());
+    let (ok, out, _) = cli(&hf, &dir.0, &["show", name], &[]);
+    assert!(ok, "{out}");
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    let encoder = &shown["manifest"]["vision_encoder"];
+    assert_eq!(
+        encoder["file"], "qwen2-vl-tiny_vision_rk3588.rknn",
+        "{shown}"
+    );
+    assert_eq!(encoder["sha256"], sha256_hex(encoder_text.as_bytes()));
+    assert_eq!(encoder["sha256_verified"], true);
+
+    // The server takes images for it, with Qwen's markers, no config.
+    let runtime = fake_runtime(Fake::V1_3);
+    let rknn = crate::harness::fake_rknn_runtime();
+    let server = Server::start_env(
+        "",
+        &[
+            "--backend",
+            "rkllm",
+            "--runtime",
+            runtime.to_str().unwrap(),
+            "--rknn-runtime",
+            rknn.to_str().unwrap(),
+            "--models-dir",
+            dir.0.join("models").to_str().unwrap(),
+        ],
+        &[("FAKE_RKLLM_TOKEN_MS", "0"), ("FAKE_RKLLM_EMBED_DIM", "6")],
+    );
+    let mut png = std::io::Cursor::new(Vec::new());
+    image::RgbImage::from_pixel(8, 8, image::Rgb([0, 0, 255]))
+        .write_to(&mut png, image::ImageFormat::Png)
+        .unwrap();
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(png.into_inner());
+    let result = server
+        .ok(
+            "run",
+            json!({"prompt": "What is it?", "model": name, "images": [b64]}),
+        )
+        .await;
+    let text = result["text"].as_str().unwrap();
+    assert!(
+        text.contains("[image 1: tokens=4 size=32x32 rgb=0,0,255"),
+        "{text}"
+    );
+    assert!(
+        text.contains("markers=<|vision_start|>|<|vision_end|>|<|image_pad|>"),
+        "{text}"
+    );
+    assert!(text.ends_with("I see it."), "{text}");
+
+    // rm takes the encoder too.
+    let (ok, out, _) = cli(&hf, &dir.0, &["rm", name], &[]);
+    assert!(ok, "{out}");
+    assert!(!folder.exists());
+}

@@ -7,7 +7,7 @@
 //! and hands them to whatever the engine gave it (a stream).
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{ChatTemplate, TokenSink, ValidRunRequest};
 use crate::vocab::{FinishReason, Usage};
@@ -75,6 +75,47 @@ pub struct VisionSpec {
     pub background: [u8; 3],
     /// Per-request limits.
     pub limits: super::ImageLimits,
+}
+
+impl VisionSpec {
+    /// The settings of model `name` with `encoder` when nothing else is
+    /// configured: the markers of `family`, or of the family its name (or
+    /// its encoder's) suggests, else Qwen's (Rockchip's demo's default);
+    /// all NPU cores chosen by the runtime, grey padding, default limits.
+    ///
+    /// # Errors
+    /// An unknown `family`.
+    pub fn defaults(name: &str, encoder: &Path, family: Option<&str>) -> Result<Self, String> {
+        let guess = |text: &str| {
+            let text = text.to_ascii_lowercase();
+            VISION_FAMILIES
+                .iter()
+                .find(|f| text.contains(f.0) || (f.0 == "deepseek-ocr" && text.contains("ocr")))
+        };
+        let family = match family {
+            Some(wanted) => VISION_FAMILIES
+                .iter()
+                .find(|f| f.0 == wanted)
+                .ok_or_else(|| {
+                    format!(
+                        "unknown vision family {wanted:?}; known: {} (or give img_start, img_end and img_content)",
+                        VISION_FAMILIES.iter().map(|f| f.0).collect::<Vec<_>>().join(", ")
+                    )
+                })?,
+            None => guess(name)
+                .or_else(|| guess(&encoder.to_string_lossy()))
+                .unwrap_or(&VISION_FAMILIES[0]),
+        };
+        Ok(Self {
+            encoder: encoder.to_owned(),
+            img_start: family.1.to_owned(),
+            img_end: family.2.to_owned(),
+            img_content: family.3.to_owned(),
+            core_mask: 0,
+            background: [128, 128, 128],
+            limits: super::ImageLimits::default(),
+        })
+    }
 }
 
 /// Image markers of the vision model families Rockchip's tools convert:

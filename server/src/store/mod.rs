@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{ChatTemplate, ModelSettings, ModelSpec};
+use crate::engine::{ChatTemplate, ModelSettings, ModelSpec, VisionSpec};
 
 pub use error::PullError;
 pub use hf::Hub;
@@ -71,6 +71,22 @@ pub struct Manifest {
     /// Init settings, as a `[[models]]` entry takes them.
     #[serde(default)]
     pub settings: ModelSettings,
+    /// The vision encoder pulled with a vision-language model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vision_encoder: Option<StoredFile>,
+}
+
+/// A further file of a stored model, in its folder.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredFile {
+    /// Its name in the model's folder.
+    pub file: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its SHA-256, hex.
+    pub sha256: String,
+    /// Whether `sha256` was checked against a published one.
+    pub sha256_verified: bool,
 }
 
 /// The folder of stored models.
@@ -184,7 +200,16 @@ impl Store {
                 .and_then(ChatTemplate::named)
                 .unwrap_or_default(),
             settings: manifest.settings.clone(),
-            vision: None,
+            // Defaults for its family (from its name); a `[[models]]`
+            // entry of the same name can set every vision key.
+            vision: manifest.vision_encoder.as_ref().and_then(|encoder| {
+                VisionSpec::defaults(
+                    &manifest.name,
+                    &self.model_dir(&manifest.name).join(&encoder.file),
+                    None,
+                )
+                .ok()
+            }),
         }
     }
 
@@ -302,6 +327,7 @@ mod tests {
                 max_context_len: Some(2048),
                 ..ModelSettings::default()
             },
+            vision_encoder: None,
         }
     }
 

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::error::PullError;
 use super::hf::{Hub, RepoFile, Resolved};
 use super::names::{check_name, details_of, name_for_file};
-use super::{Manifest, Origin, Store};
+use super::{Manifest, Origin, Store, StoredFile};
 
 /// What to pull.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,6 +197,43 @@ fn choose_file<'a>(
     })
 }
 
+/// The vision encoder (`.rknn`) to pull with `model`, when the repository
+/// has any: the one for this board's platform, and among several the one
+/// whose name shares the longest start with the model's.
+fn choose_encoder<'a>(
+    files: &'a [RepoFile],
+    model: &str,
+    request: &PullRequest,
+) -> Option<&'a RepoFile> {
+    let encoders: Vec<&RepoFile> = files
+        .iter()
+        .filter(|f| f.path.to_ascii_lowercase().ends_with(".rknn"))
+        .collect();
+    let on_platform: Vec<&RepoFile> = encoders
+        .iter()
+        .copied()
+        .filter(|f| {
+            request.platform.is_some()
+                && details_of(&f.path).platform.as_deref() == request.platform.as_deref()
+        })
+        .collect();
+    let fitting = if on_platform.is_empty() {
+        encoders
+    } else {
+        on_platform
+    };
+    let shared = |f: &RepoFile| {
+        f.path
+            .bytes()
+            .zip(model.bytes())
+            .take_while(|(a, b)| a.eq_ignore_ascii_case(b))
+            .count()
+    };
+    fitting
+        .into_iter()
+        .max_by(|a, b| shared(a).cmp(&shared(b)).then_with(|| b.path.cmp(&a.path)))
+}
+
 /// Holds the store's lock for one model name while a pull runs; other
 /// pulls of that name, in this process or another, wait for it.
 struct NameLock {
@@ -254,7 +291,7 @@ pub async fn pull(
     progress(Progress::Resolving);
     let source = Source::parse(&request.spec)?;
     let revision = request.revision.as_str();
-    let (url, repo, file, listed_sha) = match &source {
+    let (url, repo, file, listed_sha, encoder) = match &source {
         Source::Url(url) => {
             hub.check_url(url)?;
             let file = url
@@ -264,16 +301,24 @@ pub async fn pull(
                 .filter(|f| !f.is_empty())
                 .ok_or_else(|| PullError::BadSource(format!("{url}: no file name in the URL")))?
                 .to_owned();
-            (url.clone(), None, file, None)
+            (url.clone(), None, file, None, None)
         }
         Source::Repo { repo, file } => {
             let files = hub.list_files(repo, revision).await?;
             let chosen = choose_file(repo, &files, file.as_deref(), request)?;
+            let encoder = choose_encoder(&files, &chosen.path, request).map(|e| {
+                (
+                    hub.resolve_url(repo, revision, &e.path),
+                    e.path.clone(),
+                    e.sha256.clone(),
+                )
+            });
             (
                 hub.resolve_url(repo, revision, &chosen.path),
                 Some(repo.clone()),
                 chosen.path.clone(),
                 chosen.sha256.clone(),
+                encoder,
             )
         }
     };
@@ -299,6 +344,8 @@ pub async fn pull(
         && expected.as_deref().is_none_or(|e| e == existing.sha256)
         && resolved.size.is_none_or(|s| s == existing.size)
         && store.model_dir(&name).join(&existing.file).is_file()
+        && encoder.as_ref().map(|(_, path, _)| file_name(path))
+            == existing.vision_encoder.as_ref().map(|v| v.file.as_str())
     {
         progress(Progress::Done { fresh: false });
         return Ok(existing);
@@ -306,63 +353,49 @@ pub async fn pull(
 
     let work = partial_dir.join(&name);
     std::fs::create_dir_all(&work).map_err(io_error(&work.display().to_string()))?;
-    let part = work.join(format!("{base_name}.part"));
-    let meta_path = work.join(format!("{base_name}.part.json"));
-    let meta = PartialMeta {
-        url: url.clone(),
-        etag: resolved.etag.clone(),
-        size: resolved.size,
-    };
-    let resumable = std::fs::read(&meta_path)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<PartialMeta>(&b).ok())
-        .is_some_and(|old| old == meta);
-    if !resumable {
-        let _ = std::fs::remove_file(&part);
-        let text = serde_json::to_vec(&meta).unwrap_or_default();
-        std::fs::write(&meta_path, text).map_err(io_error(&meta_path.display().to_string()))?;
-    }
-    let (sha256, size) = match download(
+    let part = fetch_file(
         hub,
+        &url,
         &resolved,
-        &part,
+        &work,
         &repo_label,
         &file,
         expected.as_deref(),
         progress,
     )
-    .await
-    {
-        Ok(done) => done,
-        Err(err) => {
-            if matches!(err, PullError::Checksum { .. } | PullError::DiskFull { .. }) {
-                let _ = std::fs::remove_dir_all(&work);
-            }
-            return Err(err);
+    .await?;
+    let encoder = match &encoder {
+        None => None,
+        Some((encoder_url, path, listed)) => {
+            let resolved = hub
+                .resolve(encoder_url, &repo_label, &format!("{repo_label}: {path}"))
+                .await?;
+            let expected = listed.clone().or_else(|| resolved.sha256.clone());
+            let fetched = fetch_file(
+                hub,
+                encoder_url,
+                &resolved,
+                &work,
+                &repo_label,
+                path,
+                expected.as_deref(),
+                progress,
+            )
+            .await?;
+            Some((fetched, expected.is_some()))
         }
     };
-    progress(Progress::Verifying);
-    if let Some(expected) = &expected
-        && !expected.eq_ignore_ascii_case(&sha256)
-    {
-        let _ = std::fs::remove_dir_all(&work);
-        return Err(PullError::Checksum {
-            file: file.clone(),
-            expected: expected.clone(),
-            got: sha256,
-        });
-    }
     progress(Progress::Writing);
+    let encoder_part = encoder.as_ref().map(|(e, _)| e.path.clone());
     let manifest = install(
         store,
-        &name,
-        &part,
-        &base_name,
+        &part.path,
+        encoder_part.as_deref(),
         Manifest {
             name: name.clone(),
             file: base_name.clone(),
-            size,
-            sha256,
+            size: part.size,
+            sha256: part.sha256.clone(),
             sha256_verified: expected.is_some(),
             pulled_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -377,11 +410,92 @@ pub async fn pull(
             },
             chat_template: None,
             settings: crate::engine::ModelSettings::default(),
+            vision_encoder: encoder.map(|(e, verified)| StoredFile {
+                file: e.name,
+                size: e.size,
+                sha256: e.sha256,
+                sha256_verified: verified,
+            }),
         },
     )?;
     let _ = std::fs::remove_dir_all(&work);
     progress(Progress::Done { fresh: true });
     Ok(manifest)
+}
+
+/// One file downloaded and checked, waiting in the work folder.
+#[derive(Debug)]
+struct Fetched {
+    path: PathBuf,
+    /// Its name in the model's folder.
+    name: String,
+    sha256: String,
+    size: u64,
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Downloads `file` (resolved to `resolved`) into `work`, resuming an
+/// earlier attempt at the same version, and checks it against `expected`.
+/// A wrong checksum or a full disk leaves nothing behind.
+#[allow(clippy::too_many_arguments)]
+async fn fetch_file(
+    hub: &Hub,
+    url: &str,
+    resolved: &Resolved,
+    work: &Path,
+    repo_label: &str,
+    file: &str,
+    expected: Option<&str>,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<Fetched, PullError> {
+    let name = file_name(file).to_owned();
+    check_name(&name).map_err(|m| PullError::BadSource(format!("the file name: {m}")))?;
+    let part = work.join(format!("{name}.part"));
+    let meta_path = work.join(format!("{name}.part.json"));
+    let meta = PartialMeta {
+        url: url.to_owned(),
+        etag: resolved.etag.clone(),
+        size: resolved.size,
+    };
+    let resumable = std::fs::read(&meta_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<PartialMeta>(&b).ok())
+        .is_some_and(|old| old == meta);
+    if !resumable {
+        let _ = std::fs::remove_file(&part);
+        let text = serde_json::to_vec(&meta).unwrap_or_default();
+        std::fs::write(&meta_path, text).map_err(io_error(&meta_path.display().to_string()))?;
+    }
+    let (sha256, size) =
+        match download(hub, resolved, &part, repo_label, file, expected, progress).await {
+            Ok(done) => done,
+            Err(err) => {
+                if matches!(err, PullError::Checksum { .. } | PullError::DiskFull { .. }) {
+                    let _ = std::fs::remove_dir_all(work);
+                }
+                return Err(err);
+            }
+        };
+    progress(Progress::Verifying);
+    if let Some(expected) = expected
+        && !expected.eq_ignore_ascii_case(&sha256)
+    {
+        let _ = std::fs::remove_dir_all(work);
+        return Err(PullError::Checksum {
+            file: file.to_owned(),
+            expected: expected.to_owned(),
+            got: sha256,
+        });
+    }
+    Ok(Fetched {
+        path: part,
+        name,
+        sha256,
+        size,
+    })
 }
 
 /// Downloads into `part`, resuming from its length; returns its SHA-256
@@ -514,27 +628,38 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Moves the finished file into the model's folder and writes the
-/// manifest last; an older file of the model goes once the new one is in.
+/// Moves the finished files into the model's folder (the model, then its
+/// vision encoder) and writes the manifest last; files of an older pull
+/// go once the new ones are in.
 fn install(
     store: &Store,
-    name: &str,
     part: &Path,
-    file: &str,
+    encoder: Option<&Path>,
     manifest: Manifest,
 ) -> Result<Manifest, PullError> {
-    let dir = store.model_dir(name);
+    let dir = store.model_dir(&manifest.name);
     std::fs::create_dir_all(&dir).map_err(io_error(&dir.display().to_string()))?;
-    let old = store.get(name).ok().flatten();
-    let target: PathBuf = dir.join(file);
+    let old = store.get(&manifest.name).ok().flatten();
+    let target: PathBuf = dir.join(&manifest.file);
     std::fs::rename(part, &target).map_err(io_error(&target.display().to_string()))?;
+    if let (Some(encoder), Some(stored)) = (encoder, &manifest.vision_encoder) {
+        let target = dir.join(&stored.file);
+        std::fs::rename(encoder, &target).map_err(io_error(&target.display().to_string()))?;
+    }
     store
         .write_manifest(&manifest)
         .map_err(io_error(&dir.display().to_string()))?;
-    if let Some(old) = old
-        && old.file != file
-    {
-        let _ = std::fs::remove_file(dir.join(old.file));
+    if let Some(old) = old {
+        let kept = [
+            Some(manifest.file.as_str()),
+            manifest.vision_encoder.as_ref().map(|v| v.file.as_str()),
+        ];
+        let olds = [Some(old.file), old.vision_encoder.map(|v| v.file)];
+        for file in olds.into_iter().flatten() {
+            if !kept.contains(&Some(file.as_str())) {
+                let _ = std::fs::remove_file(dir.join(file));
+            }
+        }
     }
     Ok(manifest)
 }
@@ -595,6 +720,30 @@ mod tests {
             platform: platform.map(Into::into),
             runtime_version: runtime.map(Into::into),
         }
+    }
+
+    #[test]
+    fn the_vision_encoder_for_this_board_comes_along() {
+        let all = files(&[
+            "qwen2-vl-2b_w8a8_rk3588.rkllm",
+            "qwen2-vl-2b_vision_rk3588.rknn",
+            "qwen2-vl-2b_vision_rk3576.rknn",
+            "other_vision_rk3588.rknn",
+        ]);
+        let pick = |p| {
+            choose_encoder(&all, "qwen2-vl-2b_w8a8_rk3588.rkllm", &request(p, None))
+                .map(|f| f.path.clone())
+        };
+        assert_eq!(
+            pick(Some("rk3588")).unwrap(),
+            "qwen2-vl-2b_vision_rk3588.rknn"
+        );
+        assert_eq!(
+            pick(Some("rk3576")).unwrap(),
+            "qwen2-vl-2b_vision_rk3576.rknn"
+        );
+        let text_only = files(&["m.rkllm", "README.md"]);
+        assert!(choose_encoder(&text_only, "m.rkllm", &request(Some("rk3588"), None)).is_none());
     }
 
     #[test]
