@@ -393,6 +393,32 @@ async fn bad_images_get_clear_errors_and_disturb_nothing() {
         "{body}"
     );
 
+    // A PNG whose header is sound but whose pixel data is damaged passes
+    // the check and fails in the runner, for that request only.
+    let mut photo = encode(
+        &RgbImage::from_fn(300, 200, |x, y| {
+            image::Rgb([(x % 256) as u8, (y % 256) as u8, 90])
+        }),
+        ImageFormat::Png,
+    );
+    let middle = photo.len() / 2;
+    for byte in &mut photo[middle..middle + 16] {
+        *byte ^= 0x5a;
+    }
+    let damaged = b64(&photo);
+    let response = server
+        .call(
+            "run",
+            json!({"model": "vl", "prompt": "x", "images": [damaged]}),
+        )
+        .await;
+    assert_eq!(response["error"]["code"], -32004, "{response}");
+    let message = response["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("image 1 could not be decoded"),
+        "{message}"
+    );
+
     // Nothing else was disturbed: a good image and a text request work.
     let reply = server
         .ok(
