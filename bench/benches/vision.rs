@@ -7,28 +7,14 @@ use std::hint::black_box;
 use std::io::Cursor;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use image::{ImageFormat, RgbImage};
+use image::ImageFormat;
 use rkllm_server::backend::image::{ImageLimits, inspect, prepare};
 
-/// A 1024x768 photo-like picture (smooth gradients and some texture), as
-/// a JPEG of quality 90, the size a phone picture is scaled to.
-fn photo_jpeg() -> Vec<u8> {
-    let picture = RgbImage::from_fn(1024, 768, |x, y| {
-        let noise = ((x * 7919 + y * 104_729) % 31) as u8;
-        image::Rgb([
-            (x / 4) as u8 ^ noise,
-            (y / 3) as u8,
-            ((x + y) / 7) as u8 ^ (noise / 2),
-        ])
-    });
-    let mut out = Cursor::new(Vec::new());
-    let encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90);
-    picture.write_with_encoder(encoder).unwrap();
-    out.into_inner()
-}
+#[path = "../src/picture.rs"]
+mod picture;
 
 fn preprocessing(c: &mut Criterion) {
-    let jpeg = photo_jpeg();
+    let jpeg = picture::photo_jpeg();
     let png = {
         let picture = image::load_from_memory(&jpeg).unwrap().into_rgb8();
         let mut out = Cursor::new(Vec::new());

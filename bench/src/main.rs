@@ -8,6 +8,7 @@
 
 mod clients;
 mod memory;
+mod picture;
 mod report;
 mod server;
 mod stats;

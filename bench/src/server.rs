@@ -76,6 +76,18 @@ impl ServerProcess {
     /// Starts `binary` with `setup`'s config; over stdio when `stdio`,
     /// else on a free loopback port.
     pub fn start(binary: &Path, setup: &ServerSetup, stdio: bool) -> std::io::Result<Self> {
+        Self::start_with(binary, &setup.config(), &[], &[], stdio)
+    }
+
+    /// Starts `binary` with the config file `config`, more `args` and
+    /// `env`; over stdio when `stdio`, else on a free loopback port.
+    pub fn start_with(
+        binary: &Path,
+        config: &str,
+        args: &[&std::ffi::OsStr],
+        env: &[(&str, &std::ffi::OsStr)],
+        stdio: bool,
+    ) -> std::io::Result<Self> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "rkllm-bench-{}-{}",
@@ -83,10 +95,15 @@ impl ServerProcess {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir)?;
-        let config = dir.join("config.toml");
-        std::fs::write(&config, setup.config())?;
+        let config_file = dir.join("config.toml");
+        std::fs::write(&config_file, config)?;
         let mut command = Command::new(binary);
-        command.arg("--config").arg(&config).stderr(Stdio::piped());
+        command
+            .arg("--config")
+            .arg(&config_file)
+            .args(args)
+            .envs(env.iter().copied())
+            .stderr(Stdio::piped());
         if stdio {
             command
                 .arg("--stdio")

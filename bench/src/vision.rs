@@ -13,12 +13,13 @@
 //! is subtracted, since a real encoder's NPU time and a real runtime's
 //! prefill replace it.
 
-use std::io::{BufRead, BufReader, Cursor};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Instant;
 
 use serde_json::{Value, json};
+
+use crate::server::ServerProcess;
 
 /// The encoder the test double imitates.
 const ENCODER: &str =
@@ -60,24 +61,6 @@ impl VisionResult {
             }
         )
     }
-}
-
-/// A 1024x768 photo-like JPEG (quality 90).
-pub fn photo_jpeg() -> Vec<u8> {
-    let picture = image::RgbImage::from_fn(1024, 768, |x, y| {
-        let noise = ((x * 7919 + y * 104_729) % 31) as u8;
-        image::Rgb([
-            (x / 4) as u8 ^ noise,
-            (y / 3) as u8,
-            ((x + y) / 7) as u8 ^ (noise / 2),
-        ])
-    });
-    let mut out = Cursor::new(Vec::new());
-    let encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90);
-    picture
-        .write_with_encoder(encoder)
-        .expect("encoding a JPEG in memory");
-    out.into_inner()
 }
 
 fn build(
@@ -138,52 +121,31 @@ pub async fn measure(binary: &Path, requests: usize) -> Result<VisionResult, Str
     let rkllm_log = dir.join("rkllm.log");
     std::fs::write(&model, "x").map_err(|e| e.to_string())?;
     std::fs::write(&encoder, ENCODER).map_err(|e| e.to_string())?;
-    let config = dir.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "log_level = \"warn\"\n[[models]]\nname = \"vl\"\npath = {model:?}\nvision_encoder = {encoder:?}\n\
-             [engine]\npreload = [\"vl\"]\nkeep_alive_secs = -1\n[limits]\nmax_request_bytes = 16777216\n"
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    let mut child = Command::new(binary)
-        .arg("--config")
-        .arg(&config)
-        .args(["--backend", "rkllm", "--listen", "127.0.0.1:0", "--runtime"])
-        .arg(&rkllm)
-        .arg("--rknn-runtime")
-        .arg(&rknn)
-        .env("FAKE_RKLLM_EMBED_DIM", EMBED_DIM)
-        .env("FAKE_RKLLM_TOKEN_MS", "0")
-        .env("FAKE_RKNN_LOG", &log)
-        .env("FAKE_RKLLM_LOG", &rkllm_log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
+    let config = format!(
+        "log_level = \"warn\"\n[[models]]\nname = \"vl\"\npath = {model:?}\nvision_encoder = {encoder:?}\n\
+         [engine]\npreload = [\"vl\"]\nkeep_alive_secs = -1\n[limits]\nmax_request_bytes = 16777216\n"
+    );
+    let args = [
+        "--backend".as_ref(),
+        "rkllm".as_ref(),
+        "--runtime".as_ref(),
+        rkllm.as_os_str(),
+        "--rknn-runtime".as_ref(),
+        rknn.as_os_str(),
+    ];
+    let env = [
+        ("FAKE_RKLLM_EMBED_DIM", EMBED_DIM.as_ref()),
+        ("FAKE_RKLLM_TOKEN_MS", "0".as_ref()),
+        ("FAKE_RKNN_LOG", log.as_os_str()),
+        ("FAKE_RKLLM_LOG", rkllm_log.as_os_str()),
+    ];
+    let server = ServerProcess::start_with(binary, &config, &args, &env, false)
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(addr) = line.strip_prefix("rkllm-server listening on http://")
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(addr.to_owned());
-            } else if line.contains("ERROR") {
-                eprintln!("server: {line}");
-            }
-        }
-    });
     let result = async {
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .map_err(|_| "the server did not start".to_owned())?;
+        let addr = server.addr.ok_or("the server has no address")?;
         let url = format!("http://{addr}/mcp");
         let http = reqwest::Client::new();
-        let jpeg = photo_jpeg();
+        let jpeg = crate::picture::photo_jpeg();
         let image = base64_encode(&jpeg);
         let call = |images: Option<&str>| {
             let mut params = json!({"model": "vl", "prompt": "Describe it.", "max_tokens": 1});
@@ -244,8 +206,7 @@ pub async fn measure(binary: &Path, requests: usize) -> Result<VisionResult, Str
         })
     }
     .await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }

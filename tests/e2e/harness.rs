@@ -101,62 +101,57 @@ pub enum Fake {
 /// The C compiler is `RKLLM_FAKE_CC` (default `cc`), so the fake can be
 /// built for the target the tests run on.
 pub fn fake_runtime(fake: Fake) -> PathBuf {
-    static BUILT: Mutex<Vec<(Fake, PathBuf)>> = Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap();
-    if let Some((_, path)) = built.iter().find(|(f, _)| *f == fake) {
-        return path.clone();
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let (name, defines): (&str, &[&str]) = match fake {
         Fake::V1_3 => ("v1_3", &["-DFAKE_ABI_V1_3"]),
         Fake::V1_2 => ("v1_2", &["-DFAKE_ABI_V1_2"]),
         Fake::V1_3WithoutAbort => ("no_abort", &["-DFAKE_ABI_V1_3", "-DFAKE_OMIT_ABORT"]),
         Fake::UnknownVersion => ("v9_9_9", &["-DFAKE_ABI_V1_3", "-DFAKE_VERSION=\"9.9.9\""]),
     };
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-rkllmrt");
-    std::fs::create_dir_all(&dir).expect("fake runtime dir");
-    let out = dir.join(format!("librkllmrt-fake-{name}-{}.so", std::process::id()));
-    let cc = std::env::var("RKLLM_FAKE_CC").unwrap_or_else(|_| "cc".to_owned());
-    let status = Command::new(&cc)
-        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror"])
-        .args(defines)
-        .arg("-I")
-        .arg(root.join("rkllm-sys/include"))
-        .arg(root.join("tests/fake-rkllmrt/fake_rkllmrt.c"))
-        .arg("-o")
-        .arg(&out)
-        .arg("-lpthread")
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
-    assert!(status.success(), "building the fake runtime failed");
-    built.push((fake, out.clone()));
-    out
+    build_fake(
+        &format!("librkllmrt-fake-{name}"),
+        "tests/fake-rkllmrt/fake_rkllmrt.c",
+        "rkllm-sys/include",
+        defines,
+    )
 }
 
 /// Builds (once per test process) and returns the fake RKNN runtime
 /// (tests/fake-rknnrt), with `RKLLM_FAKE_CC` like [`fake_runtime`].
 pub fn fake_rknn_runtime() -> PathBuf {
-    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
+    build_fake(
+        "librknnrt-fake",
+        "tests/fake-rknnrt/fake_rknnrt.c",
+        "rknn-sys/include",
+        &[],
+    )
+}
+
+/// Compiles a test double `source` (with the headers in `include`) into
+/// a shared library named `name`, once per test process.
+fn build_fake(name: &str, source: &str, include: &str, defines: &[&str]) -> PathBuf {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap();
-    if let Some(path) = &*built {
+    if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
         return path.clone();
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake-rknnrt");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fakes");
     std::fs::create_dir_all(&dir).expect("fake runtime dir");
-    let out = dir.join(format!("librknnrt-fake-{}.so", std::process::id()));
+    let out = dir.join(format!("{name}-{}.so", std::process::id()));
     let cc = std::env::var("RKLLM_FAKE_CC").unwrap_or_else(|_| "cc".to_owned());
     let status = Command::new(&cc)
         .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror"])
+        .args(defines)
         .arg("-I")
-        .arg(root.join("rknn-sys/include"))
-        .arg(root.join("tests/fake-rknnrt/fake_rknnrt.c"))
+        .arg(root.join(include))
+        .arg(root.join(source))
         .arg("-o")
         .arg(&out)
+        .arg("-lpthread")
         .status()
         .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
-    assert!(status.success(), "building the fake RKNN runtime failed");
-    *built = Some(out.clone());
+    assert!(status.success(), "building {source} failed");
+    built.push((name.to_owned(), out.clone()));
     out
 }
 
