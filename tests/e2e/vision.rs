@@ -49,16 +49,21 @@ struct Vision {
 impl Vision {
     /// A server with a vision model `vl` (and a text-only model `text`).
     fn start(fake: Fake, vision_table: &str) -> Self {
+        Self::start_with(fake, ENCODER, vision_table, "")
+    }
+
+    /// The same with another encoder description and more config.
+    fn start_with(fake: Fake, encoder_text: &str, vision_table: &str, more: &str) -> Self {
         let scratch = ScratchDir::new();
         let model = scratch.0.join("vl.rkllm");
         std::fs::write(&model, TEXT).unwrap();
         let encoder = scratch.0.join("vl-vision.rknn");
-        std::fs::write(&encoder, ENCODER).unwrap();
+        std::fs::write(&encoder, encoder_text).unwrap();
         let text_model = scratch.0.join("text.rkllm");
         std::fs::write(&text_model, "Only text.").unwrap();
         let rknn_log = scratch.0.join("rknn.log");
         let config = format!(
-            "[[models]]\nname = \"vl\"\npath = {model:?}\nvision_encoder = {encoder:?}\n{vision_table}\n\
+            "{more}\n[[models]]\nname = \"vl\"\npath = {model:?}\nvision_encoder = {encoder:?}\n{vision_table}\n\
              [[models]]\nname = \"text\"\npath = {text_model:?}\n"
         );
         let runtime = fake_runtime(fake);
@@ -110,8 +115,12 @@ async fn a_pictures_pixels_reach_the_language_model_on_both_abis() {
     let red = solid([255, 0, 0], ImageFormat::Png);
     let blue = solid([0, 0, 255], ImageFormat::Jpeg);
     let mut digests = Vec::new();
-    for fake in [Fake::V1_3, Fake::V1_2] {
-        let vision = Vision::start(fake, "[models.vision]\ncore_mask = \"0-2\"\n");
+    // The 1.2 pass uses an encoder whose input is laid out NCHW: its
+    // attributes give the size in that order, the runtime converts.
+    let nchw = ENCODER.replace("fmt=NHWC", "fmt=NCHW");
+    for (fake, encoder) in [(Fake::V1_3, ENCODER), (Fake::V1_2, nchw.as_str())] {
+        let vision =
+            Vision::start_with(fake, encoder, "[models.vision]\ncore_mask = \"0-2\"\n", "");
         let server = &vision.server;
 
         // One image, through JSON-RPC, its tag placed before the text.
@@ -462,5 +471,105 @@ async fn a_missing_rknn_runtime_stops_the_start_naming_its_path() {
     assert!(
         stderr.contains("the RKNN runtime /nonexistent/librknnrt.so does not exist"),
         "{stderr}"
+    );
+    // A library that is not the RKNN runtime: the missing function is named.
+    let (code, stderr) = start_failure(
+        &[
+            "--backend",
+            "rkllm",
+            "--runtime",
+            runtime.to_str().unwrap(),
+            "--rknn-runtime",
+            runtime.to_str().unwrap(),
+        ],
+        &[],
+        Some(&config),
+    );
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("lacks a function the vision encoder needs") && stderr.contains("rknn_"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn image_urls_are_fetched_only_when_allowed_within_limits() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let vision = Vision::start_with(
+        Fake::V1_3,
+        ENCODER,
+        "",
+        "[limits]\nallow_remote_images = true\nremote_image_timeout_secs = 2\n",
+    );
+    let server = &vision.server;
+    // A little image host on loopback: /red.png, a 404, and one that
+    // never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap();
+    let red = solid([255, 0, 0], ImageFormat::Png);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let red = red.clone();
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 4096];
+                let n = socket.read(&mut request).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&request[..n]).into_owned();
+                if request.starts_with("GET /red.png ") {
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        red.len()
+                    );
+                    let _ = socket.write_all(head.as_bytes()).await;
+                    let _ = socket.write_all(&red).await;
+                } else if request.starts_with("GET /slow.png ") {
+                    tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                } else {
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                        .await;
+                }
+            });
+        }
+    });
+    let ask = |url: String| {
+        server.send(
+            reqwest::Method::POST,
+            "/v1/chat/completions",
+            Some(
+                json!({"model": "vl", "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": url}}]}]}),
+            ),
+            None,
+        )
+    };
+    let fetched = ask(format!("http://{host}/red.png")).await;
+    assert_eq!(fetched.status(), 200);
+    let body: Value = fetched.json().await.unwrap();
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert_eq!(field(&described(text)[0], "rgb"), "223,32,32", "{text}");
+
+    let missing = ask(format!("http://{host}/nothing.png")).await;
+    assert_eq!(missing.status(), 400);
+    let body: Value = missing.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("could not be fetched: HTTP 404"),
+        "{message}"
+    );
+
+    let started = std::time::Instant::now();
+    let slow = ask(format!("http://{host}/slow.png")).await;
+    assert_eq!(slow.status(), 400);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let body: Value = slow.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("could not be fetched"),
+        "{body}"
     );
 }
