@@ -308,6 +308,15 @@ pub struct ModelEntry {
     /// Image settings of a vision-language model.
     #[serde(default)]
     pub vision: Option<VisionEntry>,
+    /// An embedding model: runs in hidden-layer mode and makes vectors.
+    #[serde(default)]
+    pub embedding: bool,
+    /// How an embedding model pools its hidden rows: `last` (default) or `mean`.
+    #[serde(default)]
+    pub pooling: Option<crate::engine::Pooling>,
+    /// Scale an embedding model's vectors to length 1 (default true).
+    #[serde(default)]
+    pub normalize: Option<bool>,
     /// Init settings of this model, over `[rkllm]`.
     #[serde(flatten)]
     pub settings: crate::engine::ModelSettings,

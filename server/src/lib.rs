@@ -65,6 +65,9 @@ pub fn app(state: Arc<AppState>) -> Router {
             post(transport::openai::chat_completions),
         )
         .route("/v1/completions", post(transport::openai::completions))
+        .route("/v1/embeddings", post(transport::openai::embeddings))
+        .route("/api/embed", post(transport::ollama::embed))
+        .route("/api/embeddings", post(transport::ollama::embeddings))
         .route("/api/version", get(transport::ollama::version))
         .route("/api/tags", get(transport::ollama::tags))
         .route("/api/ps", get(transport::ollama::ps))

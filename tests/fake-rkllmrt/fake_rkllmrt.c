@@ -453,6 +453,44 @@ static char *describe_images(fake_handle *h, const RKLLMMultiModalInput *m, int 
     return out;
 }
 
+/* Hidden-layer mode (embeddings): one row per 4 bytes of the prompt (a
+ * "token"), FAKE_RKLLM_EMBED_DIM wide; element d of row t is byte
+ * (4t + d) mod len of the prompt divided by 255, so a test can compute it.
+ * Delivered in one NORMAL callback, then FINISH with the prompt's token
+ * count. Prefill takes FAKE_RKLLM_PREFILL_MS. */
+static int hidden_layer_run(fake_handle *h, const char *prompt, RKLLMInferParam *params, void *userdata) {
+#if defined(FAKE_ABI_V1_3)
+    if (!userdata) userdata = h->default_userdata;
+#endif
+    (void)params;
+    size_t len = strlen(prompt);
+    int width = env_int("FAKE_RKLLM_EMBED_DIM", 64);
+    int rows = (int)((len + 3) / 4);
+    if (rows == 0) rows = 1;
+    float *states = malloc(sizeof(float) * (size_t)rows * (size_t)width);
+    for (int t = 0; t < rows; t++)
+        for (int d = 0; d < width; d++)
+            states[(size_t)t * width + d] =
+                len ? (float)(unsigned char)prompt[((size_t)4 * t + d) % len] / 255.0f : 0.0f;
+    double start = now_ms();
+    sleep_ms(h->prefill_ms);
+    RKLLMResult result;
+    memset(&result, 0, sizeof result);
+    result.last_hidden_layer.hidden_states = states;
+    result.last_hidden_layer.embd_size = width;
+    result.last_hidden_layer.num_tokens = rows;
+    h->callback(&result, userdata, RKLLM_RUN_NORMAL);
+    free(states);
+    RKLLMPerfStat perf;
+    memset(&perf, 0, sizeof perf);
+    perf.prefill_tokens = rows;
+    perf.prefill_time_ms = (float)(now_ms() - start);
+    perf.memory_usage_mb = 700.0f;
+    fake_log(h, "hidden tokens=%d dim=%d prompt=%s", rows, width, prompt);
+    emit(h, userdata, NULL, -1, RKLLM_RUN_FINISH, &perf);
+    return 0;
+}
+
 static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params, void *userdata, int async) {
     if (!h) return -1;
     int idle = 0;
@@ -469,6 +507,11 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
         fake_log(h, "invalid-input");
         atomic_store(&h->running, 0);
         return -1;
+    }
+    if (params && params->mode == RKLLM_INFER_GET_LAST_HIDDEN_LAYER) {
+        int rc = hidden_layer_run(h, prompt, params, userdata);
+        atomic_store(&h->running, 0);
+        return rc;
     }
     char *images = NULL;
     int image_tokens = 0;

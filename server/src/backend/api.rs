@@ -54,6 +54,67 @@ pub struct ModelSpec {
     /// The vision encoder, for a vision-language model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vision: Option<VisionSpec>,
+    /// How it embeds, for an embedding model (which generates no text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<EmbeddingSpec>,
+}
+
+/// An embedding model's settings (config `embedding = true`, `pooling`,
+/// `normalize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EmbeddingSpec {
+    /// How the last hidden layer's rows become one vector.
+    pub pooling: Pooling,
+    /// Scale the vector to length 1.
+    pub normalize: bool,
+}
+
+/// How the rows of the last hidden layer (one per input token) become one
+/// vector.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// The last token's row (models trained for it, such as Qwen3-Embedding).
+    #[default]
+    Last,
+    /// The mean of all rows.
+    Mean,
+}
+
+impl EmbeddingSpec {
+    /// Pools `rows` (`n × width` floats, row by row) into one vector and
+    /// normalises it when asked.
+    pub fn pool(&self, rows: &[f32], width: usize) -> Vec<f32> {
+        if width == 0 || rows.len() < width {
+            return Vec::new();
+        }
+        let n = rows.len() / width;
+        let mut out = match self.pooling {
+            Pooling::Last => rows[(n - 1) * width..n * width].to_vec(),
+            Pooling::Mean => {
+                let mut sum = vec![0f64; width];
+                for row in rows.chunks_exact(width) {
+                    for (s, v) in sum.iter_mut().zip(row) {
+                        *s += f64::from(*v);
+                    }
+                }
+                sum.iter().map(|s| (s / n as f64) as f32).collect()
+            }
+        };
+        if self.normalize {
+            let norm = out
+                .iter()
+                .map(|v| f64::from(*v).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            if norm > 0.0 {
+                for v in &mut out {
+                    *v = (f64::from(*v) / norm) as f32;
+                }
+            }
+        }
+        out
+    }
 }
 
 /// A vision-language model's encoder and image settings (config
@@ -170,7 +231,7 @@ pub enum BackendError {
 }
 
 /// How a generation ended, as the runner saw it.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Generation {
     /// `Stop` or `Length` (the engine turns it into `Abort` when cancelled).
     pub finish_reason: FinishReason,
@@ -180,6 +241,9 @@ pub struct Generation {
     pub runtime_timings: Option<(f64, f64)>,
     /// Peak memory the runtime reported, in MB.
     pub memory_mb: Option<f64>,
+    /// The input's embedding, for an embedding run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<Vec<f32>>,
 }
 
 /// Which backend to build, with its settings: what start-up chooses from

@@ -23,7 +23,7 @@ use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, ModelSpec, Plan, Runner,
     TokenSink, ValidRunRequest,
 };
-use crate::vocab::FinishReason;
+use crate::vocab::{FinishReason, Usage};
 
 /// Settings of the mock backend (config section `[mock]`).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -286,6 +286,9 @@ impl Runner for MockRunner {
         request: &ValidRunRequest,
         sink: &mut TokenSink<'_>,
     ) -> Result<Generation, BackendError> {
+        if let Some(spec) = request.embed {
+            return Ok(mock_embedding(&request.prompt, spec));
+        }
         let prefilled = match request
             .conversation
             .as_deref()
@@ -305,6 +308,45 @@ impl Runner for MockRunner {
             _ => self.conversation.reset(),
         }
         result
+    }
+}
+
+/// Width of the mock's embeddings.
+pub const MOCK_EMBEDDING_WIDTH: usize = 32;
+
+/// The mock's "hidden layer" for `text`, as the RKLLM test double makes
+/// it: one row per 4 bytes of the text (a token), element `d` of row `t`
+/// being byte `(4t + d) mod len` divided by 255; then pooled as the model
+/// says. Deterministic, so tests can compute the expected vector.
+pub fn mock_hidden_rows(text: &str, width: usize) -> Vec<f32> {
+    let bytes = text.as_bytes();
+    let rows = bytes.len().div_ceil(4).max(1);
+    let mut out = Vec::with_capacity(rows * width);
+    for t in 0..rows {
+        for d in 0..width {
+            let byte = if bytes.is_empty() {
+                0
+            } else {
+                bytes[(4 * t + d) % bytes.len()]
+            };
+            out.push(f32::from(byte) / 255.0);
+        }
+    }
+    out
+}
+
+fn mock_embedding(text: &str, spec: crate::backend::EmbeddingSpec) -> Generation {
+    let rows = mock_hidden_rows(text, MOCK_EMBEDDING_WIDTH);
+    let tokens = u32::try_from(rows.len() / MOCK_EMBEDDING_WIDTH).unwrap_or(u32::MAX);
+    Generation {
+        finish_reason: FinishReason::Stop,
+        usage: Some(Usage {
+            prompt_tokens: tokens,
+            completion_tokens: 0,
+        }),
+        runtime_timings: None,
+        memory_mb: None,
+        embedding: Some(spec.pool(&rows, MOCK_EMBEDDING_WIDTH)),
     }
 }
 
@@ -398,6 +440,7 @@ impl MockRunner {
             usage: None,
             runtime_timings: None,
             memory_mb: None,
+            embedding: None,
         })
     }
 }
@@ -468,6 +511,7 @@ fn tool_call(
         usage: None,
         runtime_timings: None,
         memory_mb: None,
+        embedding: None,
     })
 }
 
@@ -477,6 +521,7 @@ fn aborted() -> Generation {
         usage: None,
         runtime_timings: None,
         memory_mb: None,
+        embedding: None,
     }
 }
 

@@ -19,8 +19,8 @@ mod template;
 mod utf8;
 
 pub use api::{
-    ALL_OVERRIDES, Backend, BackendError, BackendSettings, Generation, ModelSettings, ModelSpec,
-    Runner, VISION_FAMILIES, VisionSpec,
+    ALL_OVERRIDES, Backend, BackendError, BackendSettings, EmbeddingSpec, Generation,
+    ModelSettings, ModelSpec, Pooling, Runner, VISION_FAMILIES, VisionSpec,
 };
 pub use conversation::{ConversationState, Plan, Turn};
 pub use image::{IMAGE_TAG, ImageData, ImageLimits};

@@ -67,4 +67,7 @@ pub struct ValidRunRequest {
     /// Images, in the order of the prompt's `<image>` tags (vision models).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<super::ImageData>,
+    /// Embed `prompt` instead of generating (embedding models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embed: Option<super::EmbeddingSpec>,
 }

@@ -204,6 +204,8 @@ pub struct LimitsSection {
     pub allow_remote_images: bool,
     /// Time allowed for fetching one image URL.
     pub remote_image_timeout_secs: u64,
+    /// Texts one embedding request may hold.
+    pub max_embedding_inputs: usize,
 }
 
 impl Default for LimitsSection {
@@ -216,6 +218,7 @@ impl Default for LimitsSection {
             max_streams_per_connection: 32,
             allow_remote_images: false,
             remote_image_timeout_secs: 10,
+            max_embedding_inputs: 64,
         }
     }
 }

@@ -36,6 +36,7 @@ impl Config {
                 template: self.chat_template.resolve().unwrap_or_default(),
                 settings: ModelSettings::default(),
                 vision: None,
+                embedding: None,
             }];
         }
         if self.models.is_empty() {
@@ -49,6 +50,7 @@ impl Config {
                 template: self.chat_template.resolve().unwrap_or_default(),
                 settings: ModelSettings::default(),
                 vision: None,
+                embedding: None,
             }];
         }
         // The default model goes first.
@@ -66,6 +68,10 @@ impl Config {
                     .resolve()
                     .unwrap_or_default(),
                 settings: m.settings.clone(),
+                embedding: m.embedding.then(|| crate::engine::EmbeddingSpec {
+                    pooling: m.pooling.unwrap_or_default(),
+                    normalize: m.normalize.unwrap_or(true),
+                }),
                 vision: m.vision_encoder.as_ref().and_then(|encoder| {
                     m.vision
                         .clone()
@@ -232,6 +238,7 @@ impl Config {
     pub fn rpc_limits(&self) -> RpcLimits {
         RpcLimits {
             max_streams_per_connection: self.limits.max_streams_per_connection,
+            max_embedding_inputs: self.limits.max_embedding_inputs,
         }
     }
 
@@ -248,6 +255,7 @@ impl Config {
             ws_idle_timeout: Duration::from_secs(self.websocket.idle_timeout_secs),
             api_keys: self.api_keys.clone(),
             line: self.line_options(),
+            max_embedding_inputs: self.limits.max_embedding_inputs,
             remote_images: crate::transport::images::RemoteImages {
                 allowed: self.limits.allow_remote_images,
                 timeout: Duration::from_secs(self.limits.remote_image_timeout_secs),

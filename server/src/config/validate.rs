@@ -203,6 +203,12 @@ impl Config {
                 ),
             ));
         }
+        if !(1..=4096).contains(&l.max_embedding_inputs) {
+            return Err(invalid(
+                "limits.max_embedding_inputs",
+                format!("must be between 1 and 4096, got {}", l.max_embedding_inputs),
+            ));
+        }
         if !(1..=300).contains(&l.remote_image_timeout_secs) {
             return Err(invalid(
                 "limits.remote_image_timeout_secs",

@@ -104,6 +104,7 @@ pub(super) fn run_job(runner: &mut dyn Runner, job: &Job) -> Option<BackendError
                 ended_here = Some((finish_reason, usage, timings));
                 EndInfo {
                     timings: Some(timings),
+                    embedding: generation.embedding.as_deref().map(Into::into),
                     ..EndInfo::new(finish_reason, usage)
                 }
             });

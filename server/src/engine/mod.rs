@@ -12,12 +12,13 @@ mod request;
 mod scheduler;
 
 pub use crate::backend::{
-    ALL_OVERRIDES, Backend, BackendError, ChatTemplate, CustomTemplate, ImageData, ImageLimits,
-    ModelSettings, ModelSpec, Role, Sampling, Turn, VISION_FAMILIES, ValidRunRequest, VisionSpec,
+    ALL_OVERRIDES, Backend, BackendError, ChatTemplate, CustomTemplate, EmbeddingSpec, ImageData,
+    ImageLimits, ModelSettings, ModelSpec, Pooling, Role, Sampling, Turn, VISION_FAMILIES,
+    ValidRunRequest, VisionSpec,
 };
 pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};
-pub use request::{RequestLimits, RunRequest, ValidationError, check_images};
+pub use request::{RequestLimits, RunRequest, ValidationError, check_embedding, check_images};
 pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo};
 
 #[cfg(test)]

@@ -31,6 +31,8 @@ pub struct RunRequest {
     /// Images for a vision model, one per `<image>` tag of the prompt, in
     /// order.
     pub images: Vec<ImageData>,
+    /// Embed `prompt` (embedding models) instead of generating text.
+    pub embed: bool,
 }
 
 /// Limits applied when validating requests (config section `[limits]`).
@@ -154,7 +156,48 @@ impl RunRequest {
             conversation: self.conversation,
             tools: self.tools,
             images: self.images,
+            embed: None,
         })
+    }
+}
+
+/// Checks that the request and the model agree on embedding: an embedding
+/// model only embeds, other models only generate. Returns the request
+/// with the model's embedding settings when it embeds.
+///
+/// # Errors
+/// A [`ValidationError::Invalid`] naming what to use instead.
+pub fn check_embedding(
+    mut request: ValidRunRequest,
+    embedding: Option<crate::backend::EmbeddingSpec>,
+    wants_embedding: bool,
+) -> Result<ValidRunRequest, ValidationError> {
+    match (embedding, wants_embedding) {
+        (Some(spec), true) => {
+            if !request.images.is_empty() {
+                return Err(invalid(
+                    "images",
+                    "embedding requests take text only".into(),
+                ));
+            }
+            request.embed = Some(spec);
+            Ok(request)
+        }
+        (None, false) => Ok(request),
+        (Some(_), false) => Err(invalid(
+            "model",
+            format!(
+                "model `{}` is an embedding model: it makes vectors, not text; use /v1/embeddings, /api/embed or the JSON-RPC method `embed`",
+                request.model
+            ),
+        )),
+        (None, true) => Err(invalid(
+            "model",
+            format!(
+                "model `{}` is not an embedding model (declare one with `embedding = true` in its [[models]] entry)",
+                request.model
+            ),
+        )),
     }
 }
 

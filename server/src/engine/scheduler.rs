@@ -260,7 +260,9 @@ impl Engine {
                     loaded: state == ModelState::Loaded,
                     default: index == 0,
                     overrides: self.shared.backend.overrides(),
-                    capabilities: if slot.spec.vision.is_some() {
+                    capabilities: if slot.spec.embedding.is_some() {
+                        vec!["embedding"]
+                    } else if slot.spec.vision.is_some() {
                         vec!["completion", "vision"]
                     } else {
                         vec!["completion"]
@@ -400,8 +402,10 @@ impl Engine {
             }
             stop = template.stop_strings();
         }
+        let wants_embedding = request.embed;
         let request = request.validate(slot.name().to_owned(), &self.limits.request)?;
         super::check_images(&request, slot.spec.vision.as_ref())?;
+        let request = super::check_embedding(request, slot.spec.embedding, wants_embedding)?;
         self.shared
             .backend
             .check(&request)

@@ -16,6 +16,7 @@ fn spec(name: &str) -> ModelSpec {
         template: ChatTemplate::default(),
         settings: ModelSettings::default(),
         vision: None,
+        embedding: None,
     }
 }
 

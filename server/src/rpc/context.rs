@@ -18,6 +18,8 @@ use crate::vocab::CancelToken;
 pub struct RpcLimits {
     /// Unfinished streams one connection may hold.
     pub max_streams_per_connection: usize,
+    /// Texts one `embed` call may hold.
+    pub max_embedding_inputs: usize,
 }
 
 /// The services the methods call: built once, shared by every dispatcher.

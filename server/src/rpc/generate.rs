@@ -49,6 +49,7 @@ pub(super) fn run_request(p: &mut Params) -> Result<RunRequest, RpcError> {
         conversation: None,
         tools: None,
         images,
+        embed: false,
     })
 }
 

@@ -200,6 +200,7 @@ impl Store {
                 .and_then(ChatTemplate::named)
                 .unwrap_or_default(),
             settings: manifest.settings.clone(),
+            embedding: None,
             // Defaults for its family (from its name); a `[[models]]`
             // entry of the same name can set every vision key.
             vision: manifest.vision_encoder.as_ref().and_then(|encoder| {

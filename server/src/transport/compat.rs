@@ -149,6 +149,116 @@ pub fn start_private(
     Ok(PrivateStream::new(&state.streams, stream))
 }
 
+/// Why a list of texts could not be embedded.
+#[derive(Debug)]
+pub enum EmbedFailure {
+    /// Refused before it ran (bad input, unknown model, busy).
+    Refused(EngineError),
+    /// A run failed (the runtime, an expiry): the message.
+    Failed(String),
+}
+
+/// The embeddings of a list of texts, in order.
+#[derive(Debug)]
+pub struct Embedded {
+    /// The model that made them.
+    pub model: String,
+    /// One vector per text.
+    pub vectors: Vec<Arc<[f32]>>,
+    /// Input tokens, all texts together.
+    pub prompt_tokens: u32,
+    /// Time the runs took, queueing included.
+    pub elapsed: std::time::Duration,
+}
+
+/// Embeds `inputs` with `model` (the default when `None`), one run after
+/// another in the model's queue, so other clients' requests interleave.
+///
+/// # Errors
+/// The first refusal or failure; the texts after it are not run.
+pub async fn embed_all(
+    state: &Arc<AppState>,
+    model: Option<String>,
+    inputs: Vec<String>,
+    keep_alive: Option<crate::engine::KeepAlive>,
+) -> Result<Embedded, EmbedFailure> {
+    let started = std::time::Instant::now();
+    let mut out = Embedded {
+        model: String::new(),
+        vectors: Vec::with_capacity(inputs.len()),
+        prompt_tokens: 0,
+        elapsed: std::time::Duration::ZERO,
+    };
+    for input in inputs {
+        let request = crate::engine::RunRequest {
+            prompt: input,
+            model: model.clone(),
+            embed: true,
+            ..crate::engine::RunRequest::default()
+        };
+        let mut private =
+            start_private(state, request, keep_alive).map_err(EmbedFailure::Refused)?;
+        out.model = private.stream().model().to_owned();
+        let end = loop {
+            let batch = private.consumer.next_batch().await;
+            if batch.is_empty() {
+                return Err(EmbedFailure::Failed("the embedding run expired".into()));
+            }
+            if let Some(end) = batch.into_iter().find_map(|c| c.end) {
+                break end;
+            }
+        };
+        if let Some(err) = &end.error {
+            return Err(EmbedFailure::Failed(err.message.clone()));
+        }
+        let Some(vector) = end.embedding.clone() else {
+            return Err(EmbedFailure::Failed(format!(
+                "the run ended ({}) without an embedding",
+                end.finish_reason.as_str()
+            )));
+        };
+        out.prompt_tokens = out.prompt_tokens.saturating_add(end.usage.prompt_tokens);
+        out.vectors.push(vector);
+    }
+    out.elapsed = started.elapsed();
+    Ok(out)
+}
+
+/// The texts of an embedding request's `input`: a string or an array of
+/// strings, none empty, at most `max` of them.
+///
+/// # Errors
+/// A message naming what is wrong (token arrays are not taken).
+pub fn embedding_inputs(input: &Value, max: usize) -> Result<Vec<String>, String> {
+    let texts = match input {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) if items.iter().all(Value::is_string) => items
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        Value::Array(items) if items.iter().any(|v| v.is_number() || v.is_array()) => {
+            return Err(
+                "`input` as token ids is not supported: send the text (a string or an array of strings)"
+                    .into(),
+            );
+        }
+        _ => return Err("`input` must be a string or an array of strings".into()),
+    };
+    if texts.is_empty() {
+        return Err("`input` must not be empty".into());
+    }
+    if texts.len() > max {
+        return Err(format!(
+            "`input` has {} texts, over the limit of {max} (limits.max_embedding_inputs)",
+            texts.len()
+        ));
+    }
+    if let Some(i) = texts.iter().position(String::is_empty) {
+        return Err(format!("`input` text {} is empty", i + 1));
+    }
+    Ok(texts)
+}
+
 /// What one batch of a stream shows a client of the OpenAI or Ollama API.
 #[derive(Debug)]
 pub struct Shown {

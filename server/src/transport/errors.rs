@@ -138,11 +138,6 @@ const OLLAMA_UNSUPPORTED: &[(&str, &str)] = &[
         "/api/copy",
         "rkllm-server does not copy models: add another [[models]] entry with the same path",
     ),
-    ("/api/embed", "rkllm-server does not compute embeddings yet"),
-    (
-        "/api/embeddings",
-        "rkllm-server does not compute embeddings yet",
-    ),
 ];
 
 /// The answer to a path no route serves: 404 in the shape of the API the
@@ -154,7 +149,7 @@ pub async fn not_found(method: Method, request: Request<Body>) -> Response {
         Some((_, advice)) => format!("{path} is not supported: {advice}"),
         None => format!(
             "no endpoint {method} {path}: the OpenAI API is under /v1 (models, chat/completions, \
-             completions), the Ollama API under /api (version, tags, ps, show, generate, chat), \
+             completions, embeddings), the Ollama API under /api (version, tags, ps, show, generate, chat, embed), \
              JSON-RPC and MCP at /mcp and /ws; see docs/openai-ollama.md"
         ),
     };

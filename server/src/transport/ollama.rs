@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 use super::clock::rfc3339;
 use super::compat::{
-    ChatMessage, image_sources, log_ignored_fields, next_shown, prompt_from_messages,
-    start_private, turns,
+    ChatMessage, EmbedFailure, embed_all, embedding_inputs, image_sources, log_ignored_fields,
+    next_shown, prompt_from_messages, start_private, turns,
 };
 use super::images;
 use super::state::AppState;
@@ -273,6 +273,12 @@ pub async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     {
         capabilities.push("vision");
     }
+    if info
+        .as_ref()
+        .is_some_and(|m| m.capabilities.contains(&"embedding"))
+    {
+        capabilities = vec!["embedding"];
+    }
     Json(json!({
         "modelfile": "", "parameters": "", "template": "", "details": details,
         "model_info": {"general.architecture": "rkllm", "general.basename": name},
@@ -320,6 +326,123 @@ struct ChatRequest {
     keep_alive: Option<Value>,
 }
 
+#[derive(Debug, Deserialize)]
+struct EmbedRequest {
+    model: Option<String>,
+    #[serde(default)]
+    input: Value,
+    keep_alive: Option<Value>,
+    dimensions: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LegacyEmbedRequest {
+    model: Option<String>,
+    #[serde(default)]
+    prompt: String,
+    keep_alive: Option<Value>,
+}
+
+fn embed_error(failure: EmbedFailure) -> Response {
+    match failure {
+        EmbedFailure::Refused(err) => engine_error(err),
+        EmbedFailure::Failed(message) => error(StatusCode::INTERNAL_SERVER_ERROR, message),
+    }
+}
+
+/// `POST /api/embed`: `input` a string or a list of strings.
+pub async fn embed(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    log_ignored_fields(
+        "/api/embed",
+        &body,
+        &[
+            "model",
+            "input",
+            "keep_alive",
+            "truncate",
+            "options",
+            "dimensions",
+        ],
+    );
+    let request: EmbedRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid request body: {e}"),
+            );
+        }
+    };
+    if request.dimensions.is_some() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "`dimensions` is not supported: the model's vectors have the width it was built with",
+        );
+    }
+    let model = match resolve(&state, request.model.as_deref()) {
+        Ok(m) => m,
+        Err(response) => return *response,
+    };
+    let keep_alive = match keep_alive(request.keep_alive.as_ref()) {
+        Ok(k) => k,
+        Err(response) => return *response,
+    };
+    let inputs = match embedding_inputs(&request.input, state.settings.max_embedding_inputs) {
+        Ok(inputs) => inputs,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    match embed_all(&state, model, inputs, keep_alive).await {
+        Ok(embedded) => {
+            let nanos = u64::try_from(embedded.elapsed.as_nanos()).unwrap_or(u64::MAX);
+            Json(json!({
+                "model": embedded.model,
+                "embeddings": embedded.vectors.iter().map(|v| json!(&v[..])).collect::<Vec<_>>(),
+                "total_duration": nanos,
+                "load_duration": 0,
+                "prompt_eval_count": embedded.prompt_tokens,
+            }))
+            .into_response()
+        }
+        Err(failure) => embed_error(failure),
+    }
+}
+
+/// `POST /api/embeddings`, Ollama's older form: one `prompt`, one
+/// `embedding`.
+pub async fn embeddings(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    log_ignored_fields(
+        "/api/embeddings",
+        &body,
+        &["model", "prompt", "keep_alive", "options"],
+    );
+    let request: LegacyEmbedRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid request body: {e}"),
+            );
+        }
+    };
+    if request.prompt.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "`prompt` must not be empty");
+    }
+    let model = match resolve(&state, request.model.as_deref()) {
+        Ok(m) => m,
+        Err(response) => return *response,
+    };
+    let keep_alive = match keep_alive(request.keep_alive.as_ref()) {
+        Ok(k) => k,
+        Err(response) => return *response,
+    };
+    match embed_all(&state, model, vec![request.prompt], keep_alive).await {
+        Ok(embedded) => {
+            Json(json!({"embedding": embedded.vectors.first().map(|v| &v[..])})).into_response()
+        }
+        Err(failure) => embed_error(failure),
+    }
+}
+
 /// The request's images as bytes; a bad one is a 400.
 async fn load_images(
     state: &AppState,
@@ -363,6 +486,7 @@ fn run_request(
         conversation,
         tools,
         images: Vec::new(),
+        embed: false,
     }
 }
 

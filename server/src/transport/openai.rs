@@ -16,14 +16,15 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::clock::unix_now;
 use super::compat::{
-    ChatMessage, image_sources, log_ignored_fields, next_shown, prompt_from_messages,
-    start_private, turns,
+    ChatMessage, EmbedFailure, embed_all, embedding_inputs, image_sources, log_ignored_fields,
+    next_shown, prompt_from_messages, start_private, turns,
 };
 use super::images::{self, ImageSource};
 use super::state::AppState;
@@ -224,6 +225,7 @@ impl Common {
             conversation,
             tools,
             images: Vec::new(),
+            embed: false,
         })
     }
 }
@@ -264,6 +266,83 @@ pub async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -
         Kind::Chat,
     )
     .await
+}
+
+#[derive(Debug, Deserialize)]
+struct EmbeddingRequest {
+    model: Option<String>,
+    #[serde(default)]
+    input: Value,
+    encoding_format: Option<String>,
+    dimensions: Option<Value>,
+}
+
+/// `POST /v1/embeddings`: `input` a string or an array of strings, each
+/// embedded by the model (an `embedding = true` model) in turn.
+pub async fn embeddings(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    log_ignored_fields(
+        "/v1/embeddings",
+        &body,
+        &["model", "input", "encoding_format", "dimensions", "user"],
+    );
+    let request: EmbeddingRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(response) => return *response,
+    };
+    let base64 = match request.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return bad_request(
+                format!("`encoding_format` must be \"float\" or \"base64\", got {other:?}"),
+                Some("encoding_format"),
+            );
+        }
+    };
+    if request.dimensions.is_some() {
+        return bad_request(
+            "`dimensions` is not supported: the model's vectors have the width it was built with",
+            Some("dimensions"),
+        );
+    }
+    let inputs = match embedding_inputs(&request.input, state.settings.max_embedding_inputs) {
+        Ok(inputs) => inputs,
+        Err(message) => return bad_request(message, Some("input")),
+    };
+    let embedded = match embed_all(&state, request.model, inputs, None).await {
+        Ok(embedded) => embedded,
+        Err(EmbedFailure::Refused(err)) => return engine_error(err),
+        Err(EmbedFailure::Failed(message)) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                message,
+                None,
+                None,
+            );
+        }
+    };
+    let data: Vec<Value> = embedded
+        .vectors
+        .iter()
+        .enumerate()
+        .map(|(index, vector)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(&vector[..])
+            };
+            json!({"object": "embedding", "index": index, "embedding": embedding})
+        })
+        .collect();
+    Json(json!({
+        "object": "list",
+        "data": data,
+        "model": embedded.model,
+        "usage": {"prompt_tokens": embedded.prompt_tokens, "total_tokens": embedded.prompt_tokens}
+    }))
+    .into_response()
 }
 
 /// `POST /v1/completions`.

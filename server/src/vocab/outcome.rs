@@ -107,6 +107,9 @@ pub struct EndInfo {
     pub timings: Option<Timings>,
     /// The failure, when `finish_reason` is `error`.
     pub error: Option<EndError>,
+    /// The input's embedding, when the run computed one (embedding models
+    /// produce no text).
+    pub embedding: Option<std::sync::Arc<[f32]>>,
 }
 
 impl EndInfo {
@@ -117,6 +120,7 @@ impl EndInfo {
             usage,
             timings: None,
             error: None,
+            embedding: None,
         }
     }
 
@@ -126,6 +130,7 @@ impl EndInfo {
             finish_reason: FinishReason::Error,
             usage,
             timings: None,
+            embedding: None,
             error: Some(EndError {
                 kind,
                 message: message.into(),

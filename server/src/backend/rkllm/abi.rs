@@ -63,6 +63,8 @@ pub(super) struct RunSettings<'a> {
     pub keep_history: bool,
     /// The images' embeddings, for a multimodal run.
     pub images: Option<ImageRun<'a>>,
+    /// Return the last hidden layer instead of generating (embeddings).
+    pub hidden_layer: bool,
 }
 
 /// The images of a multimodal run: their embeddings, back to back, and
@@ -237,7 +239,11 @@ pub(super) fn run_v1_3(
         mirostat_eta: 0.1,
     };
     let mut params = v1_3_0::RKLLMInferParam {
-        mode: v1_3_0::RKLLM_INFER_GENERATE,
+        mode: if run.hidden_layer {
+            v1_3_0::RKLLM_INFER_GET_LAST_HIDDEN_LAYER
+        } else {
+            v1_3_0::RKLLM_INFER_GENERATE
+        },
         lora_params: std::ptr::null_mut(),
         prompt_cache_params: std::ptr::null_mut(),
         sampling_params: &raw mut sampling,
@@ -270,7 +276,11 @@ pub(super) fn run_v1_2(
         };
     }
     let mut params = v1_2::RKLLMInferParam {
-        mode: v1_2::RKLLM_INFER_GENERATE,
+        mode: if run.hidden_layer {
+            v1_2::RKLLM_INFER_GET_LAST_HIDDEN_LAYER
+        } else {
+            v1_2::RKLLM_INFER_GENERATE
+        },
         lora_params: std::ptr::null_mut(),
         prompt_cache_params: std::ptr::null_mut(),
         keep_history: i32::from(run.keep_history),
@@ -303,6 +313,22 @@ macro_rules! result_callback {
                     // owned by the runtime for the duration of this call.
                     unsafe { CStr::from_ptr(r.text) }.to_bytes()
                 });
+                // Hidden-layer mode: the rows are valid during this call only.
+                let hidden = result
+                    .map(|r| r.last_hidden_layer)
+                    .filter(|h| !h.hidden_states.is_null() && h.embd_size > 0 && h.num_tokens > 0)
+                    .map(|h| {
+                        let width = h.embd_size as usize;
+                        // SAFETY: the runtime passes `num_tokens × embd_size`
+                        // floats at `hidden_states`, valid for this call.
+                        let rows = unsafe {
+                            std::slice::from_raw_parts(
+                                h.hidden_states,
+                                width * h.num_tokens as usize,
+                            )
+                        };
+                        (rows, width)
+                    });
                 let perf = result.map(|r| Perf {
                     prefill_time_ms: r.perf.prefill_time_ms,
                     prefill_tokens: r.perf.prefill_tokens,
@@ -310,7 +336,7 @@ macro_rules! result_callback {
                     generate_tokens: r.perf.generate_tokens,
                     memory_usage_mb: r.perf.memory_usage_mb,
                 });
-                slot.on_result(state, text, perf)
+                slot.on_result(state, text, perf, hidden)
             }));
             outcome.unwrap_or_else(|_| {
                 slot.mark_panicked();

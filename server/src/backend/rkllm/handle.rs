@@ -104,6 +104,10 @@ pub(super) struct ActiveRun {
     pub finished: Option<Perf>,
     pub failed: bool,
     pub panicked: bool,
+    /// A hidden-layer run: the rows are kept, no text is expected.
+    pub hidden_mode: bool,
+    /// The last hidden layer it returned (rows, width).
+    pub hidden: Option<(Vec<f32>, usize)>,
 }
 
 // SAFETY: `sink` points at a `TokenSink` on the worker thread's stack that
@@ -130,6 +134,7 @@ impl CallbackSlot {
         run_id: u64,
         abort: Arc<AbortHandle>,
         cap: Option<u32>,
+        hidden_mode: bool,
     ) {
         let sink = NonNull::from(sink).cast::<TokenSink<'static>>();
         *self.run.lock() = Some(ActiveRun {
@@ -143,6 +148,8 @@ impl CallbackSlot {
             finished: None,
             failed: false,
             panicked: false,
+            hidden_mode,
+            hidden: None,
         });
     }
 
@@ -153,7 +160,13 @@ impl CallbackSlot {
 
     /// Handles one callback. Returns the callback's return value (always
     /// 0, continue: stopping is done with `rkllm_abort`, never by pausing).
-    pub(super) fn on_result(&self, state: u32, text: Option<&[u8]>, perf: Option<Perf>) -> i32 {
+    pub(super) fn on_result(
+        &self,
+        state: u32,
+        text: Option<&[u8]>,
+        perf: Option<Perf>,
+        hidden: Option<(&[f32], usize)>,
+    ) -> i32 {
         use rkllm_sys::v1_3_0::{
             RKLLM_RUN_ERROR, RKLLM_RUN_FINISH, RKLLM_RUN_NORMAL, RKLLM_RUN_WAITING,
         };
@@ -163,6 +176,11 @@ impl CallbackSlot {
             return 0;
         };
         match state {
+            RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING if run.hidden_mode => {
+                if let Some((rows, width)) = hidden {
+                    run.hidden = Some((rows.to_vec(), width));
+                }
+            }
             RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING => {
                 if run.capped {
                     return 0;

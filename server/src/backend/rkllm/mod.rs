@@ -360,6 +360,13 @@ impl Runner for RkllmRunner {
         if !request.images.is_empty() {
             return self.generate_with_images(request, sink);
         }
+        if request.embed.is_some() {
+            if self.history_dirty {
+                self.clear_history();
+            }
+            let (prompt, role) = (request.prompt.clone(), request.role.as_str());
+            return self.run_once(request, sink, &prompt, role, false, None);
+        }
         let plan = request
             .conversation
             .as_deref()
@@ -500,6 +507,7 @@ impl RkllmRunner {
             max_new_tokens: i32::try_from(request.max_tokens).unwrap_or(i32::MAX),
             keep_history,
             images,
+            hidden_layer: request.embed.is_some(),
         };
         let abort = Arc::clone(&self.handle.abort);
         abort.set_running(run_id);
@@ -510,9 +518,13 @@ impl RkllmRunner {
             abort.set_running(0);
             return Ok(aborted());
         }
-        self.handle
-            .slot
-            .install(sink, run_id, Arc::clone(&abort), cap);
+        self.handle.slot.install(
+            sink,
+            run_id,
+            Arc::clone(&abort),
+            cap,
+            request.embed.is_some(),
+        );
         let userdata = self.handle.userdata();
         let rc = match &self.handle.runtime.api {
             Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, &settings, userdata),
@@ -540,6 +552,7 @@ impl RkllmRunner {
                 usage: None,
                 runtime_timings: None,
                 memory_mb: None,
+                embedding: None,
             });
         }
         if run.capped {
@@ -548,6 +561,7 @@ impl RkllmRunner {
                 usage: None,
                 runtime_timings: None,
                 memory_mb: None,
+                embedding: None,
             });
         }
         if rc != 0 || run.failed {
@@ -557,6 +571,27 @@ impl RkllmRunner {
             ));
         }
         let perf = run.finished;
+        if let Some(spec) = request.embed {
+            let Some((rows, width)) = &run.hidden else {
+                return Err(runtime_error(
+                    Some(rc),
+                    "the runtime returned no hidden layer for the embedding",
+                ));
+            };
+            return Ok(Generation {
+                finish_reason: FinishReason::Stop,
+                usage: Some(Usage {
+                    prompt_tokens: perf
+                        .map_or(u32::try_from(rows.len() / width).unwrap_or(0), |p| {
+                            u32::try_from(p.prefill_tokens).unwrap_or(0)
+                        }),
+                    completion_tokens: 0,
+                }),
+                runtime_timings: perf.map(|p| (f64::from(p.prefill_time_ms), 0.0)),
+                memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
+                embedding: Some(spec.pool(rows, *width)),
+            });
+        }
         let generated = perf.map_or(run.tokens, |p| {
             u32::try_from(p.generate_tokens).unwrap_or(run.tokens)
         });
@@ -574,6 +609,7 @@ impl RkllmRunner {
             runtime_timings: perf
                 .map(|p| (f64::from(p.prefill_time_ms), f64::from(p.generate_time_ms))),
             memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
+            embedding: None,
         })
     }
 }
@@ -584,5 +620,6 @@ fn aborted() -> Generation {
         usage: None,
         runtime_timings: None,
         memory_mb: None,
+        embedding: None,
     }
 }
