@@ -221,3 +221,41 @@ async fn openai_and_ollama_endpoints_and_their_refusals() {
         .unwrap();
     assert_eq!(emb["capabilities"], json!(["embedding"]));
 }
+
+#[tokio::test]
+async fn the_kv_cache_is_reported_and_cleared_on_both_abis() {
+    for fake in [Fake::V1_3, Fake::V1_2] {
+        let scratch = ScratchDir::new();
+        let server = start(fake, &scratch);
+        // Not loaded yet: nothing to clear, and nothing is loaded for it.
+        let result = server.ok("clear_kv_cache", json!({"model": "chat"})).await;
+        assert_eq!(result["cleared"], false, "{result}");
+        // A chat keeps its turns in the runtime's cache.
+        let chat = server
+            .send(
+                reqwest::Method::POST,
+                "/v1/chat/completions",
+                Some(json!({"model": "chat", "messages": [{"role": "user", "content": "Hello there"}]})),
+                None,
+            )
+            .await;
+        assert_eq!(chat.status(), 200);
+        let models = server.ok("models", json!({})).await;
+        let held = models["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "chat")
+            .unwrap()["kv_cache_tokens"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no kv_cache_tokens: {models}"));
+        assert!(held > 0, "{models}");
+        let result = server.ok("clear_kv_cache", json!({"model": "chat"})).await;
+        assert_eq!(result["cleared"], true, "{result}");
+        assert_eq!(result["kv_cache_tokens"], 0, "{result}");
+        let unknown = server
+            .call("clear_kv_cache", json!({"model": "nope"}))
+            .await;
+        assert_eq!(unknown["error"]["code"], -32003, "{unknown}");
+    }
+}

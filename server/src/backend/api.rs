@@ -244,6 +244,18 @@ pub struct Generation {
     /// The input's embedding, for an embedding run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedding: Option<Vec<f32>>,
+    /// Positions the runtime's KV cache holds after the run, when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_tokens: Option<u32>,
+}
+
+impl Generation {
+    /// The same with another finish reason.
+    #[must_use]
+    pub fn with_finish(mut self, finish_reason: FinishReason) -> Self {
+        self.finish_reason = finish_reason;
+        self
+    }
 }
 
 /// Which backend to build, with its settings: what start-up chooses from

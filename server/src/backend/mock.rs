@@ -289,6 +289,13 @@ impl Runner for MockRunner {
         if let Some(spec) = request.embed {
             return Ok(mock_embedding(&request.prompt, spec));
         }
+        if request.clear_cache {
+            self.conversation.reset();
+            return Ok(Generation {
+                kv_cache_tokens: Some(0),
+                ..aborted_like(FinishReason::Stop)
+            });
+        }
         let prefilled = match request
             .conversation
             .as_deref()
@@ -308,6 +315,17 @@ impl Runner for MockRunner {
             _ => self.conversation.reset(),
         }
         result
+    }
+}
+
+fn aborted_like(finish_reason: FinishReason) -> Generation {
+    Generation {
+        finish_reason,
+        usage: None,
+        runtime_timings: None,
+        memory_mb: None,
+        embedding: None,
+        kv_cache_tokens: None,
     }
 }
 
@@ -347,6 +365,7 @@ fn mock_embedding(text: &str, spec: crate::backend::EmbeddingSpec) -> Generation
         runtime_timings: None,
         memory_mb: None,
         embedding: Some(spec.pool(&rows, MOCK_EMBEDDING_WIDTH)),
+        kv_cache_tokens: None,
     }
 }
 
@@ -441,6 +460,7 @@ impl MockRunner {
             runtime_timings: None,
             memory_mb: None,
             embedding: None,
+            kv_cache_tokens: None,
         })
     }
 }
@@ -512,6 +532,7 @@ fn tool_call(
         runtime_timings: None,
         memory_mb: None,
         embedding: None,
+        kv_cache_tokens: None,
     })
 }
 
@@ -522,6 +543,7 @@ fn aborted() -> Generation {
         runtime_timings: None,
         memory_mb: None,
         embedding: None,
+        kv_cache_tokens: None,
     }
 }
 

@@ -70,4 +70,8 @@ pub struct ValidRunRequest {
     /// Embed `prompt` instead of generating (embedding models).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embed: Option<super::EmbeddingSpec>,
+    /// Clear the runtime's KV cache (its chat history) instead of
+    /// generating; `prompt` is empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clear_cache: bool,
 }

@@ -56,9 +56,15 @@ fn record_generation(
     );
 }
 
-/// Runs one job on `runner`, ending its stream. Returns the error when
-/// the runner was lost (its process died or stalled).
-pub(super) fn run_job(runner: &mut dyn Runner, job: &Job) -> Option<BackendError> {
+/// Runs one job on `runner`, ending its stream. The runtime's KV cache
+/// length afterwards goes into `kv_cache_tokens` (`u64::MAX`: unknown)
+/// before the stream ends, so whoever reads the end sees it. Returns the
+/// error when the runner was lost (its process died or stalled).
+pub(super) fn run_job(
+    runner: &mut dyn Runner,
+    job: &Job,
+    kv_cache_tokens: &std::sync::atomic::AtomicU64,
+) -> Option<BackendError> {
     let stream = &job.stream;
     stream.set_initializing();
     let queue_ms = (Instant::now() - job.enqueued).as_secs_f64() * 1000.0;
@@ -77,6 +83,10 @@ pub(super) fn run_job(runner: &mut dyn Runner, job: &Job) -> Option<BackendError
     let hit_stop = sink.hit_stop();
     match result {
         Ok(Ok(generation)) => {
+            kv_cache_tokens.store(
+                generation.kv_cache_tokens.map_or(u64::MAX, u64::from),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             let (prefill_ms, generate_ms) = generation
                 .runtime_timings
                 .unwrap_or((measured_prefill, measured_generate));

@@ -152,6 +152,9 @@ pub(super) struct ModelSlot {
     pub changed: tokio::sync::watch::Sender<u64>,
     /// Moving average of recent job durations, for `retry_after_ms`.
     pub avg_job_ms: AtomicU64,
+    /// The runtime's KV cache length after the last job (`u64::MAX`:
+    /// unknown, or not loaded).
+    pub kv_cache_tokens: AtomicU64,
 }
 
 impl std::fmt::Debug for ModelSlot {
@@ -170,6 +173,7 @@ impl ModelSlot {
             wake: Condvar::new(),
             changed: tokio::sync::watch::Sender::new(0),
             avg_job_ms: AtomicU64::new(1000),
+            kv_cache_tokens: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -515,7 +519,7 @@ fn run(shared: &Shared, slot: &Arc<ModelSlot>, runner: &mut Option<Box<dyn Runne
     let Some(r) = runner.as_mut() else { return };
     slot.life.lock().busy += 1;
     let started = Instant::now();
-    let lost_runner = run_job(r.as_mut(), &job);
+    let lost_runner = run_job(r.as_mut(), &job, &slot.kv_cache_tokens);
     let took = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
     let avg = slot.avg_job_ms.load(Ordering::Relaxed);
     slot.avg_job_ms
@@ -606,6 +610,8 @@ fn ensure_loaded(
             life.lanes_loaded += 1;
             life.state = ModelState::Loaded;
             life.last_error = None;
+            // Unknown until its first request reports it.
+            slot.kv_cache_tokens.store(u64::MAX, Ordering::Relaxed);
             if let Some(pid) = r.process_id() {
                 life.pids.push(pid);
             }

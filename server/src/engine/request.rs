@@ -33,6 +33,8 @@ pub struct RunRequest {
     pub images: Vec<ImageData>,
     /// Embed `prompt` (embedding models) instead of generating text.
     pub embed: bool,
+    /// Clear the model's KV cache instead of generating (no prompt).
+    pub clear_cache: bool,
 }
 
 /// Limits applied when validating requests (config section `[limits]`).
@@ -107,7 +109,7 @@ impl RunRequest {
         model: String,
         limits: &RequestLimits,
     ) -> Result<ValidRunRequest, ValidationError> {
-        if self.prompt.is_empty() {
+        if self.prompt.is_empty() && !self.clear_cache {
             return Err(invalid("prompt", "`prompt` must not be empty".into()));
         }
         if self.prompt.len() > limits.max_prompt_bytes {
@@ -157,6 +159,7 @@ impl RunRequest {
             tools: self.tools,
             images: self.images,
             embed: None,
+            clear_cache: self.clear_cache,
         })
     }
 }
@@ -172,6 +175,9 @@ pub fn check_embedding(
     embedding: Option<crate::backend::EmbeddingSpec>,
     wants_embedding: bool,
 ) -> Result<ValidRunRequest, ValidationError> {
+    if request.clear_cache {
+        return Ok(request);
+    }
     match (embedding, wants_embedding) {
         (Some(spec), true) => {
             if !request.images.is_empty() {

@@ -97,6 +97,10 @@ pub struct ModelInfo {
     /// Resident memory of its runner processes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
+    /// Positions the runtime's KV cache held after the last request
+    /// (runtimes 1.2.1 and later; absent when unknown or not loaded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache_tokens: Option<u64>,
     /// Size of the model file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<u64>,
@@ -273,6 +277,8 @@ impl Engine {
                     expires_in_secs: expires_in.map(|d| d.as_secs()),
                     runner_pids,
                     memory_bytes,
+                    kv_cache_tokens: Some(slot.kv_cache_tokens.load(Ordering::Relaxed))
+                        .filter(|n| *n != u64::MAX && state == ModelState::Loaded),
                     size_bytes: slot
                         .spec
                         .path

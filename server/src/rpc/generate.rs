@@ -50,6 +50,7 @@ pub(super) fn run_request(p: &mut Params) -> Result<RunRequest, RpcError> {
         tools: None,
         images,
         embed: false,
+        clear_cache: false,
     })
 }
 

@@ -46,6 +46,7 @@ pub(super) async fn call(
         "load" => load(state, Params(params_object(params)?)).await,
         "unload" => unload(state, Params(params_object(params)?)).await,
         "embed" => embed(state, ctx, Params(params_object(params)?)).await,
+        "clear_kv_cache" => clear_kv_cache(state, ctx, Params(params_object(params)?)).await,
         other => Err(RpcError::method_not_found(other)),
     }
 }
@@ -151,6 +152,57 @@ async fn embed(state: &Services, ctx: &RequestCtx<'_>, mut p: Params) -> Result<
         "model": name,
         "embeddings": embeddings,
         "usage": {"prompt_tokens": prompt_tokens}
+    }))
+}
+
+/// `clear_kv_cache {model?}`: empties the model's KV cache (the chat
+/// history its runtime holds), in turn with its queue; a model that is not
+/// loaded holds nothing and is not loaded for it.
+async fn clear_kv_cache(
+    state: &Services,
+    ctx: &RequestCtx<'_>,
+    mut p: Params,
+) -> Result<Handled, RpcError> {
+    p.only("clear_kv_cache", &[&["model"]])?;
+    let model = p.opt_str("model")?;
+    let info = state
+        .engine
+        .models()
+        .into_iter()
+        .enumerate()
+        .find(|(i, m)| model.as_deref().map_or(*i == 0, |name| m.name == name));
+    let Some((_, info)) = info else {
+        let available = state.engine.models().into_iter().map(|m| m.name).collect();
+        return Err(crate::engine::EngineError::Invalid(
+            crate::engine::ValidationError::UnknownModel {
+                name: model.unwrap_or_default(),
+                available,
+            },
+        )
+        .into());
+    };
+    if !info.loaded {
+        return done(&json!({ "model": info.name, "cleared": false, "loaded": false }));
+    }
+    let request = crate::engine::RunRequest {
+        model: Some(info.name.clone()),
+        clear_cache: true,
+        ..crate::engine::RunRequest::default()
+    };
+    let mut private = start_private(state, ctx, request)?;
+    let (_, end) = collect(&mut private.consumer).await?;
+    if let Some(err) = &end.error {
+        return Err(RpcError::new(codes::GENERATION_FAILED, err.message.clone()));
+    }
+    let after = state
+        .engine
+        .models()
+        .into_iter()
+        .find(|m| m.name == info.name);
+    done(&json!({
+        "model": info.name,
+        "cleared": true,
+        "kv_cache_tokens": after.and_then(|m| m.kv_cache_tokens),
     }))
 }
 

@@ -487,6 +487,7 @@ fn run_request(
         tools,
         images: Vec::new(),
         embed: false,
+        clear_cache: false,
     }
 }
 

@@ -226,6 +226,7 @@ impl Common {
             tools,
             images: Vec::new(),
             embed: false,
+            clear_cache: false,
         })
     }
 }

@@ -344,10 +344,50 @@ fn runtime_error(code: Option<i32>, message: impl Into<String>) -> BackendError 
 }
 
 impl Runner for RkllmRunner {
+    /// Generates (or embeds, or clears the cache), then reads how many
+    /// positions the runtime's KV cache holds.
+    fn generate(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+    ) -> Result<Generation, BackendError> {
+        if request.clear_cache {
+            self.clear_history();
+            return Ok(Generation {
+                kv_cache_tokens: self.kv_cache_size(),
+                ..aborted()
+            }
+            .with_finish(FinishReason::Stop));
+        }
+        let mut result = self.generate_inner(request, sink);
+        if let Ok(generation) = &mut result {
+            generation.kv_cache_tokens = self.kv_cache_size();
+        }
+        result
+    }
+}
+
+impl RkllmRunner {
+    /// The runtime's KV cache length (`rkllm_get_kv_cache_size`, one
+    /// sequence).
+    fn kv_cache_size(&self) -> Option<u32> {
+        let mut sizes = [0i32; 1];
+        let handle = self.handle.handle.0.as_ptr();
+        // SAFETY: the handle is live and owned by this thread, no run is in
+        // progress, and `sizes` has room for `n_batch` (1) entries.
+        let rc = unsafe {
+            shared_call!(
+                self.handle.runtime.api,
+                rkllm_get_kv_cache_size(handle, sizes.as_mut_ptr())
+            )
+        };
+        (rc == 0).then(|| u32::try_from(sizes[0]).unwrap_or(0))
+    }
+
     /// Chats keep the runtime's history (`keep_history`): a request that
     /// continues the held chat sends only its new message; any other chat,
     /// or a plain prompt, clears the history first.
-    fn generate(
+    fn generate_inner(
         &mut self,
         request: &ValidRunRequest,
         sink: &mut TokenSink<'_>,
@@ -553,6 +593,7 @@ impl RkllmRunner {
                 runtime_timings: None,
                 memory_mb: None,
                 embedding: None,
+                kv_cache_tokens: None,
             });
         }
         if run.capped {
@@ -562,6 +603,7 @@ impl RkllmRunner {
                 runtime_timings: None,
                 memory_mb: None,
                 embedding: None,
+                kv_cache_tokens: None,
             });
         }
         if rc != 0 || run.failed {
@@ -590,6 +632,7 @@ impl RkllmRunner {
                 runtime_timings: perf.map(|p| (f64::from(p.prefill_time_ms), 0.0)),
                 memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
                 embedding: Some(spec.pool(rows, *width)),
+                kv_cache_tokens: None,
             });
         }
         let generated = perf.map_or(run.tokens, |p| {
@@ -610,6 +653,7 @@ impl RkllmRunner {
                 .map(|p| (f64::from(p.prefill_time_ms), f64::from(p.generate_time_ms))),
             memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
             embedding: None,
+            kv_cache_tokens: None,
         })
     }
 }
@@ -621,5 +665,6 @@ fn aborted() -> Generation {
         runtime_timings: None,
         memory_mb: None,
         embedding: None,
+        kv_cache_tokens: None,
     }
 }
