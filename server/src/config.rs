@@ -317,6 +317,9 @@ pub struct ModelEntry {
     /// Scale an embedding model's vectors to length 1 (default true).
     #[serde(default)]
     pub normalize: Option<bool>,
+    /// LoRA adapters loaded with the model (`[[models.lora]]`).
+    #[serde(default)]
+    pub lora: Vec<crate::engine::LoraAdapter>,
     /// Init settings of this model, over `[rkllm]`.
     #[serde(flatten)]
     pub settings: crate::engine::ModelSettings,

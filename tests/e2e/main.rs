@@ -8,6 +8,7 @@ mod embeddings;
 mod errors;
 mod first_hour;
 mod lifecycle;
+mod lora;
 mod mcp;
 mod production;
 mod queueing;

@@ -70,6 +70,9 @@ typedef struct {
     int kv_cache;
     /* the image markers of ABI 1.2.x, given at init */
     char *img_start, *img_end, *img_content;
+    /* LoRA adapters loaded (names) */
+    char *loras[8];
+    int n_loras;
 } fake_handle;
 
 static int env_int(const char *name, int fallback) {
@@ -233,8 +236,28 @@ int rkllm_init(LLMHandle *handle, RKLLMParam *param, LLMResultCallback callback)
     return 0;
 }
 
+/* Loads an adapter: the file must exist; its name is remembered so that a
+ * run can select it (and one that names another is refused). */
 int rkllm_load_lora(LLMHandle handle, RKLLMLoraAdapter *lora_adapter) {
-    return (handle && lora_adapter) ? 0 : -1;
+    fake_handle *h = handle;
+    if (!h || !lora_adapter || !lora_adapter->lora_adapter_name || !lora_adapter->lora_adapter_path) return -1;
+    FILE *f = fopen(lora_adapter->lora_adapter_path, "rb");
+    if (!f) {
+        runtime_print("E rkllm: failed to open lora adapter %s", lora_adapter->lora_adapter_path);
+        return -1;
+    }
+    fclose(f);
+    if (h->n_loras >= 8) return -1;
+    h->loras[h->n_loras++] = strdup(lora_adapter->lora_adapter_name);
+    fake_log(h, "lora-load name=%s scale=%.2f path=%s", lora_adapter->lora_adapter_name, lora_adapter->scale,
+             lora_adapter->lora_adapter_path);
+    return 0;
+}
+
+static int lora_loaded(const fake_handle *h, const char *name) {
+    for (int i = 0; i < h->n_loras; i++)
+        if (strcmp(h->loras[i], name) == 0) return 1;
+    return 0;
 }
 
 int rkllm_load_prompt_cache(LLMHandle handle, const char *prompt_cache_path) {
@@ -254,6 +277,7 @@ int rkllm_destroy(LLMHandle handle) {
     free(h->img_start);
     free(h->img_end);
     free(h->img_content);
+    for (int i = 0; i < h->n_loras; i++) free(h->loras[i]);
     pthread_mutex_destroy(&h->abort_lock);
     free(h);
     return 0;
@@ -508,6 +532,13 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
         atomic_store(&h->running, 0);
         return -1;
     }
+    const char *lora = params && params->lora_params ? params->lora_params->lora_adapter_name : NULL;
+    if (lora && !lora_loaded(h, lora)) {
+        runtime_print("E rkllm: lora adapter %s is not loaded", lora);
+        fake_log(h, "lora-unknown name=%s", lora);
+        atomic_store(&h->running, 0);
+        return -1;
+    }
     if (params && params->mode == RKLLM_INFER_GET_LAST_HIDDEN_LAYER) {
         int rc = hidden_layer_run(h, prompt, params, userdata);
         atomic_store(&h->running, 0);
@@ -538,6 +569,17 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
     } else {
         a->text = h->text;
         a->text_len = h->text_len;
+    }
+    if (lora) {
+        /* A run with an adapter answers differently: its name first. */
+        size_t n = strlen(lora) + 8;
+        char *text = malloc(n + a->text_len + 1);
+        int head = snprintf(text, n + 1, "[lora %s] ", lora);
+        memcpy(text + head, a->text, a->text_len + 1);
+        if (a->text != h->text) free(a->text);
+        a->text = text;
+        a->text_len = (size_t)head + a->text_len;
+        fake_log(h, "run-lora name=%s", lora);
     }
 #if defined(FAKE_ABI_V1_3)
     a->userdata = userdata ? userdata : h->default_userdata;

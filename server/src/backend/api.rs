@@ -57,6 +57,26 @@ pub struct ModelSpec {
     /// How it embeds, for an embedding model (which generates no text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedding: Option<EmbeddingSpec>,
+    /// LoRA adapters loaded with it, which a request may select by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lora: Vec<LoraAdapter>,
+}
+
+/// A LoRA adapter of a model (config `[[models.lora]]`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraAdapter {
+    /// The name requests select it by.
+    pub name: String,
+    /// The adapter file (converted with Rockchip's toolkit).
+    pub path: PathBuf,
+    /// Its strength.
+    #[serde(default = "one")]
+    pub scale: f32,
+}
+
+fn one() -> f32 {
+    1.0
 }
 
 /// An embedding model's settings (config `embedding = true`, `pooling`,

@@ -19,7 +19,7 @@ mod template;
 mod utf8;
 
 pub use api::{
-    ALL_OVERRIDES, Backend, BackendError, BackendSettings, EmbeddingSpec, Generation,
+    ALL_OVERRIDES, Backend, BackendError, BackendSettings, EmbeddingSpec, Generation, LoraAdapter,
     ModelSettings, ModelSpec, Pooling, Runner, VISION_FAMILIES, VisionSpec,
 };
 pub use conversation::{ConversationState, Plan, Turn};

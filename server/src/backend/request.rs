@@ -70,6 +70,9 @@ pub struct ValidRunRequest {
     /// Embed `prompt` instead of generating (embedding models).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embed: Option<super::EmbeddingSpec>,
+    /// The LoRA adapter to run with (one of the model's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<String>,
     /// Clear the runtime's KV cache (its chat history) instead of
     /// generating; `prompt` is empty.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

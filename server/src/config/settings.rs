@@ -37,6 +37,7 @@ impl Config {
                 settings: ModelSettings::default(),
                 vision: None,
                 embedding: None,
+                lora: Vec::new(),
             }];
         }
         if self.models.is_empty() {
@@ -51,6 +52,7 @@ impl Config {
                 settings: ModelSettings::default(),
                 vision: None,
                 embedding: None,
+                lora: Vec::new(),
             }];
         }
         // The default model goes first.
@@ -68,6 +70,7 @@ impl Config {
                     .resolve()
                     .unwrap_or_default(),
                 settings: m.settings.clone(),
+                lora: m.lora.clone(),
                 embedding: m.embedding.then(|| crate::engine::EmbeddingSpec {
                     pooling: m.pooling.unwrap_or_default(),
                     normalize: m.normalize.unwrap_or(true),

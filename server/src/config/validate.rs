@@ -114,6 +114,27 @@ impl Config {
                 }
                 (None, None) => {}
             }
+            for (i, adapter) in entry.lora.iter().enumerate() {
+                if adapter.name.is_empty() || entry.lora[..i].iter().any(|a| a.name == adapter.name)
+                {
+                    return Err(invalid(
+                        "models.lora",
+                        format!(
+                            "model `{}`: LoRA adapter names must be given and distinct",
+                            entry.name
+                        ),
+                    ));
+                }
+                if !(adapter.scale.is_finite() && (0.0..=10.0).contains(&adapter.scale)) {
+                    return Err(invalid(
+                        "models.lora",
+                        format!(
+                            "model `{}`: adapter `{}`: scale must be between 0 and 10",
+                            entry.name, adapter.name
+                        ),
+                    ));
+                }
+            }
             let m = &entry.settings;
             if m.max_context_len
                 .is_some_and(|n| !(16..=131_072).contains(&n))

@@ -13,12 +13,14 @@ mod scheduler;
 
 pub use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, ChatTemplate, CustomTemplate, EmbeddingSpec, ImageData,
-    ImageLimits, ModelSettings, ModelSpec, Pooling, Role, Sampling, Turn, VISION_FAMILIES,
-    ValidRunRequest, VisionSpec,
+    ImageLimits, LoraAdapter, ModelSettings, ModelSpec, Pooling, Role, Sampling, Turn,
+    VISION_FAMILIES, ValidRunRequest, VisionSpec,
 };
 pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};
-pub use request::{RequestLimits, RunRequest, ValidationError, check_embedding, check_images};
+pub use request::{
+    RequestLimits, RunRequest, ValidationError, check_embedding, check_images, check_lora,
+};
 pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo};
 
 #[cfg(test)]

@@ -35,6 +35,8 @@ pub struct RunRequest {
     pub embed: bool,
     /// Clear the model's KV cache instead of generating (no prompt).
     pub clear_cache: bool,
+    /// A LoRA adapter of the model, by name.
+    pub lora: Option<String>,
 }
 
 /// Limits applied when validating requests (config section `[limits]`).
@@ -160,8 +162,41 @@ impl RunRequest {
             images: self.images,
             embed: None,
             clear_cache: self.clear_cache,
+            lora: self.lora,
         })
     }
+}
+
+/// Checks that a requested LoRA adapter is one of the model's.
+///
+/// # Errors
+/// A [`ValidationError::Invalid`] on `lora` listing the adapters there are.
+pub fn check_lora(
+    request: &ValidRunRequest,
+    adapters: &[crate::backend::LoraAdapter],
+) -> Result<(), ValidationError> {
+    let Some(name) = &request.lora else {
+        return Ok(());
+    };
+    if adapters.iter().any(|a| &a.name == name) {
+        return Ok(());
+    }
+    let known: Vec<&str> = adapters.iter().map(|a| a.name.as_str()).collect();
+    Err(invalid(
+        "lora",
+        if known.is_empty() {
+            format!(
+                "model `{}` has no LoRA adapters; `lora` {name:?} cannot apply",
+                request.model
+            )
+        } else {
+            format!(
+                "model `{}` has no LoRA adapter {name:?}; its adapters are: {}",
+                request.model,
+                known.join(", ")
+            )
+        },
+    ))
 }
 
 /// Checks that the request and the model agree on embedding: an embedding

@@ -97,6 +97,9 @@ pub struct ModelInfo {
     /// Resident memory of its runner processes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
+    /// Names of its LoRA adapters (a request's `lora`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lora_adapters: Vec<String>,
     /// Positions the runtime's KV cache held after the last request
     /// (runtimes 1.2.1 and later; absent when unknown or not loaded).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -277,6 +280,7 @@ impl Engine {
                     expires_in_secs: expires_in.map(|d| d.as_secs()),
                     runner_pids,
                     memory_bytes,
+                    lora_adapters: slot.spec.lora.iter().map(|a| a.name.clone()).collect(),
                     kv_cache_tokens: Some(slot.kv_cache_tokens.load(Ordering::Relaxed))
                         .filter(|n| *n != u64::MAX && state == ModelState::Loaded),
                     size_bytes: slot
@@ -412,6 +416,7 @@ impl Engine {
         let request = request.validate(slot.name().to_owned(), &self.limits.request)?;
         super::check_images(&request, slot.spec.vision.as_ref())?;
         let request = super::check_embedding(request, slot.spec.embedding, wants_embedding)?;
+        super::check_lora(&request, &slot.spec.lora)?;
         self.shared
             .backend
             .check(&request)

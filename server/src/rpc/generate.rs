@@ -51,6 +51,7 @@ pub(super) fn run_request(p: &mut Params) -> Result<RunRequest, RpcError> {
         images,
         embed: false,
         clear_cache: false,
+        lora: p.opt_str("lora")?,
     })
 }
 

@@ -35,6 +35,7 @@ pub(super) fn tools_list() -> Value {
                     "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
                     "top_k": {"type": "integer", "minimum": 0, "maximum": 1000},
                     "model": {"type": "string", "description": "Model name (see `models`); the default model if absent."},
+                    "lora": {"type": "string", "description": "A LoRA adapter of the model (see `models`)."},
                     "images": {
                         "type": "array",
                         "items": {"type": "string"},

@@ -23,7 +23,7 @@ fn type_name(v: &Value) -> &'static str {
 
 /// The parameters of generating a text (`run`, the `generate` tool),
 /// besides the per-request overrides a backend may apply.
-pub(super) const GENERATION_FIELDS: &[&str] = &["prompt", "model", "images"];
+pub(super) const GENERATION_FIELDS: &[&str] = &["prompt", "model", "images", "lora"];
 
 impl Params {
     /// Refuses a parameter `method` does not take (`_meta`, which MCP

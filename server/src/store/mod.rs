@@ -201,6 +201,7 @@ impl Store {
                 .unwrap_or_default(),
             settings: manifest.settings.clone(),
             embedding: None,
+            lora: Vec::new(),
             // Defaults for its family (from its name); a `[[models]]`
             // entry of the same name can set every vision key.
             vision: manifest.vision_encoder.as_ref().and_then(|encoder| {

@@ -296,6 +296,8 @@ struct Options {
     repeat_penalty: Option<f64>,
     frequency_penalty: Option<f64>,
     presence_penalty: Option<f64>,
+    /// rkllm-server's own: a LoRA adapter of the model.
+    lora: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -488,6 +490,7 @@ fn run_request(
         images: Vec::new(),
         embed: false,
         clear_cache: false,
+        lora: options.lora.clone(),
     }
 }
 

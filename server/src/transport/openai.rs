@@ -149,6 +149,8 @@ struct Common {
     frequency_penalty: Option<f64>,
     presence_penalty: Option<f64>,
     repeat_penalty: Option<f64>,
+    /// rkllm-server's own: a LoRA adapter of the model.
+    lora: Option<String>,
     n: Option<u32>,
     tools: Option<Vec<Value>>,
     tool_choice: Option<Value>,
@@ -181,6 +183,7 @@ const COMMON_FIELDS: &[&str] = &[
     "frequency_penalty",
     "presence_penalty",
     "repeat_penalty",
+    "lora",
     "n",
     "tools",
     "tool_choice",
@@ -227,6 +230,7 @@ impl Common {
             images: Vec::new(),
             embed: false,
             clear_cache: false,
+            lora: self.lora.clone(),
         })
     }
 }

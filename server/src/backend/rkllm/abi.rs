@@ -65,6 +65,8 @@ pub(super) struct RunSettings<'a> {
     pub images: Option<ImageRun<'a>>,
     /// Return the last hidden layer instead of generating (embeddings).
     pub hidden_layer: bool,
+    /// The loaded LoRA adapter to apply, by name.
+    pub lora: Option<&'a CStr>,
 }
 
 /// The images of a multimodal run: their embeddings, back to back, and
@@ -189,6 +191,38 @@ pub(super) fn init_v1_2(
     checked_handle(rc, handle)
 }
 
+/// `rkllm_load_lora` for either ABI (the adapter struct is the same).
+pub(super) fn load_lora(
+    api: &super::runtime::Api,
+    handle: RawHandle,
+    path: &CStr,
+    name: &CStr,
+    scale: f32,
+) -> c_int {
+    use super::runtime::Api;
+    match api {
+        Api::V1_3(api) => {
+            let mut adapter = v1_3_0::RKLLMLoraAdapter {
+                lora_adapter_path: path.as_ptr(),
+                lora_adapter_name: name.as_ptr(),
+                scale,
+            };
+            // SAFETY: the handle is live and owned by this thread; the
+            // strings outlive the handle (the runner keeps them).
+            unsafe { api.rkllm_load_lora(handle.0.as_ptr(), &raw mut adapter) }
+        }
+        Api::V1_2(api) => {
+            let mut adapter = v1_2::RKLLMLoraAdapter {
+                lora_adapter_path: path.as_ptr(),
+                lora_adapter_name: name.as_ptr(),
+                scale,
+            };
+            // SAFETY: as above.
+            unsafe { api.rkllm_load_lora(handle.0.as_ptr(), &raw mut adapter) }
+        }
+    }
+}
+
 fn checked_handle(rc: c_int, handle: *mut c_void) -> Result<RawHandle, c_int> {
     match (rc, NonNull::new(handle)) {
         (0, Some(handle)) => Ok(RawHandle(handle)),
@@ -238,13 +272,20 @@ pub(super) fn run_v1_3(
         mirostat_tau: 5.0,
         mirostat_eta: 0.1,
     };
+    let mut lora = v1_3_0::RKLLMLoraParam {
+        lora_adapter_name: run.lora.map_or(std::ptr::null(), CStr::as_ptr),
+    };
     let mut params = v1_3_0::RKLLMInferParam {
         mode: if run.hidden_layer {
             v1_3_0::RKLLM_INFER_GET_LAST_HIDDEN_LAYER
         } else {
             v1_3_0::RKLLM_INFER_GENERATE
         },
-        lora_params: std::ptr::null_mut(),
+        lora_params: if run.lora.is_some() {
+            &raw mut lora
+        } else {
+            std::ptr::null_mut()
+        },
         prompt_cache_params: std::ptr::null_mut(),
         sampling_params: &raw mut sampling,
         keep_history: i32::from(run.keep_history),
@@ -275,13 +316,20 @@ pub(super) fn run_v1_2(
             image_height: images.height,
         };
     }
+    let mut lora = v1_2::RKLLMLoraParam {
+        lora_adapter_name: run.lora.map_or(std::ptr::null(), CStr::as_ptr),
+    };
     let mut params = v1_2::RKLLMInferParam {
         mode: if run.hidden_layer {
             v1_2::RKLLM_INFER_GET_LAST_HIDDEN_LAYER
         } else {
             v1_2::RKLLM_INFER_GENERATE
         },
-        lora_params: std::ptr::null_mut(),
+        lora_params: if run.lora.is_some() {
+            &raw mut lora
+        } else {
+            std::ptr::null_mut()
+        },
         prompt_cache_params: std::ptr::null_mut(),
         keep_history: i32::from(run.keep_history),
     };

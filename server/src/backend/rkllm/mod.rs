@@ -237,8 +237,40 @@ impl Backend for RkllmBackend {
                 )));
             }
         }
+        let mut lora = Vec::new();
+        for adapter in &model.lora {
+            if !adapter.path.is_file() {
+                return Err(load_error(format!(
+                    "LoRA adapter `{}`: file {} does not exist",
+                    adapter.name,
+                    adapter.path.display()
+                )));
+            }
+            let c = |s: &str| {
+                CString::new(s)
+                    .map_err(|_| load_error("a LoRA name or path contains a NUL byte".into()))
+            };
+            let (path, name) = (c(&adapter.path.to_string_lossy())?, c(&adapter.name)?);
+            let rc = abi::load_lora(
+                &self.runtime.api,
+                handle.handle,
+                &path,
+                &name,
+                adapter.scale,
+            );
+            if rc != 0 {
+                return Err(load_error(format!(
+                    "rkllm_load_lora failed (code {rc}) for adapter `{}` ({})",
+                    adapter.name,
+                    adapter.path.display()
+                )));
+            }
+            tracing::info!(model = %model.name, adapter = %adapter.name, "LoRA adapter loaded");
+            lora.push((adapter.name.clone(), name, path));
+        }
         Ok(Box::new(RkllmRunner {
             handle,
+            lora,
             init,
             next_run: Arc::clone(&self.next_run),
             conversation: ConversationState::default(),
@@ -313,6 +345,9 @@ struct RkllmRunner {
     history_dirty: bool,
     /// The tools last handed to `rkllm_set_function_tools`.
     tools_set: Option<String>,
+    /// Loaded LoRA adapters: name, and the C strings the runtime was
+    /// given (kept for the handle's life).
+    lora: Vec<(String, CString, CString)>,
     /// The vision encoder, for a vision model. Declared after `handle`, so
     /// the markers outlive the runtime handle that may point at them.
     vision: Option<Vision>,
@@ -548,6 +583,11 @@ impl RkllmRunner {
             keep_history,
             images,
             hidden_layer: request.embed.is_some(),
+            lora: request
+                .lora
+                .as_deref()
+                .and_then(|wanted| self.lora.iter().find(|(name, ..)| name == wanted))
+                .map(|(_, name, _)| name.as_c_str()),
         };
         let abort = Arc::clone(&self.handle.abort);
         abort.set_running(run_id);
