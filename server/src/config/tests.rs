@@ -168,6 +168,7 @@ fn invalid_values_name_their_key() {
                         embedding: false,
                         pooling: None,
                         normalize: None,
+                        lora: Vec::new(),
                         settings: crate::engine::ModelSettings::default(),
                     },
                     ModelEntry {
@@ -180,6 +181,7 @@ fn invalid_values_name_their_key() {
                         embedding: false,
                         pooling: None,
                         normalize: None,
+                        lora: Vec::new(),
                         settings: crate::engine::ModelSettings::default(),
                     },
                 ],

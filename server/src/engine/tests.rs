@@ -17,6 +17,7 @@ fn spec(name: &str) -> ModelSpec {
         settings: ModelSettings::default(),
         vision: None,
         embedding: None,
+        lora: Vec::new(),
     }
 }
 
