@@ -320,6 +320,9 @@ pub struct ModelEntry {
     /// LoRA adapters loaded with the model (`[[models.lora]]`).
     #[serde(default)]
     pub lora: Vec<crate::engine::LoraAdapter>,
+    /// A long fixed system prompt whose prefill is cached in a file.
+    #[serde(default)]
+    pub system_prompt_cache: Option<crate::engine::PromptCacheSpec>,
     /// Init settings of this model, over `[rkllm]`.
     #[serde(flatten)]
     pub settings: crate::engine::ModelSettings,

@@ -11,6 +11,7 @@ mod lifecycle;
 mod lora;
 mod mcp;
 mod production;
+mod prompt_cache;
 mod queueing;
 mod rkllm;
 mod runners;

@@ -73,6 +73,9 @@ typedef struct {
     /* LoRA adapters loaded (names) */
     char *loras[8];
     int n_loras;
+    /* the prompt of the loaded prompt cache, if any */
+    char *cached_prompt;
+    int prefill_us_per_byte;
 } fake_handle;
 
 static int env_int(const char *name, int fallback) {
@@ -214,6 +217,7 @@ int rkllm_init(LLMHandle *handle, RKLLMParam *param, LLMResultCallback callback)
     h->split_mode = mode && strcmp(mode, "split") == 0;
     h->token_ms = env_int("FAKE_RKLLM_TOKEN_MS", 2);
     h->prefill_ms = env_int("FAKE_RKLLM_PREFILL_MS", 0);
+    h->prefill_us_per_byte = env_int("FAKE_RKLLM_PREFILL_US_PER_BYTE", 0);
     h->abort_delay_ms = env_int("FAKE_RKLLM_ABORT_DELAY_MS", 0);
     const char *after = getenv("FAKE_RKLLM_AFTER_ABORT");
     h->after_abort = !after                      ? AFTER_ABORT_NONE
@@ -260,11 +264,61 @@ static int lora_loaded(const fake_handle *h, const char *name) {
     return 0;
 }
 
+#define CACHE_MAGIC "FAKE-RKLLM-PROMPT-CACHE\n"
+
+/* A prompt cache file is the magic line and the prompt whose prefill it
+ * holds. Loading one makes later prompts that start with that prompt
+ * prefill only the rest. */
 int rkllm_load_prompt_cache(LLMHandle handle, const char *prompt_cache_path) {
-    return (handle && prompt_cache_path) ? 0 : -1;
+    fake_handle *h = handle;
+    if (!h || !prompt_cache_path) return -1;
+    FILE *f = fopen(prompt_cache_path, "rb");
+    if (!f) {
+        runtime_print("E rkllm: failed to open prompt cache %s", prompt_cache_path);
+        return -1;
+    }
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    size_t magic = strlen(CACHE_MAGIC);
+    if (n < magic || strncmp(buf, CACHE_MAGIC, magic) != 0) {
+        runtime_print("E rkllm: %s is not a prompt cache", prompt_cache_path);
+        return -1;
+    }
+    free(h->cached_prompt);
+    h->cached_prompt = strdup(buf + magic);
+    fake_log(h, "prompt-cache-load bytes=%zu", strlen(h->cached_prompt));
+    return 0;
 }
 
-int rkllm_release_prompt_cache(LLMHandle handle) { return handle ? 0 : -1; }
+int rkllm_release_prompt_cache(LLMHandle handle) {
+    fake_handle *h = handle;
+    if (!h) return -1;
+    free(h->cached_prompt);
+    h->cached_prompt = NULL;
+    fake_log(h, "prompt-cache-release");
+    return 0;
+}
+
+/* Bytes of `prompt` the loaded prompt cache covers. */
+static size_t cached_bytes(const fake_handle *h, const char *prompt) {
+    if (!h->cached_prompt) return 0;
+    size_t n = strlen(h->cached_prompt);
+    return strncmp(prompt, h->cached_prompt, n) == 0 ? n : 0;
+}
+
+static void save_prompt_cache(fake_handle *h, const char *path, const char *prompt) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        runtime_print("E rkllm: cannot write prompt cache %s", path);
+        return;
+    }
+    fputs(CACHE_MAGIC, f);
+    fputs(prompt, f);
+    fclose(f);
+    fake_log(h, "prompt-cache-save path=%s bytes=%zu", path, strlen(prompt));
+}
 
 int rkllm_destroy(LLMHandle handle) {
     fake_handle *h = handle;
@@ -277,6 +331,7 @@ int rkllm_destroy(LLMHandle handle) {
     free(h->img_start);
     free(h->img_end);
     free(h->img_content);
+    free(h->cached_prompt);
     for (int i = 0; i < h->n_loras; i++) free(h->loras[i]);
     pthread_mutex_destroy(&h->abort_lock);
     free(h);
@@ -291,6 +346,9 @@ typedef struct {
     char *text;
     size_t text_len;
     int image_tokens;
+    /* prompt bytes the loaded prompt cache covers; where to save one */
+    size_t cached;
+    const char *save_cache;
     void *userdata;
     int32_t cap;
     long error_after;
@@ -324,10 +382,21 @@ static void *generate(void *arg) {
     fake_handle *h = a->h;
     double start = now_ms();
     sleep_ms(h->prefill_ms);
+    {
+        /* Prefill time grows with the prompt bytes the cache does not cover. */
+        long us = (long)(strlen(a->prompt) - a->cached) * h->prefill_us_per_byte;
+        if (us > 0) {
+            struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
     double first = now_ms();
+    /* The prefill's state exists from here on: a run asked to save it
+     * does so even when it is aborted later. */
+    if (a->save_cache) save_prompt_cache(h, a->save_cache, a->prompt);
     RKLLMPerfStat perf;
     memset(&perf, 0, sizeof perf);
-    perf.prefill_tokens = (int)(strlen(a->prompt) / 4 + 1) + a->image_tokens;
+    perf.prefill_tokens = (int)((strlen(a->prompt) - a->cached) / 4 + 1) + a->image_tokens;
     perf.memory_usage_mb = 700.0f;
     unsigned char pending[64];
     size_t pending_len = 0;
@@ -559,6 +628,11 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
     a->h = h;
     a->prompt = prompt;
     a->image_tokens = image_tokens;
+    a->cached = cached_bytes(h, prompt);
+    a->save_cache = params && params->prompt_cache_params && params->prompt_cache_params->save_prompt_cache
+                        ? params->prompt_cache_params->prompt_cache_path
+                        : NULL;
+    if (a->cached) fake_log(h, "run-cached bytes=%zu", a->cached);
     if (images) {
         size_t n = strlen(images);
         a->text = malloc(n + h->text_len + 1);

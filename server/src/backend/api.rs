@@ -60,6 +60,20 @@ pub struct ModelSpec {
     /// LoRA adapters loaded with it, which a request may select by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lora: Vec<LoraAdapter>,
+    /// A long fixed system prompt whose prefill is kept in a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache: Option<PromptCacheSpec>,
+}
+
+/// A model's prompt cache (config `system_prompt_cache`): the prefill of
+/// `prompt`, saved by the runtime to `path` once and loaded afterwards.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptCacheSpec {
+    /// The text every cached request starts with.
+    pub prompt: String,
+    /// The cache file (a `.json` beside it records what it was made from).
+    pub path: PathBuf,
 }
 
 /// A LoRA adapter of a model (config `[[models.lora]]`).

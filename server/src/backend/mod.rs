@@ -20,7 +20,7 @@ mod utf8;
 
 pub use api::{
     ALL_OVERRIDES, Backend, BackendError, BackendSettings, EmbeddingSpec, Generation, LoraAdapter,
-    ModelSettings, ModelSpec, Pooling, Runner, VISION_FAMILIES, VisionSpec,
+    ModelSettings, ModelSpec, Pooling, PromptCacheSpec, Runner, VISION_FAMILIES, VisionSpec,
 };
 pub use conversation::{ConversationState, Plan, Turn};
 pub use image::{IMAGE_TAG, ImageData, ImageLimits};

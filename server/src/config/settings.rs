@@ -38,6 +38,7 @@ impl Config {
                 vision: None,
                 embedding: None,
                 lora: Vec::new(),
+                prompt_cache: None,
             }];
         }
         if self.models.is_empty() {
@@ -53,6 +54,7 @@ impl Config {
                 vision: None,
                 embedding: None,
                 lora: Vec::new(),
+                prompt_cache: None,
             }];
         }
         // The default model goes first.
@@ -71,6 +73,7 @@ impl Config {
                     .unwrap_or_default(),
                 settings: m.settings.clone(),
                 lora: m.lora.clone(),
+                prompt_cache: m.system_prompt_cache.clone(),
                 embedding: m.embedding.then(|| crate::engine::EmbeddingSpec {
                     pooling: m.pooling.unwrap_or_default(),
                     normalize: m.normalize.unwrap_or(true),

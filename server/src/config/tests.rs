@@ -169,6 +169,7 @@ fn invalid_values_name_their_key() {
                         pooling: None,
                         normalize: None,
                         lora: Vec::new(),
+                        system_prompt_cache: None,
                         settings: crate::engine::ModelSettings::default(),
                     },
                     ModelEntry {
@@ -182,6 +183,7 @@ fn invalid_values_name_their_key() {
                         pooling: None,
                         normalize: None,
                         lora: Vec::new(),
+                        system_prompt_cache: None,
                         settings: crate::engine::ModelSettings::default(),
                     },
                 ],

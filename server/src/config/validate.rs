@@ -114,6 +114,26 @@ impl Config {
                 }
                 (None, None) => {}
             }
+            if let Some(cache) = &entry.system_prompt_cache {
+                if cache.prompt.is_empty() || cache.path.as_os_str().is_empty() {
+                    return Err(invalid(
+                        "models.system_prompt_cache",
+                        format!(
+                            "model `{}`: `prompt` and `path` must not be empty",
+                            entry.name
+                        ),
+                    ));
+                }
+                if entry.embedding {
+                    return Err(invalid(
+                        "models.system_prompt_cache",
+                        format!(
+                            "model `{}`: an embedding model takes no prompt cache",
+                            entry.name
+                        ),
+                    ));
+                }
+            }
             for (i, adapter) in entry.lora.iter().enumerate() {
                 if adapter.name.is_empty() || entry.lora[..i].iter().any(|a| a.name == adapter.name)
                 {

@@ -13,8 +13,8 @@ mod scheduler;
 
 pub use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, ChatTemplate, CustomTemplate, EmbeddingSpec, ImageData,
-    ImageLimits, LoraAdapter, ModelSettings, ModelSpec, Pooling, Role, Sampling, Turn,
-    VISION_FAMILIES, ValidRunRequest, VisionSpec,
+    ImageLimits, LoraAdapter, ModelSettings, ModelSpec, Pooling, PromptCacheSpec, Role, Sampling,
+    Turn, VISION_FAMILIES, ValidRunRequest, VisionSpec,
 };
 pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};

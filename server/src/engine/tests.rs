@@ -18,6 +18,7 @@ fn spec(name: &str) -> ModelSpec {
         vision: None,
         embedding: None,
         lora: Vec::new(),
+        prompt_cache: None,
     }
 }
 

@@ -202,6 +202,7 @@ impl Store {
             settings: manifest.settings.clone(),
             embedding: None,
             lora: Vec::new(),
+            prompt_cache: None,
             // Defaults for its family (from its name); a `[[models]]`
             // entry of the same name can set every vision key.
             vision: manifest.vision_encoder.as_ref().and_then(|encoder| {

@@ -67,6 +67,8 @@ pub(super) struct RunSettings<'a> {
     pub hidden_layer: bool,
     /// The loaded LoRA adapter to apply, by name.
     pub lora: Option<&'a CStr>,
+    /// Save the prefill of this run's prompt to this file (prompt cache).
+    pub save_cache: Option<&'a CStr>,
 }
 
 /// The images of a multimodal run: their embeddings, back to back, and
@@ -272,6 +274,10 @@ pub(super) fn run_v1_3(
         mirostat_tau: 5.0,
         mirostat_eta: 0.1,
     };
+    let mut cache = v1_3_0::RKLLMPromptCacheParam {
+        save_prompt_cache: i32::from(run.save_cache.is_some()),
+        prompt_cache_path: run.save_cache.map_or(std::ptr::null(), CStr::as_ptr),
+    };
     let mut lora = v1_3_0::RKLLMLoraParam {
         lora_adapter_name: run.lora.map_or(std::ptr::null(), CStr::as_ptr),
     };
@@ -286,7 +292,11 @@ pub(super) fn run_v1_3(
         } else {
             std::ptr::null_mut()
         },
-        prompt_cache_params: std::ptr::null_mut(),
+        prompt_cache_params: if run.save_cache.is_some() {
+            &raw mut cache
+        } else {
+            std::ptr::null_mut()
+        },
         sampling_params: &raw mut sampling,
         keep_history: i32::from(run.keep_history),
         max_new_tokens: run.max_new_tokens,
@@ -316,6 +326,10 @@ pub(super) fn run_v1_2(
             image_height: images.height,
         };
     }
+    let mut cache = v1_2::RKLLMPromptCacheParam {
+        save_prompt_cache: i32::from(run.save_cache.is_some()),
+        prompt_cache_path: run.save_cache.map_or(std::ptr::null(), CStr::as_ptr),
+    };
     let mut lora = v1_2::RKLLMLoraParam {
         lora_adapter_name: run.lora.map_or(std::ptr::null(), CStr::as_ptr),
     };
@@ -330,7 +344,11 @@ pub(super) fn run_v1_2(
         } else {
             std::ptr::null_mut()
         },
-        prompt_cache_params: std::ptr::null_mut(),
+        prompt_cache_params: if run.save_cache.is_some() {
+            &raw mut cache
+        } else {
+            std::ptr::null_mut()
+        },
         keep_history: i32::from(run.keep_history),
     };
     // SAFETY: as in `run_v1_3`.
