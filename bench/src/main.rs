@@ -9,6 +9,7 @@
 mod clients;
 mod memory;
 mod picture;
+mod prompt_cache;
 mod report;
 mod server;
 mod stats;
@@ -96,6 +97,10 @@ struct Args {
     /// Requests of each kind (with and without a picture) for --vision.
     #[arg(long, default_value_t = 40)]
     vision_requests: usize,
+    /// Measure only what a prompt-cache file saves of the time to first
+    /// token (the test double of the runtime, built with `cc`).
+    #[arg(long)]
+    prompt_cache: bool,
     /// Where to write the JSON report.
     #[arg(long, value_name = "FILE", default_value = "bench-report.json")]
     json: PathBuf,
@@ -148,6 +153,25 @@ async fn main() {
             binary.display()
         );
         std::process::exit(2);
+    }
+    if args.prompt_cache {
+        eprintln!("rkllm-bench: prompt cache");
+        match prompt_cache::measure(&binary, 10).await {
+            Ok(result) => {
+                let markdown = result.markdown();
+                print!("{markdown}");
+                let json = serde_json::to_string_pretty(&result).expect("report serialises");
+                if let Err(e) = std::fs::write(&args.json, json + "\n") {
+                    eprintln!("rkllm-bench: cannot write the report: {e}");
+                    std::process::exit(1);
+                }
+                return;
+            }
+            Err(message) => {
+                eprintln!("rkllm-bench: prompt cache: {message}");
+                std::process::exit(1);
+            }
+        }
     }
     if args.vision {
         eprintln!("rkllm-bench: vision");

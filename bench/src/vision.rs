@@ -63,7 +63,7 @@ impl VisionResult {
     }
 }
 
-fn build(
+pub(crate) fn build_fake(
     dir: &Path,
     source: &str,
     include: &str,
@@ -89,7 +89,7 @@ fn build(
     Ok(path)
 }
 
-fn median(values: &mut [f64]) -> f64 {
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
@@ -101,14 +101,14 @@ fn median(values: &mut [f64]) -> f64 {
 pub async fn measure(binary: &Path, requests: usize) -> Result<VisionResult, String> {
     let dir = std::env::temp_dir().join(format!("rkllm-bench-vision-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let rkllm = build(
+    let rkllm = build_fake(
         &dir,
         "tests/fake-rkllmrt/fake_rkllmrt.c",
         "rkllm-sys/include",
         &["-DFAKE_ABI_V1_3"],
         "librkllmrt-fake.so",
     )?;
-    let rknn = build(
+    let rknn = build_fake(
         &dir,
         "tests/fake-rknnrt/fake_rknnrt.c",
         "rknn-sys/include",

@@ -85,7 +85,7 @@ async fn the_cache_is_built_once_reused_after_a_restart_and_applied_by_prefix() 
                 cached["timings"]["prefill_ms"].as_f64().unwrap(),
                 other["timings"]["prefill_ms"].as_f64().unwrap(),
             );
-            // The double sleeps 100 µs per uncovered byte: 2,400 bytes apart.
+            // The double sleeps 100 µs per uncovered byte: 2,320 bytes apart.
             assert!(
                 cached["usage"]["prompt_tokens"].as_u64()
                     < other["usage"]["prompt_tokens"].as_u64(),
