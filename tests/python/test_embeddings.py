@@ -65,3 +65,35 @@ def test_ollama_client_embed_and_embeddings(embed_server):
     with pytest.raises(ollama.ResponseError) as refused:
         client.embed(model="chat", input="x")
     assert refused.value.status_code == 400
+
+
+def test_lora_selection_through_both_clients(tmp_path):
+    """LoRA adapters on the runtime test double: selected with the OpenAI
+    client's extra_body and Ollama's options, refused when unknown."""
+    from conftest import build_fake
+
+    runtime = build_fake(tmp_path)
+    (tmp_path / "chat.rkllm").write_text("Plain answer.")
+    (tmp_path / "pirate.lora").write_text("adapter")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[[models]]\nname = "chat"\npath = "{tmp_path / "chat.rkllm"}"\n'
+        f'[[models.lora]]\nname = "pirate"\npath = "{tmp_path / "pirate.lora"}"\n'
+    )
+    proc, base = start_server("--config", str(config), "--backend", "rkllm", "--runtime", str(runtime))
+    try:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "hi"}], extra_body={"lora": "pirate"}
+        )
+        assert reply.choices[0].message.content == "[lora pirate] Plain answer."
+        with pytest.raises(openai.BadRequestError, match="its adapters are: pirate"):
+            client.chat.completions.create(
+                model="chat", messages=[{"role": "user", "content": "hi"}], extra_body={"lora": "poet"}
+            )
+        plain = ollama.Client(host=base).generate(model="chat", prompt="hi")
+        assert plain.response == "Plain answer."
+        with_lora = ollama.Client(host=base).generate(model="chat", prompt="hi", options={"lora": "pirate"})
+        assert with_lora.response == "[lora pirate] Plain answer."
+    finally:
+        stop_server(proc)
