@@ -99,6 +99,45 @@ async fn the_cache_is_built_once_reused_after_a_restart_and_applied_by_prefix() 
             server.ok("run", json!({"prompt": prompt})).await;
             assert_eq!(count(&scratch, "prompt-cache-load"), 2);
             assert_eq!(count(&scratch, "run-cached"), 2);
+
+            // A chat whose system message is the cached prompt: its first
+            // turn uses the cache, its second continues the runtime's
+            // history and sends only the new message, as without a cache.
+            let chat = |messages: serde_json::Value| {
+                server.send(
+                    reqwest::Method::POST,
+                    "/v1/chat/completions",
+                    Some(json!({"model": "chat", "messages": messages})),
+                    None,
+                )
+            };
+            let system = system_prompt();
+            let first = chat(json!([
+                {"role": "system", "content": system},
+                {"role": "user", "content": "First question?"}
+            ]))
+            .await;
+            assert_eq!(first.status(), 200);
+            assert_eq!(count(&scratch, "run-cached"), 3);
+            let second = chat(json!([
+                {"role": "system", "content": system},
+                {"role": "user", "content": "First question?"},
+                {"role": "assistant", "content": "Cached answer."},
+                {"role": "user", "content": "Second question?"}
+            ]))
+            .await;
+            assert_eq!(second.status(), 200);
+            let log = std::fs::read_to_string(scratch.0.join("fake.log")).unwrap();
+            let last_run = log
+                .lines()
+                .filter(|l| l.starts_with("run "))
+                .last()
+                .unwrap();
+            assert!(
+                last_run.contains("keep_history=1")
+                    && last_run.ends_with("prompt=Second question?"),
+                "{last_run}"
+            );
         }
         // A restart loads the file; nothing is built again.
         let _server = start(fake, &scratch);
