@@ -253,9 +253,14 @@ impl Server {
         });
         let (addr, tcp_addr) = match addr_rx.recv_timeout(LIVENESS) {
             Ok(addrs) => addrs,
-            Err(_) => {
+            Err(why) => {
+                // How it ended says why: a crash, an exit, or still running.
+                let status = child.try_wait();
                 let _ = child.kill();
-                panic!("server did not start: {:?}", log.lock().unwrap());
+                panic!(
+                    "server did not start ({why:?}; exit status {status:?}): {:?}",
+                    log.lock().unwrap()
+                );
             }
         };
         let http = reqwest::Client::builder()
