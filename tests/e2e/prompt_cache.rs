@@ -128,11 +128,7 @@ async fn the_cache_is_built_once_reused_after_a_restart_and_applied_by_prefix() 
             .await;
             assert_eq!(second.status(), 200);
             let log = std::fs::read_to_string(scratch.0.join("fake.log")).unwrap();
-            let last_run = log
-                .lines()
-                .filter(|l| l.starts_with("run "))
-                .last()
-                .unwrap();
+            let last_run = log.lines().rfind(|l| l.starts_with("run ")).unwrap();
             assert!(
                 last_run.contains("keep_history=1")
                     && last_run.ends_with("prompt=Second question?"),
