@@ -284,11 +284,17 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// The same with another finish reason.
-    #[must_use]
-    pub fn with_finish(mut self, finish_reason: FinishReason) -> Self {
-        self.finish_reason = finish_reason;
-        self
+    /// A generation that ended for `finish_reason` with nothing reported:
+    /// the counts and timings are then the sink's own.
+    pub fn ended(finish_reason: FinishReason) -> Self {
+        Self {
+            finish_reason,
+            usage: None,
+            runtime_timings: None,
+            memory_mb: None,
+            embedding: None,
+            kv_cache_tokens: None,
+        }
     }
 }
 

@@ -293,7 +293,7 @@ impl Runner for MockRunner {
             self.conversation.reset();
             return Ok(Generation {
                 kv_cache_tokens: Some(0),
-                ..aborted_like(FinishReason::Stop)
+                ..Generation::ended(FinishReason::Stop)
             });
         }
         let prefilled = match request
@@ -315,17 +315,6 @@ impl Runner for MockRunner {
             _ => self.conversation.reset(),
         }
         result
-    }
-}
-
-fn aborted_like(finish_reason: FinishReason) -> Generation {
-    Generation {
-        finish_reason,
-        usage: None,
-        runtime_timings: None,
-        memory_mb: None,
-        embedding: None,
-        kv_cache_tokens: None,
     }
 }
 
@@ -392,7 +381,7 @@ impl MockRunner {
             Duration::from_millis(directives.prefill_ms.unwrap_or(self.config.prefill_ms));
         let cancel = sink.cancel_token().clone();
         if !prefill.is_zero() && cancel.wait_timeout(prefill) {
-            return Ok(aborted());
+            return Ok(Generation::ended(FinishReason::Abort));
         }
 
         let interval = (self.config.tokens_per_second > 0.0)
@@ -430,12 +419,12 @@ impl MockRunner {
                     let due = started + interval.mul_f64((emitted + 1) as f64);
                     let wait = due.saturating_duration_since(Instant::now());
                     if !wait.is_zero() && cancel.wait_timeout(wait) {
-                        return Ok(aborted());
+                        return Ok(Generation::ended(FinishReason::Abort));
                     }
                 }
                 emitted += 1;
                 if !sink.token_bytes(piece) {
-                    return Ok(aborted());
+                    return Ok(Generation::ended(FinishReason::Abort));
                 }
             }
             if cut || emitted == limit {
@@ -454,14 +443,7 @@ impl MockRunner {
         } else {
             FinishReason::Stop
         };
-        Ok(Generation {
-            finish_reason,
-            usage: None,
-            runtime_timings: None,
-            memory_mb: None,
-            embedding: None,
-            kv_cache_tokens: None,
-        })
+        Ok(Generation::ended(finish_reason))
     }
 }
 
@@ -523,28 +505,10 @@ fn tool_call(
     );
     for piece in text.as_bytes().chunks(3) {
         if !sink.token_bytes(piece) {
-            return Ok(aborted());
+            return Ok(Generation::ended(FinishReason::Abort));
         }
     }
-    Ok(Generation {
-        finish_reason: FinishReason::Stop,
-        usage: None,
-        runtime_timings: None,
-        memory_mb: None,
-        embedding: None,
-        kv_cache_tokens: None,
-    })
-}
-
-fn aborted() -> Generation {
-    Generation {
-        finish_reason: FinishReason::Abort,
-        usage: None,
-        runtime_timings: None,
-        memory_mb: None,
-        embedding: None,
-        kv_cache_tokens: None,
-    }
+    Ok(Generation::ended(FinishReason::Stop))
 }
 
 #[cfg(test)]

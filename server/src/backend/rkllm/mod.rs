@@ -402,9 +402,8 @@ impl Runner for RkllmRunner {
             self.clear_history();
             return Ok(Generation {
                 kv_cache_tokens: self.kv_cache_size(),
-                ..aborted()
-            }
-            .with_finish(FinishReason::Stop));
+                ..Generation::ended(FinishReason::Stop)
+            });
         }
         let mut result = self.generate_inner(request, sink);
         if let Ok(generation) = &mut result {
@@ -799,7 +798,7 @@ impl RkllmRunner {
             .on_cancel(move || hook_abort.abort(run_id));
         if !sink.is_open() {
             abort.set_running(0);
-            return Ok(aborted());
+            return Ok(Generation::ended(FinishReason::Abort));
         }
         self.handle.slot.install(
             sink,
@@ -825,29 +824,15 @@ impl RkllmRunner {
             ));
         }
         if sink.cancel_token().is_cancelled() {
-            return Ok(aborted());
+            return Ok(Generation::ended(FinishReason::Abort));
         }
         if sink.hit_stop() {
             // The server stopped the run at a stop string: a normal end,
             // whatever the runtime reported after the abort.
-            return Ok(Generation {
-                finish_reason: FinishReason::Stop,
-                usage: None,
-                runtime_timings: None,
-                memory_mb: None,
-                embedding: None,
-                kv_cache_tokens: None,
-            });
+            return Ok(Generation::ended(FinishReason::Stop));
         }
         if run.capped {
-            return Ok(Generation {
-                finish_reason: FinishReason::Length,
-                usage: None,
-                runtime_timings: None,
-                memory_mb: None,
-                embedding: None,
-                kv_cache_tokens: None,
-            });
+            return Ok(Generation::ended(FinishReason::Length));
         }
         if rc != 0 || run.failed {
             return Err(runtime_error(
@@ -898,16 +883,5 @@ impl RkllmRunner {
             embedding: None,
             kv_cache_tokens: None,
         })
-    }
-}
-
-fn aborted() -> Generation {
-    Generation {
-        finish_reason: FinishReason::Abort,
-        usage: None,
-        runtime_timings: None,
-        memory_mb: None,
-        embedding: None,
-        kv_cache_tokens: None,
     }
 }
