@@ -143,6 +143,37 @@ macro_rules! prompt_input {
     }};
 }
 
+/// The parts of an `RKLLMInferParam` both ABIs share, for the run: its
+/// prompt-cache and LoRA parameters (pointed to only when used) and its mode.
+macro_rules! infer_extras {
+    ($module:ident, $run:expr) => {{
+        let run = $run;
+        (
+            $module::RKLLMPromptCacheParam {
+                save_prompt_cache: i32::from(run.save_cache.is_some()),
+                prompt_cache_path: run.save_cache.map_or(std::ptr::null(), CStr::as_ptr),
+            },
+            $module::RKLLMLoraParam {
+                lora_adapter_name: run.lora.map_or(std::ptr::null(), CStr::as_ptr),
+            },
+            if run.hidden_layer {
+                $module::RKLLM_INFER_GET_LAST_HIDDEN_LAYER
+            } else {
+                $module::RKLLM_INFER_GENERATE
+            },
+        )
+    }};
+}
+
+/// `value` as a pointer when `used`, else null (optional run parameters).
+fn pointer_if<T>(used: bool, value: &mut T) -> *mut T {
+    if used {
+        std::ptr::from_mut(value)
+    } else {
+        std::ptr::null_mut()
+    }
+}
+
 /// `rkllm_init` for ABI 1.3.0. Returns the handle or the runtime's code.
 pub(super) fn init_v1_3(
     api: &v1_3_0::RkllmApi,
@@ -202,26 +233,21 @@ pub(super) fn load_lora(
     scale: f32,
 ) -> c_int {
     use super::runtime::Api;
-    match api {
-        Api::V1_3(api) => {
-            let mut adapter = v1_3_0::RKLLMLoraAdapter {
+    macro_rules! load {
+        ($module:ident, $api:expr) => {{
+            let mut adapter = $module::RKLLMLoraAdapter {
                 lora_adapter_path: path.as_ptr(),
                 lora_adapter_name: name.as_ptr(),
                 scale,
             };
             // SAFETY: the handle is live and owned by this thread; the
             // strings outlive the handle (the runner keeps them).
-            unsafe { api.rkllm_load_lora(handle.0.as_ptr(), &raw mut adapter) }
-        }
-        Api::V1_2(api) => {
-            let mut adapter = v1_2::RKLLMLoraAdapter {
-                lora_adapter_path: path.as_ptr(),
-                lora_adapter_name: name.as_ptr(),
-                scale,
-            };
-            // SAFETY: as above.
-            unsafe { api.rkllm_load_lora(handle.0.as_ptr(), &raw mut adapter) }
-        }
+            unsafe { $api.rkllm_load_lora(handle.0.as_ptr(), &raw mut adapter) }
+        }};
+    }
+    match api {
+        Api::V1_3(api) => load!(v1_3_0, api),
+        Api::V1_2(api) => load!(v1_2, api),
     }
 }
 
@@ -274,29 +300,11 @@ pub(super) fn run_v1_3(
         mirostat_tau: 5.0,
         mirostat_eta: 0.1,
     };
-    let mut cache = v1_3_0::RKLLMPromptCacheParam {
-        save_prompt_cache: i32::from(run.save_cache.is_some()),
-        prompt_cache_path: run.save_cache.map_or(std::ptr::null(), CStr::as_ptr),
-    };
-    let mut lora = v1_3_0::RKLLMLoraParam {
-        lora_adapter_name: run.lora.map_or(std::ptr::null(), CStr::as_ptr),
-    };
+    let (mut cache, mut lora, mode) = infer_extras!(v1_3_0, run);
     let mut params = v1_3_0::RKLLMInferParam {
-        mode: if run.hidden_layer {
-            v1_3_0::RKLLM_INFER_GET_LAST_HIDDEN_LAYER
-        } else {
-            v1_3_0::RKLLM_INFER_GENERATE
-        },
-        lora_params: if run.lora.is_some() {
-            &raw mut lora
-        } else {
-            std::ptr::null_mut()
-        },
-        prompt_cache_params: if run.save_cache.is_some() {
-            &raw mut cache
-        } else {
-            std::ptr::null_mut()
-        },
+        mode,
+        lora_params: pointer_if(run.lora.is_some(), &mut lora),
+        prompt_cache_params: pointer_if(run.save_cache.is_some(), &mut cache),
         sampling_params: &raw mut sampling,
         keep_history: i32::from(run.keep_history),
         max_new_tokens: run.max_new_tokens,
@@ -326,29 +334,11 @@ pub(super) fn run_v1_2(
             image_height: images.height,
         };
     }
-    let mut cache = v1_2::RKLLMPromptCacheParam {
-        save_prompt_cache: i32::from(run.save_cache.is_some()),
-        prompt_cache_path: run.save_cache.map_or(std::ptr::null(), CStr::as_ptr),
-    };
-    let mut lora = v1_2::RKLLMLoraParam {
-        lora_adapter_name: run.lora.map_or(std::ptr::null(), CStr::as_ptr),
-    };
+    let (mut cache, mut lora, mode) = infer_extras!(v1_2, run);
     let mut params = v1_2::RKLLMInferParam {
-        mode: if run.hidden_layer {
-            v1_2::RKLLM_INFER_GET_LAST_HIDDEN_LAYER
-        } else {
-            v1_2::RKLLM_INFER_GENERATE
-        },
-        lora_params: if run.lora.is_some() {
-            &raw mut lora
-        } else {
-            std::ptr::null_mut()
-        },
-        prompt_cache_params: if run.save_cache.is_some() {
-            &raw mut cache
-        } else {
-            std::ptr::null_mut()
-        },
+        mode,
+        lora_params: pointer_if(run.lora.is_some(), &mut lora),
+        prompt_cache_params: pointer_if(run.save_cache.is_some(), &mut cache),
         keep_history: i32::from(run.keep_history),
     };
     // SAFETY: as in `run_v1_3`.
