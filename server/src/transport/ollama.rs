@@ -246,14 +246,9 @@ struct ShowRequest {
 
 /// `POST /api/show`.
 pub async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    let request: ShowRequest = match serde_json::from_slice(&body) {
+    let request: ShowRequest = match parse(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("invalid request body: {e}"),
-            );
-        }
+        Err(response) => return *response,
     };
     let name = match resolve(&state, request.model.as_deref().or(request.name.as_deref())) {
         Ok(Some(name)) => name,
@@ -366,14 +361,9 @@ pub async fn embed(State(state): State<Arc<AppState>>, body: Bytes) -> Response 
             "dimensions",
         ],
     );
-    let request: EmbedRequest = match serde_json::from_slice(&body) {
+    let request: EmbedRequest = match parse(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("invalid request body: {e}"),
-            );
-        }
+        Err(response) => return *response,
     };
     if request.dimensions.is_some() {
         return error(
@@ -381,14 +371,11 @@ pub async fn embed(State(state): State<Arc<AppState>>, body: Bytes) -> Response 
             "`dimensions` is not supported: the model's vectors have the width it was built with",
         );
     }
-    let model = match resolve(&state, request.model.as_deref()) {
-        Ok(m) => m,
-        Err(response) => return *response,
-    };
-    let keep_alive = match keep_alive(request.keep_alive.as_ref()) {
-        Ok(k) => k,
-        Err(response) => return *response,
-    };
+    let (model, keep_alive) =
+        match model_and_keep_alive(&state, &request.model, &request.keep_alive) {
+            Ok(both) => both,
+            Err(response) => return *response,
+        };
     let inputs = match embedding_inputs(&request.input, state.settings.max_embedding_inputs) {
         Ok(inputs) => inputs,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
@@ -417,32 +404,46 @@ pub async fn embeddings(State(state): State<Arc<AppState>>, body: Bytes) -> Resp
         &body,
         &["model", "prompt", "keep_alive", "options"],
     );
-    let request: LegacyEmbedRequest = match serde_json::from_slice(&body) {
+    let request: LegacyEmbedRequest = match parse(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("invalid request body: {e}"),
-            );
-        }
+        Err(response) => return *response,
     };
     if request.prompt.is_empty() {
         return error(StatusCode::BAD_REQUEST, "`prompt` must not be empty");
     }
-    let model = match resolve(&state, request.model.as_deref()) {
-        Ok(m) => m,
-        Err(response) => return *response,
-    };
-    let keep_alive = match keep_alive(request.keep_alive.as_ref()) {
-        Ok(k) => k,
-        Err(response) => return *response,
-    };
+    let (model, keep_alive) =
+        match model_and_keep_alive(&state, &request.model, &request.keep_alive) {
+            Ok(both) => both,
+            Err(response) => return *response,
+        };
     match embed_all(&state, model, vec![request.prompt], keep_alive).await {
         Ok(embedded) => {
             Json(json!({"embedding": embedded.vectors.first().map(|v| &v[..])})).into_response()
         }
         Err(failure) => embed_error(failure),
     }
+}
+
+/// A request body as `T`; a malformed one is a 400.
+pub(super) fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Box<Response>> {
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {e}"),
+        ))
+    })
+}
+
+/// A request's `model` (resolved; `None`: the default) and `keep_alive`.
+fn model_and_keep_alive(
+    state: &AppState,
+    model: &Option<String>,
+    keep_alive_value: &Option<Value>,
+) -> Result<(Option<String>, Option<KeepAlive>), Box<Response>> {
+    Ok((
+        resolve(state, model.as_deref())?,
+        keep_alive(keep_alive_value.as_ref())?,
+    ))
 }
 
 /// The request's images as bytes; a bad one is a 400.
@@ -516,23 +517,15 @@ pub async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Respon
             "images",
         ],
     );
-    let request: GenerateRequest = match serde_json::from_slice(&body) {
+    let request: GenerateRequest = match parse(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("invalid request body: {e}"),
-            );
-        }
-    };
-    let model = match resolve(&state, request.model.as_deref()) {
-        Ok(m) => m,
         Err(response) => return *response,
     };
-    let keep_alive = match keep_alive(request.keep_alive.as_ref()) {
-        Ok(k) => k,
-        Err(response) => return *response,
-    };
+    let (model, keep_alive) =
+        match model_and_keep_alive(&state, &request.model, &request.keep_alive) {
+            Ok(both) => both,
+            Err(response) => return *response,
+        };
     let name = model.clone().unwrap_or_else(|| default_model(&state));
     if request.prompt.is_empty() && request.images.is_empty() {
         return load_or_unload(&state, model.as_deref(), keep_alive, Api::Generate).await;
@@ -592,28 +585,20 @@ pub async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
             "keep_alive",
         ],
     );
-    let request: ChatRequest = match serde_json::from_slice(&body) {
+    let request: ChatRequest = match parse(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("invalid request body: {e}"),
-            );
-        }
+        Err(response) => return *response,
     };
     let tools = request
         .tools
         .as_ref()
         .filter(|t| !t.is_empty())
         .map(|t| Value::Array(t.clone()).to_string());
-    let model = match resolve(&state, request.model.as_deref()) {
-        Ok(m) => m,
-        Err(response) => return *response,
-    };
-    let keep_alive = match keep_alive(request.keep_alive.as_ref()) {
-        Ok(k) => k,
-        Err(response) => return *response,
-    };
+    let (model, keep_alive) =
+        match model_and_keep_alive(&state, &request.model, &request.keep_alive) {
+            Ok(both) => both,
+            Err(response) => return *response,
+        };
     let name = model.clone().unwrap_or_else(|| default_model(&state));
     if request.messages.is_empty() {
         return load_or_unload(&state, model.as_deref(), keep_alive, Api::Chat).await;

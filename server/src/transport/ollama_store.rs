@@ -69,14 +69,9 @@ pub async fn pull(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     if !service.api_pull {
         return switched_off();
     }
-    let request: PullBody = match serde_json::from_slice(&body) {
+    let request: PullBody = match super::ollama::parse(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("invalid request body: {e}"),
-            );
-        }
+        Err(response) => return *response,
     };
     let Some(spec) = request
         .model
@@ -171,14 +166,9 @@ pub async fn delete(State(state): State<Arc<AppState>>, body: Bytes) -> Response
     if !state.store.api_pull {
         return switched_off();
     }
-    let request: DeleteBody = match serde_json::from_slice(&body) {
+    let request: DeleteBody = match super::ollama::parse(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("invalid request body: {e}"),
-            );
-        }
+        Err(response) => return *response,
     };
     let Some(given) = request.model.or(request.name) else {
         return error(StatusCode::BAD_REQUEST, "`model` is required");
