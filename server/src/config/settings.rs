@@ -261,7 +261,6 @@ impl Config {
             ws_idle_timeout: Duration::from_secs(self.websocket.idle_timeout_secs),
             api_keys: self.api_keys.clone(),
             line: self.line_options(),
-            max_embedding_inputs: self.limits.max_embedding_inputs,
             remote_images: crate::transport::images::RemoteImages {
                 allowed: self.limits.allow_remote_images,
                 timeout: Duration::from_secs(self.limits.remote_image_timeout_secs),

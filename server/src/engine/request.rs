@@ -39,6 +39,19 @@ pub struct RunRequest {
     pub lora: Option<String>,
 }
 
+impl RunRequest {
+    /// A request for the embedding of `text` by `model` (the default when
+    /// `None`).
+    pub fn embedding(text: String, model: Option<String>) -> Self {
+        Self {
+            prompt: text,
+            model,
+            embed: true,
+            ..Self::default()
+        }
+    }
+}
+
 /// Limits applied when validating requests (config section `[limits]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestLimits {

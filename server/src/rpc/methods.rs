@@ -100,50 +100,18 @@ async fn unload(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
 async fn embed(state: &Services, ctx: &RequestCtx<'_>, mut p: Params) -> Result<Handled, RpcError> {
     p.only("embed", &[&["input", "model"]])?;
     let model = p.opt_str("model")?;
-    let inputs: Vec<String> = match p.0.remove("input") {
-        Some(Value::String(s)) => vec![s],
-        Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
-            .into_iter()
-            .filter_map(|v| v.as_str().map(str::to_owned))
-            .collect(),
-        Some(_) => {
-            return Err(RpcError::invalid_params(
-                "input",
-                "`input` must be a string or an array of strings",
-            ));
-        }
-        None => return Err(RpcError::invalid_params("input", "`input` is required")),
-    };
-    let limit = state.limits.max_embedding_inputs;
-    if inputs.is_empty() || inputs.len() > limit {
-        return Err(RpcError::invalid_params(
-            "input",
-            format!(
-                "`input` must hold 1 to {limit} texts (limits.max_embedding_inputs), got {}",
-                inputs.len()
-            ),
-        ));
-    }
+    let input = p.0.remove("input").unwrap_or(Value::Null);
+    let inputs = super::params::embedding_inputs(&input, state.limits.max_embedding_inputs)
+        .map_err(|message| RpcError::invalid_params("input", message))?;
     let (mut embeddings, mut prompt_tokens, mut name) = (Vec::new(), 0u32, String::new());
     for text in inputs {
-        let request = crate::engine::RunRequest {
-            prompt: text,
-            model: model.clone(),
-            embed: true,
-            ..crate::engine::RunRequest::default()
-        };
+        let request = crate::engine::RunRequest::embedding(text, model.clone());
         let mut private = start_private(state, ctx, request)?;
         name = private.stream().model().to_owned();
         let (_, end) = collect(&mut private.consumer).await?;
-        if let Some(err) = &end.error {
-            return Err(RpcError::new(codes::GENERATION_FAILED, err.message.clone()));
-        }
-        let vector = end.embedding.clone().ok_or_else(|| {
-            RpcError::new(
-                codes::GENERATION_FAILED,
-                "the run ended without an embedding",
-            )
-        })?;
+        let vector = end
+            .embedding_result()
+            .map_err(|message| RpcError::new(codes::GENERATION_FAILED, message))?;
         prompt_tokens = prompt_tokens.saturating_add(end.usage.prompt_tokens);
         embeddings.push(vector);
     }

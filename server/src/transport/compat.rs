@@ -190,12 +190,7 @@ pub async fn embed_all(
         elapsed: std::time::Duration::ZERO,
     };
     for input in inputs {
-        let request = crate::engine::RunRequest {
-            prompt: input,
-            model: model.clone(),
-            embed: true,
-            ..crate::engine::RunRequest::default()
-        };
+        let request = crate::engine::RunRequest::embedding(input, model.clone());
         let mut private =
             start_private(state, request, keep_alive).map_err(EmbedFailure::Refused)?;
         out.model = private.stream().model().to_owned();
@@ -208,55 +203,12 @@ pub async fn embed_all(
                 break end;
             }
         };
-        if let Some(err) = &end.error {
-            return Err(EmbedFailure::Failed(err.message.clone()));
-        }
-        let Some(vector) = end.embedding.clone() else {
-            return Err(EmbedFailure::Failed(format!(
-                "the run ended ({}) without an embedding",
-                end.finish_reason.as_str()
-            )));
-        };
+        let vector = end.embedding_result().map_err(EmbedFailure::Failed)?;
         out.prompt_tokens = out.prompt_tokens.saturating_add(end.usage.prompt_tokens);
         out.vectors.push(vector);
     }
     out.elapsed = started.elapsed();
     Ok(out)
-}
-
-/// The texts of an embedding request's `input`: a string or an array of
-/// strings, none empty, at most `max` of them.
-///
-/// # Errors
-/// A message naming what is wrong (token arrays are not taken).
-pub fn embedding_inputs(input: &Value, max: usize) -> Result<Vec<String>, String> {
-    let texts = match input {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(items) if items.iter().all(Value::is_string) => items
-            .iter()
-            .filter_map(|v| v.as_str().map(str::to_owned))
-            .collect(),
-        Value::Array(items) if items.iter().any(|v| v.is_number() || v.is_array()) => {
-            return Err(
-                "`input` as token ids is not supported: send the text (a string or an array of strings)"
-                    .into(),
-            );
-        }
-        _ => return Err("`input` must be a string or an array of strings".into()),
-    };
-    if texts.is_empty() {
-        return Err("`input` must not be empty".into());
-    }
-    if texts.len() > max {
-        return Err(format!(
-            "`input` has {} texts, over the limit of {max} (limits.max_embedding_inputs)",
-            texts.len()
-        ));
-    }
-    if let Some(i) = texts.iter().position(String::is_empty) {
-        return Err(format!("`input` text {} is empty", i + 1));
-    }
-    Ok(texts)
 }
 
 /// What one batch of a stream shows a client of the OpenAI or Ollama API.

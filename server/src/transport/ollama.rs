@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 use super::clock::rfc3339;
 use super::compat::{
-    ChatMessage, EmbedFailure, embed_all, embedding_inputs, image_sources, log_ignored_fields,
-    next_shown, prompt_from_messages, start_private, turns,
+    ChatMessage, EmbedFailure, embed_all, image_sources, log_ignored_fields, next_shown,
+    prompt_from_messages, start_private, turns,
 };
 use super::images;
 use super::state::AppState;
@@ -28,6 +28,7 @@ use crate::backend::{IMAGE_TAG, ImageData};
 use crate::engine::{
     EngineError, KeepAlive, ModelInfo, Role, RunRequest, Sampling, Turn, ValidationError,
 };
+use crate::rpc::embedding_inputs;
 use crate::stream::PrivateStream;
 use crate::vocab::{EndInfo, FinishReason};
 
@@ -376,7 +377,7 @@ pub async fn embed(State(state): State<Arc<AppState>>, body: Bytes) -> Response 
             Ok(both) => both,
             Err(response) => return *response,
         };
-    let inputs = match embedding_inputs(&request.input, state.settings.max_embedding_inputs) {
+    let inputs = match embedding_inputs(&request.input, state.rpc.limits.max_embedding_inputs) {
         Ok(inputs) => inputs,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };

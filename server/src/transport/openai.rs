@@ -23,13 +23,14 @@ use serde_json::{Value, json};
 
 use super::clock::unix_now;
 use super::compat::{
-    ChatMessage, EmbedFailure, embed_all, embedding_inputs, image_sources, log_ignored_fields,
-    next_shown, prompt_from_messages, start_private, turns,
+    ChatMessage, EmbedFailure, embed_all, image_sources, log_ignored_fields, next_shown,
+    prompt_from_messages, start_private, turns,
 };
 use super::images::{self, ImageSource};
 use super::state::AppState;
 use super::tools::{ToolCall, ToolCallFilter};
 use crate::engine::{EngineError, Role, RunRequest, Sampling, Turn, ValidationError};
+use crate::rpc::embedding_inputs;
 use crate::stream::{PrivateStream, StreamError, new_stream_id};
 use crate::vocab::{EndInfo, FinishReason};
 
@@ -310,7 +311,7 @@ pub async fn embeddings(State(state): State<Arc<AppState>>, body: Bytes) -> Resp
             Some("dimensions"),
         );
     }
-    let inputs = match embedding_inputs(&request.input, state.settings.max_embedding_inputs) {
+    let inputs = match embedding_inputs(&request.input, state.rpc.limits.max_embedding_inputs) {
         Ok(inputs) => inputs,
         Err(message) => return bad_request(message, Some("input")),
     };

@@ -43,8 +43,6 @@ pub struct Settings {
     pub line: LineOptions,
     /// Whether and how image URLs are fetched.
     pub remote_images: super::images::RemoteImages,
-    /// Texts one embedding request may hold.
-    pub max_embedding_inputs: usize,
 }
 
 /// Everything a request handler needs.

@@ -124,6 +124,23 @@ impl EndInfo {
         }
     }
 
+    /// The embedding an embedding run ended with, or why there is none
+    /// (its error, or an end without a vector).
+    ///
+    /// # Errors
+    /// The message to give the client.
+    pub fn embedding_result(&self) -> Result<std::sync::Arc<[f32]>, String> {
+        if let Some(err) = &self.error {
+            return Err(err.message.clone());
+        }
+        self.embedding.clone().ok_or_else(|| {
+            format!(
+                "the run ended ({}) without an embedding",
+                self.finish_reason.as_str()
+            )
+        })
+    }
+
     /// An error end of the given kind and message.
     pub fn error(kind: EndErrorKind, message: impl Into<String>, usage: Usage) -> Self {
         Self {
