@@ -7,6 +7,7 @@
 //! Markdown summary. Nothing here asserts a timing: targets are reported.
 
 mod clients;
+mod fakes;
 mod memory;
 mod picture;
 mod prompt_cache;

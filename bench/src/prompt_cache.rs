@@ -12,12 +12,11 @@
 //! system prompt's tokens, which this reproduces in proportion.
 
 use std::path::Path;
-use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
+use crate::fakes::{build_fake, p50_ms, timed_run};
 use crate::server::ServerProcess;
-use crate::vision::{build_fake, median};
 
 /// The figures, in milliseconds (medians).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -97,43 +96,25 @@ pub async fn measure(binary: &Path, requests: usize) -> Result<PromptCacheResult
             .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
         let addr = server.addr.ok_or("the server has no address")?;
         let http = reqwest::Client::new();
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "run",
-                          "params": {"prompt": format!("{system}{question}"), "max_tokens": 1}});
+        let params = json!({"prompt": format!("{system}{question}"), "max_tokens": 1});
         for n in 0..requests + 2 {
-            let started = Instant::now();
-            let response: Value = http
-                .post(format!("http://{addr}/mcp"))
-                .json(&body)
-                .send()
-                .await
-                .map_err(|e| e.to_string())?
-                .json()
-                .await
-                .map_err(|e| e.to_string())?;
-            let elapsed = started.elapsed().as_secs_f64() * 1000.0;
-            if let Some(error) = response.get("error") {
-                return Err(format!("run failed: {error}"));
-            }
+            let (elapsed, result) = timed_run(&http, addr, params.clone()).await?;
             // The first two warm up.
             if n >= 2 {
                 ttft[i].push(elapsed);
-                prefill[i].push(
-                    response["result"]["timings"]["prefill_ms"]
-                        .as_f64()
-                        .unwrap_or(0.0),
-                );
+                prefill[i].push(result["timings"]["prefill_ms"].as_f64().unwrap_or(0.0));
             }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let [mut without, mut with] = ttft;
-    let [mut prefill_without, mut prefill_with] = prefill;
+    let [without, with] = ttft;
+    let [prefill_without, prefill_with] = prefill;
     Ok(PromptCacheResult {
         requests,
         system_prompt_bytes: system.len(),
-        ttft_without_ms: median(&mut without),
-        ttft_with_ms: median(&mut with),
-        prefill_without_ms: median(&mut prefill_without),
-        prefill_with_ms: median(&mut prefill_with),
+        ttft_without_ms: p50_ms(&without),
+        ttft_with_ms: p50_ms(&with),
+        prefill_without_ms: p50_ms(&prefill_without),
+        prefill_with_ms: p50_ms(&prefill_with),
     })
 }

@@ -13,12 +13,11 @@
 //! is subtracted, since a real encoder's NPU time and a real runtime's
 //! prefill replace it.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
+use std::path::Path;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
+use crate::fakes::{build_fake, p50_ms, timed_run};
 use crate::server::ServerProcess;
 
 /// The encoder the test double imitates.
@@ -61,37 +60,6 @@ impl VisionResult {
             }
         )
     }
-}
-
-pub(crate) fn build_fake(
-    dir: &Path,
-    source: &str,
-    include: &str,
-    defines: &[&str],
-    out: &str,
-) -> Result<PathBuf, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let path = dir.join(out);
-    let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O2"])
-        .args(defines)
-        .arg("-I")
-        .arg(root.join(include))
-        .arg(root.join(source))
-        .arg("-o")
-        .arg(&path)
-        .arg("-lpthread")
-        .status()
-        .map_err(|e| format!("cannot run cc to build the test doubles: {e}"))?;
-    if !status.success() {
-        return Err(format!("building {source} failed"));
-    }
-    Ok(path)
-}
-
-pub(crate) fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// Runs the measurement with `binary`, `requests` of each kind.
@@ -143,7 +111,6 @@ pub async fn measure(binary: &Path, requests: usize) -> Result<VisionResult, Str
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
     let result = async {
         let addr = server.addr.ok_or("the server has no address")?;
-        let url = format!("http://{addr}/mcp");
         let http = reqwest::Client::new();
         let jpeg = crate::picture::photo_jpeg();
         let image = base64_encode(&jpeg);
@@ -152,25 +119,8 @@ pub async fn measure(binary: &Path, requests: usize) -> Result<VisionResult, Str
             if let Some(image) = images {
                 params["images"] = json!([image]);
             }
-            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "run", "params": params});
             let http = http.clone();
-            let url = url.clone();
-            async move {
-                let started = Instant::now();
-                let response: Value = http
-                    .post(&url)
-                    .json(&body)
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .json()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if let Some(error) = response.get("error") {
-                    return Err(format!("run failed: {error}"));
-                }
-                Ok::<f64, String>(started.elapsed().as_secs_f64() * 1000.0)
-            }
+            async move { timed_run(&http, addr, params).await.map(|(ms, _)| ms) }
         };
         // Warm up both paths (first decode, allocator, connections).
         for _ in 0..3 {
@@ -184,8 +134,8 @@ pub async fn measure(binary: &Path, requests: usize) -> Result<VisionResult, Str
             with.push(call(Some(&image)).await?);
             without.push(call(None).await?);
         }
-        let mut encoder_ms = logged_ms(&log, "run ")?;
-        let mut runtime_ms = logged_ms(&rkllm_log, "multimodal ")?;
+        let encoder_ms = logged_ms(&log, "run ")?;
+        let runtime_ms = logged_ms(&rkllm_log, "multimodal ")?;
         if encoder_ms.len() != requests || runtime_ms.len() != requests {
             return Err(format!(
                 "the test doubles logged {} encoder runs and {} multimodal runs for {requests} requests",
@@ -193,8 +143,8 @@ pub async fn measure(binary: &Path, requests: usize) -> Result<VisionResult, Str
                 runtime_ms.len()
             ));
         }
-        let (with_ms, without_ms) = (median(&mut with), median(&mut without));
-        let (encoder_ms, runtime_ms) = (median(&mut encoder_ms), median(&mut runtime_ms));
+        let (with_ms, without_ms) = (p50_ms(&with), p50_ms(&without));
+        let (encoder_ms, runtime_ms) = (p50_ms(&encoder_ms), p50_ms(&runtime_ms));
         Ok(VisionResult {
             requests,
             jpeg_bytes: jpeg.len(),

@@ -1,0 +1,77 @@
+//! What the benchmarks that run the rkllm backend share: building the test
+//! doubles of the runtimes, timing one JSON-RPC `run`, and medians.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::stats::Summary;
+
+/// Compiles a test double (`source`, with the headers in `include`) with
+/// `cc` into `dir/out`.
+///
+/// # Errors
+/// When `cc` cannot run or the build fails.
+pub fn build_fake(
+    dir: &Path,
+    source: &str,
+    include: &str,
+    defines: &[&str],
+    out: &str,
+) -> Result<PathBuf, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = dir.join(out);
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2"])
+        .args(defines)
+        .arg("-I")
+        .arg(root.join(include))
+        .arg(root.join(source))
+        .arg("-o")
+        .arg(&path)
+        .arg("-lpthread")
+        .status()
+        .map_err(|e| format!("cannot run cc to build the test doubles: {e}"))?;
+    if !status.success() {
+        return Err(format!("building {source} failed"));
+    }
+    Ok(path)
+}
+
+/// Sends one JSON-RPC `run` with `params` to the server at `addr`; returns
+/// how long it took, in milliseconds, and its result.
+///
+/// # Errors
+/// A transport failure or a JSON-RPC error.
+pub async fn timed_run(
+    http: &reqwest::Client,
+    addr: SocketAddr,
+    params: Value,
+) -> Result<(f64, Value), String> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "run", "params": params});
+    let started = Instant::now();
+    let response: Value = http
+        .post(format!("http://{addr}/mcp"))
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    let elapsed = started.elapsed().as_secs_f64() * 1000.0;
+    if let Some(error) = response.get("error") {
+        return Err(format!("run failed: {error}"));
+    }
+    Ok((elapsed, response["result"].clone()))
+}
+
+/// The median of durations in milliseconds, as the other benchmarks take
+/// percentiles (nearest rank).
+pub fn p50_ms(values: &[f64]) -> f64 {
+    let ns = values.iter().map(|ms| (ms * 1e6).round() as u64).collect();
+    Summary::of(ns).map_or(0.0, |s| s.p50_us / 1000.0)
+}
