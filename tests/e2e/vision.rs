@@ -343,64 +343,43 @@ async fn bad_images_get_clear_errors_and_disturb_nothing() {
         assert_eq!(response["error"]["data"]["field"], "images", "{response}");
     }
 
-    // The OpenAI and Ollama APIs answer 400 in their own shapes.
-    let openai = server
-        .send(
-            reqwest::Method::POST,
+    // The OpenAI and Ollama APIs answer 400 in their own shapes: OpenAI's
+    // {"error": {"message", "type"}}, Ollama's {"error": "..."}.
+    let image_part = |url: String| json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]);
+    let refusals = [
+        (
             "/v1/chat/completions",
-            Some(json!({"model": "text", "messages": [{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{red}")}}]}]})),
-            None,
-        )
-        .await;
-    assert_eq!(openai.status(), 400);
-    let body: Value = openai.json().await.unwrap();
-    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("does not take images"),
-        "{body}"
-    );
-    let remote = server
-        .send(
-            reqwest::Method::POST,
+            json!({"model": "text", "messages": image_part(format!("data:image/png;base64,{red}"))}),
+            "does not take images",
+        ),
+        (
             "/v1/chat/completions",
-            Some(
-                json!({"model": "vl", "messages": [{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]}),
-            ),
-            None,
-        )
-        .await;
-    assert_eq!(remote.status(), 400);
-    let body: Value = remote.json().await.unwrap();
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("allow_remote_images"),
-        "{body}"
-    );
-    let ollama = server
-        .send(
-            reqwest::Method::POST,
+            json!({"model": "vl", "messages": image_part("https://example.com/cat.png".into())}),
+            "allow_remote_images",
+        ),
+        (
             "/api/generate",
-            Some(json!({"model": "vl", "prompt": "x", "stream": false,
-                        "images": [b64(b"not an image")]})),
-            None,
-        )
-        .await;
-    assert_eq!(ollama.status(), 400);
-    let body: Value = ollama.json().await.unwrap();
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("not a JPEG, PNG or WebP"),
-        "{body}"
-    );
+            json!({"model": "vl", "prompt": "x", "stream": false, "images": [b64(b"not an image")]}),
+            "not a JPEG, PNG or WebP",
+        ),
+    ];
+    for (path, request, expected) in refusals {
+        let response = server
+            .send(reqwest::Method::POST, path, Some(request), None)
+            .await;
+        assert_eq!(response.status(), 400, "{path}");
+        let body: Value = response.json().await.unwrap();
+        let message = if path.starts_with("/v1/") {
+            assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+            &body["error"]["message"]
+        } else {
+            &body["error"]
+        };
+        assert!(
+            message.as_str().unwrap().contains(expected),
+            "{expected:?} not in {body}"
+        );
+    }
 
     // A PNG whose header is sound but whose pixel data is damaged passes
     // the check and fails in the runner, for that request only.
