@@ -239,6 +239,18 @@ impl Engine {
         Ok((slot.name().to_owned(), was_loaded))
     }
 
+    /// One model with its state: `name`, or the default model.
+    ///
+    /// # Errors
+    /// Unknown model (the message lists the models).
+    pub fn model(&self, name: Option<&str>) -> Result<ModelInfo, EngineError> {
+        let slot = self.slot(name)?;
+        self.models()
+            .into_iter()
+            .find(|m| m.name == slot.name())
+            .ok_or_else(|| self.unknown_model(slot.name()).into())
+    }
+
     /// The stream manager the engine feeds.
     pub fn streams(&self) -> &Arc<StreamManager> {
         &self.streams

@@ -82,7 +82,7 @@ async fn load(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
     let model = p.opt_str("model")?;
     let keep_alive = keep_alive(&p)?;
     let name = state.engine.load(model.as_deref(), keep_alive).await?;
-    let info = state.engine.models().into_iter().find(|m| m.name == name);
+    let info = state.engine.model(Some(&name)).ok();
     done(&json!({ "model": name, "state": "loaded", "info": info }))
 }
 
@@ -133,22 +133,7 @@ async fn clear_kv_cache(
 ) -> Result<Handled, RpcError> {
     p.only("clear_kv_cache", &[&["model"]])?;
     let model = p.opt_str("model")?;
-    let info = state
-        .engine
-        .models()
-        .into_iter()
-        .enumerate()
-        .find(|(i, m)| model.as_deref().map_or(*i == 0, |name| m.name == name));
-    let Some((_, info)) = info else {
-        let available = state.engine.models().into_iter().map(|m| m.name).collect();
-        return Err(crate::engine::EngineError::Invalid(
-            crate::engine::ValidationError::UnknownModel {
-                name: model.unwrap_or_default(),
-                available,
-            },
-        )
-        .into());
-    };
+    let info = state.engine.model(model.as_deref())?;
     if !info.loaded {
         return done(&json!({ "model": info.name, "cleared": false, "loaded": false }));
     }
@@ -162,11 +147,7 @@ async fn clear_kv_cache(
     if let Some(err) = &end.error {
         return Err(RpcError::new(codes::GENERATION_FAILED, err.message.clone()));
     }
-    let after = state
-        .engine
-        .models()
-        .into_iter()
-        .find(|m| m.name == info.name);
+    let after = state.engine.model(Some(&info.name)).ok();
     done(&json!({
         "model": info.name,
         "cleared": true,

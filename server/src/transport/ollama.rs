@@ -256,7 +256,7 @@ pub async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         Ok(None) => return error(StatusCode::BAD_REQUEST, "`model` is required"),
         Err(response) => return *response,
     };
-    let info = state.engine.models().into_iter().find(|m| m.name == name);
+    let info = state.engine.model(Some(&name)).ok();
     let entry = info
         .as_ref()
         .map(|m| model_entry(&state, m))
