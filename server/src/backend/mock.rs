@@ -13,7 +13,8 @@
 //! - Directives in the prompt steer it for tests (see `docs/mock-backend.md`):
 //!   `@mock(length=N)` sets the natural length in tokens,
 //!   `@mock(error_after=N)` fails like a runtime error after N tokens,
-//!   `@mock(prefill_ms=N)` overrides the prefill delay; in a runner
+//!   `@mock(prefill_ms=N)` overrides the prefill delay,
+//!   `@mock(echo=1)` repeats the text after the directive; in a runner
 //!   process only, `@mock(crash_after=N)` aborts the process and
 //!   `@mock(stall_after=N)` stops producing (ignoring aborts) after N tokens.
 
@@ -140,6 +141,8 @@ struct Directives {
     tool_call: bool,
     crash_after: Option<u64>,
     stall_after: Option<u64>,
+    /// `echo=1`: where the text to repeat starts (just after the directive).
+    echo_from: Option<usize>,
 }
 
 fn parse_directives(prompt: &str) -> Result<Directives, String> {
@@ -150,6 +153,7 @@ fn parse_directives(prompt: &str) -> Result<Directives, String> {
         let Some(end) = after.find(')') else {
             return Err("unterminated `@mock(` directive".into());
         };
+        let closed = prompt.len() - after.len() + end + 1;
         for pair in after[..end]
             .split(',')
             .map(str::trim)
@@ -173,6 +177,7 @@ fn parse_directives(prompt: &str) -> Result<Directives, String> {
                 "tool_call" => found.tool_call = value != 0,
                 "crash_after" => found.crash_after = Some(value),
                 "stall_after" => found.stall_after = Some(value),
+                "echo" => found.echo_from = (value != 0).then_some(closed),
                 other => return Err(format!("unknown mock directive `{other}`")),
             }
         }
@@ -254,12 +259,34 @@ fn next_word(rng: &mut Rng, first: bool, out: &mut Vec<Vec<u8>>) {
         bytes.push(b' ');
     }
     bytes.extend_from_slice(word.as_bytes());
+    split_pieces(rng, &bytes, out);
+}
+
+/// Cuts `bytes` into token pieces of 2–4 bytes.
+fn split_pieces(rng: &mut Rng, bytes: &[u8], out: &mut Vec<Vec<u8>>) {
     let mut at = 0;
     while at < bytes.len() {
         let take = (2 + rng.below(3) as usize).min(bytes.len() - at);
         out.push(bytes[at..at + take].to_vec());
         at += take;
     }
+}
+
+/// The token pieces of the next word of an echoed `text` (the word with
+/// the spaces after it); returns the rest of the text.
+fn next_echoed_word<'a>(rng: &mut Rng, text: &'a [u8], out: &mut Vec<Vec<u8>>) -> &'a [u8] {
+    out.clear();
+    let word = text
+        .iter()
+        .position(u8::is_ascii_whitespace)
+        .unwrap_or(text.len());
+    let end = word
+        + text[word..]
+            .iter()
+            .take_while(|b| b.is_ascii_whitespace())
+            .count();
+    split_pieces(rng, &text[..end], out);
+    &text[end..]
 }
 
 /// Keeps the first `tokens` pieces of a word, the last one extended to
@@ -374,7 +401,14 @@ impl MockRunner {
             return tool_call(request, sink);
         }
         let seed = seed_of(request);
-        let natural = directives.length.unwrap_or(16 + seed % 48);
+        // An echo ends with its text; otherwise the reply has a natural length.
+        let mut echo = directives
+            .echo_from
+            .map(|at| request.prompt[at..].trim_start().as_bytes());
+        let natural = match echo {
+            Some(_) => u64::MAX,
+            None => directives.length.unwrap_or(16 + seed % 48),
+        };
         let cap = u64::from(request.max_tokens);
 
         let prefill =
@@ -392,14 +426,19 @@ impl MockRunner {
         let mut emitted: u64 = 0;
         let mut first = true;
         let limit = natural.min(cap);
+        let mut cut = false;
         loop {
-            next_word(&mut rng, first, &mut pieces);
+            match &mut echo {
+                None => next_word(&mut rng, first, &mut pieces),
+                Some([]) => break,
+                Some(text) => *text = next_echoed_word(&mut rng, text, &mut pieces),
+            }
             first = false;
             // At the cap the word is cut after the last token that fits;
             // that token takes the rest of a character it would split, so
             // the count is exact and the text stays whole characters.
             let room = limit - emitted;
-            let cut = pieces.len() as u64 > room;
+            cut = pieces.len() as u64 > room;
             if cut {
                 cut_word(&mut pieces, room as usize);
             }
@@ -438,10 +477,10 @@ impl MockRunner {
                 message: format!("mock runtime error injected by @mock(error_after={emitted})"),
             });
         }
-        let finish_reason = if natural > cap && emitted < natural {
-            FinishReason::Length
-        } else {
-            FinishReason::Stop
+        let finish_reason = match echo {
+            Some(unsaid) if cut || !unsaid.is_empty() => FinishReason::Length,
+            None if natural > cap && emitted < natural => FinishReason::Length,
+            _ => FinishReason::Stop,
         };
         Ok(Generation::ended(finish_reason))
     }
@@ -526,8 +565,13 @@ mod tests {
                 tool_call: false,
                 crash_after: None,
                 stall_after: None,
+                echo_from: None,
             }
         );
+        let prompt = "say @mock(echo=1) <b>this</b>";
+        let at = parse_directives(prompt).unwrap().echo_from.unwrap();
+        assert_eq!(&prompt[at..], " <b>this</b>");
+        assert_eq!(parse_directives("@mock(echo=0) x").unwrap().echo_from, None);
         assert_eq!(parse_directives("plain").unwrap(), Directives::default());
         assert!(
             parse_directives("@mock(colour=3)")
@@ -554,5 +598,23 @@ mod tests {
             split_seen |= pieces.iter().any(|p| std::str::from_utf8(p).is_err());
         }
         assert!(split_seen, "the mock must exercise split characters");
+    }
+
+    #[test]
+    fn an_echoed_text_is_cut_into_pieces_word_by_word_and_joins_back() {
+        let text = "<script>x</script>  ```rust\nfn é() {}\n```  🙂 end";
+        let mut rng = Rng::new(7);
+        let mut pieces = Vec::new();
+        let mut rest = text.as_bytes();
+        let mut joined = Vec::new();
+        let mut words = 0;
+        while !rest.is_empty() {
+            rest = next_echoed_word(&mut rng, rest, &mut pieces);
+            assert!(pieces.iter().all(|p| (1..=4).contains(&p.len())));
+            joined.extend(pieces.concat());
+            words += 1;
+        }
+        assert_eq!(joined, text.as_bytes());
+        assert_eq!(words, 8);
     }
 }
