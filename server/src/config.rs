@@ -19,7 +19,7 @@ mod validate;
 
 pub use sections::{
     BenchSection, EngineSection, HttpSection, LimitsSection, McpSection, MockSection, RkllmSection,
-    RunnerKind, StdioSection, StoreSection, StreamsSection, WebSocketSection,
+    RunnerKind, StdioSection, StoreSection, StreamsSection, UiSection, WebSocketSection,
 };
 
 pub use crate::transport::lines::Framing;
@@ -489,6 +489,8 @@ pub struct Config {
     pub mcp: McpSection,
     /// The HTTP server.
     pub http: HttpSection,
+    /// The chat page.
+    pub ui: UiSection,
     /// WebSocket liveness.
     pub websocket: WebSocketSection,
     /// Request limits.
@@ -526,6 +528,7 @@ impl Default for Config {
             stdio_transport: StdioSection::default(),
             mcp: McpSection::default(),
             http: HttpSection::default(),
+            ui: UiSection::default(),
             websocket: WebSocketSection::default(),
             limits: LimitsSection::default(),
             streams: StreamsSection::default(),

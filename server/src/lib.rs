@@ -40,7 +40,8 @@ pub const WORKER_GRACE: Duration = Duration::from_millis(6000);
 
 /// The HTTP and WebSocket routes over `state`: `/mcp` and `/ws` behind the
 /// Origin/Host guard and the API keys, `/metrics` behind the API keys,
-/// `/health` and `/ready` open; CORS for the configured origins.
+/// `/health` and `/ready` open, the chat page at `/` (unless `[ui]
+/// enabled = false`) open too; CORS for the configured origins.
 pub fn app(state: Arc<AppState>) -> Router {
     let body_limit = state.settings.max_request_bytes;
     let guard =
@@ -77,8 +78,14 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/api/pull", post(transport::ollama_store::pull))
         .route("/api/delete", delete(transport::ollama_store::delete))
         .route_layer(keys);
+    let page = if state.settings.ui {
+        transport::ui::routes()
+    } else {
+        Router::new()
+    };
     let router = Router::new()
         .merge(protected)
+        .merge(page)
         .route("/health", get(transport::health::health))
         .route("/ready", get(transport::health::ready))
         .fallback(transport::errors::not_found)

@@ -20,4 +20,5 @@ mod stdio;
 mod store;
 mod streaming;
 mod systemd;
+mod ui;
 mod vision;

@@ -165,6 +165,20 @@ impl Default for HttpSection {
     }
 }
 
+/// `[ui]`: the chat page served at `/`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UiSection {
+    /// Serve the page (`GET /` and `/ui/...`); false: those paths are 404.
+    pub enabled: bool,
+}
+
+impl Default for UiSection {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
 /// `[websocket]`: liveness of WebSocket connections.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]

@@ -23,6 +23,7 @@ pub mod state;
 pub mod stdio;
 pub mod tcp;
 pub mod tools;
+pub mod ui;
 pub mod ws;
 
 pub use state::{AppState, Settings};

@@ -124,7 +124,7 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
         .into_iter()
         .map(|m| {
             json!({"id": m.name, "object": "model", "created": created, "owned_by": "rkllm",
-                   "capabilities": m.capabilities})
+                   "capabilities": m.capabilities, "state": m.state.as_str()})
         })
         .collect();
     Json(json!({"object": "list", "data": data})).into_response()

@@ -17,8 +17,8 @@ use crate::engine::Engine;
 use crate::rpc::{Dispatcher, RpcLimits, Services};
 use crate::stream::StreamManager;
 
-/// The transports' settings (config sections `[http]`, `[websocket]`,
-/// `[mcp]`, `[stdio]` and the request size limit).
+/// The transports' settings (config sections `[http]`, `[ui]`,
+/// `[websocket]`, `[mcp]`, `[stdio]` and the request size limit).
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Largest HTTP body, WebSocket message or line.
@@ -27,6 +27,8 @@ pub struct Settings {
     pub header_read_timeout: Duration,
     /// Origins allowed by CORS.
     pub cors_origins: Vec<String>,
+    /// Whether the chat page is served (`[ui] enabled`).
+    pub ui: bool,
     /// Host names accepted in `Host` on `/mcp` and `/ws` (`"*"`: any).
     pub allowed_hosts: Vec<String>,
     /// Origins accepted in `Origin` on `/mcp` and `/ws` (`"*"`: any).
