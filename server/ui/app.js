@@ -291,7 +291,8 @@ function formatMeta(model, started, first, ended, tokens, exact, finish) {
   parts.push(`${exact ? '' : '~'}${tokens} token${tokens === 1 ? '' : 's'}`);
   if (first && tokens > 0) {
     const seconds = (ended - first) / 1000;
-    if (tokens > 1 && seconds > 0) parts.push(`${(tokens / seconds).toFixed(1)} tokens/s`);
+    // The decode rate: the tokens after the first over the time after it.
+    if (tokens > 1 && seconds > 0) parts.push(`${((tokens - 1) / seconds).toFixed(1)} tokens/s`);
     parts.push(`first token ${Math.round(first - started)} ms`);
   }
   if (finish === 'stopped') parts.push('stopped');
