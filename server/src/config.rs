@@ -125,6 +125,14 @@ pub struct Cli {
     /// Also serve the stdio line protocol on this TCP address.
     #[arg(long, env = "RKLLM_SERVER_TCP", value_name = "ADDR")]
     pub tcp: Option<String>,
+    /// This server's name in a cluster (default: the host name); sent in
+    /// the `X-Rkllm-Node` header of every HTTP response.
+    #[arg(long, env = "RKLLM_SERVER_NODE_ID", value_name = "NAME")]
+    pub node_id: Option<String>,
+    /// Answer HAProxy's agent check on this TCP address (load as a weight,
+    /// `drain` while shutting down).
+    #[arg(long, env = "RKLLM_SERVER_AGENT_LISTEN", value_name = "ADDR")]
+    pub agent_listen: Option<String>,
     /// API key clients must send as `Authorization: Bearer KEY`
     /// (repeatable; the variable takes a comma-separated list).
     #[arg(
@@ -473,6 +481,10 @@ pub struct Config {
     pub stdio_framing: Framing,
     /// TCP address for the line protocol.
     pub tcp: Option<String>,
+    /// This node's name (absent: the host name).
+    pub node_id: Option<String>,
+    /// TCP address of the HAProxy agent check (absent: none).
+    pub agent_listen: Option<String>,
     /// API keys (clients send `Authorization: Bearer KEY`); none: no auth.
     pub api_keys: Vec<String>,
     /// File with more API keys, one per line.
@@ -520,6 +532,8 @@ impl Default for Config {
             stdio: false,
             stdio_framing: Framing::default(),
             tcp: None,
+            node_id: None,
+            agent_listen: None,
             api_keys: Vec::new(),
             api_key_file: None,
             log_level: "info".to_owned(),
@@ -755,6 +769,12 @@ impl Config {
         if let Some(tcp) = cli.tcp {
             self.tcp = Some(tcp);
         }
+        if let Some(node) = cli.node_id {
+            self.node_id = Some(node);
+        }
+        if let Some(agent) = cli.agent_listen {
+            self.agent_listen = Some(agent);
+        }
         if !cli.api_keys.is_empty() {
             self.api_keys = cli.api_keys;
         }
@@ -806,6 +826,38 @@ impl Config {
             .map(|tcp| resolve("tcp", tcp, "127.0.0.1:7070"))
             .transpose()
     }
+
+    /// The address of the HAProxy agent check, if any.
+    ///
+    /// # Errors
+    /// When `agent_listen` is not `HOST:PORT` or the host does not resolve.
+    pub fn agent_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        self.agent_listen
+            .as_deref()
+            .map(|addr| resolve("agent_listen", addr, "0.0.0.0:8081"))
+            .transpose()
+    }
+
+    /// This node's name: `node_id`, else the host name, else
+    /// `rkllm-server`.
+    pub fn node_name(&self) -> String {
+        self.node_id.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|name| name.trim().to_owned())
+                .filter(|name| valid_node_id(name))
+                .unwrap_or_else(|| "rkllm-server".to_owned())
+        })
+    }
+}
+
+/// A node name: 1–63 letters, digits, `.`, `_` or `-` (it goes into an
+/// HTTP header and names a server in HAProxy's config).
+pub fn valid_node_id(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 #[cfg(test)]

@@ -94,6 +94,19 @@ pub fn app(state: Arc<AppState>) -> Router {
             body_limit,
             transport::errors::api_shapes,
         ));
+    // Every answer names the node that gave it (a balancer's user can tell
+    // where a request went).
+    let node = axum::http::HeaderValue::from_str(&state.settings.node_id)
+        .unwrap_or_else(|_| axum::http::HeaderValue::from_static("rkllm-server"));
+    let router = router.layer(axum::middleware::map_response(
+        move |mut response: axum::response::Response| {
+            let node = node.clone();
+            async move {
+                response.headers_mut().insert(transport::NODE_HEADER, node);
+                response
+            }
+        },
+    ));
     let router = match cors(&state.settings.cors_origins) {
         Some(cors) => router.layer(cors),
         None => router,
@@ -150,6 +163,12 @@ pub async fn run_stdio(
     state.begin_shutdown();
     reaper.abort();
     stop_workers(&state).await;
+}
+
+/// Answers HAProxy's agent check on `listener` (`agent_listen`) until the
+/// process ends.
+pub fn spawn_agent(listener: TcpListener, state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(transport::agent::serve_agent(listener, state))
 }
 
 /// Serves the line protocol on a TCP listener (`--tcp`) until shutdown.

@@ -93,13 +93,14 @@ async fn serve() -> ExitCode {
             rkllm_server::config::DEFAULT_CONFIG_FILE
         ),
     }
-    let (addr, tcp_addr) = match (config.listen_addr(), config.tcp_addr()) {
-        (Ok(addr), Ok(tcp)) => (addr, tcp),
-        (Err(err), _) | (_, Err(err)) => {
-            eprintln!("rkllm-server: {}", err.in_file(config.source.as_deref()));
-            return ExitCode::from(2);
-        }
-    };
+    let (addr, tcp_addr, agent_addr) =
+        match (config.listen_addr(), config.tcp_addr(), config.agent_addr()) {
+            (Ok(addr), Ok(tcp), Ok(agent)) => (addr, tcp, agent),
+            (Err(err), _, _) | (_, Err(err), _) | (_, _, Err(err)) => {
+                eprintln!("rkllm-server: {}", err.in_file(config.source.as_deref()));
+                return ExitCode::from(2);
+            }
+        };
     let backend = match config.backend {
         rkllm_server::config::BackendKind::Mock => "mock",
         rkllm_server::config::BackendKind::Rkllm => "rkllm",
@@ -127,6 +128,20 @@ async fn serve() -> ExitCode {
             }
             Err(err) => {
                 eprintln!("rkllm-server: cannot listen on {tcp_addr} (tcp): {err}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if let Some(agent_addr) = agent_addr {
+        match tokio::net::TcpListener::bind(agent_addr).await {
+            Ok(listener) => {
+                if let Ok(local) = listener.local_addr() {
+                    eprintln!("rkllm-server agent check on tcp://{local}");
+                }
+                rkllm_server::spawn_agent(listener, std::sync::Arc::clone(&state));
+            }
+            Err(err) => {
+                eprintln!("rkllm-server: cannot listen on {agent_addr} (agent_listen): {err}");
                 return ExitCode::FAILURE;
             }
         }

@@ -4,6 +4,7 @@
 mod harness;
 
 mod accounting;
+mod cluster;
 mod embeddings;
 mod errors;
 mod first_hour;

@@ -255,6 +255,7 @@ impl Config {
             header_read_timeout: Duration::from_secs(self.http.header_read_timeout_secs),
             cors_origins: self.http.cors_origins.clone(),
             ui: self.ui.enabled,
+            node_id: self.node_name(),
             allowed_hosts: self.mcp.allowed_hosts.clone(),
             allowed_origins: self.mcp.allowed_origins.clone(),
             mcp_session_idle: Duration::from_secs(self.mcp.session_idle_secs),

@@ -50,6 +50,20 @@ fn invalid_values_name_their_key() {
         ),
         (
             Config {
+                node_id: Some("board 1".into()),
+                ..Config::default()
+            },
+            "node_id",
+        ),
+        (
+            Config {
+                agent_listen: Some("nowhere".into()),
+                ..Config::default()
+            },
+            "agent_listen",
+        ),
+        (
+            Config {
                 mock: MockSection {
                     tokens_per_second: -1.0,
                     ..MockSection::default()
@@ -266,4 +280,23 @@ fn models_carry_their_own_settings_and_the_default_goes_first() {
     assert_eq!(key_of(two.validate().unwrap_err()), "models.default");
     let hot: Config = toml::from_str("[[models]]\nname = \"a\"\ntemperature = 9.0\n").unwrap();
     assert_eq!(key_of(hot.validate().unwrap_err()), "models.temperature");
+}
+
+#[test]
+fn the_node_is_named_by_node_id_else_by_the_host_name() {
+    let named = Config {
+        node_id: Some("board-1.lab_2".into()),
+        ..Config::default()
+    };
+    assert!(named.validate().is_ok());
+    assert_eq!(named.node_name(), "board-1.lab_2");
+    let host = Config::default().node_name();
+    assert!(super::valid_node_id(&host), "{host}");
+    match std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        Ok(name) if super::valid_node_id(name.trim()) => assert_eq!(host, name.trim()),
+        _ => assert_eq!(host, "rkllm-server"),
+    }
+    assert!(!super::valid_node_id(""));
+    assert!(!super::valid_node_id(&"x".repeat(64)));
+    assert!(!super::valid_node_id("a/b"));
 }

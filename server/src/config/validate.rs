@@ -11,6 +11,13 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
         self.tcp_addr()?;
+        self.agent_addr()?;
+        if let Some(node) = self.node_id.as_ref().filter(|n| !super::valid_node_id(n)) {
+            return Err(invalid(
+                "node_id",
+                format!("must be 1 to 63 letters, digits, `.`, `_` or `-`, got `{node}`"),
+            ));
+        }
         if !(1..=3600).contains(&self.stdio_transport.eof_grace_secs) {
             return Err(invalid(
                 "stdio_transport.eof_grace_secs",

@@ -132,6 +132,11 @@ impl Life {
         }
     }
 
+    /// Lanes running a job now.
+    pub fn running(&self) -> usize {
+        self.busy
+    }
+
     /// Jobs still waiting (a job whose stream has ended is skipped).
     pub fn waiting(&self) -> usize {
         self.jobs.iter().filter(|j| !j.stream.is_ended()).count()

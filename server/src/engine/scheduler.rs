@@ -66,6 +66,17 @@ pub enum EngineError {
     Load(#[from] BackendError),
 }
 
+/// How busy a node is ([`Engine::node_load`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeLoad {
+    /// Requests waiting in the models' queues.
+    pub queued: usize,
+    /// Generations running now.
+    pub running: usize,
+    /// Models loaded.
+    pub loaded_models: usize,
+}
+
 /// A model as `models` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ModelInfo {
@@ -508,6 +519,19 @@ impl Engine {
         slots
             .iter()
             .all(|slot| slot.life.try_lock_for(Duration::from_secs(2)).is_some())
+    }
+
+    /// How busy this node is, for a load balancer: requests waiting and
+    /// running over every model, and the models loaded.
+    pub fn node_load(&self) -> NodeLoad {
+        let mut load = NodeLoad::default();
+        for slot in self.shared.snapshot() {
+            let life = slot.life.lock();
+            load.queued += life.waiting();
+            load.running += life.running();
+            load.loaded_models += usize::from(life.state == ModelState::Loaded);
+        }
+        load
     }
 
     /// Requests waiting per model (for metrics).

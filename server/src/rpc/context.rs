@@ -54,10 +54,12 @@ pub(super) struct Summary {
     pub tokens: u32,
 }
 
-/// A method's result: pre-serialised JSON and an optional subscription.
+/// A method's result: pre-serialised JSON, an optional subscription, and
+/// the stream it started, if any.
 pub(super) struct Handled {
     pub result: Box<RawValue>,
     pub subscribe: Option<Consumer>,
+    pub started: Option<String>,
 }
 
 pub(super) fn raw(value: &impl Serialize) -> Result<Box<RawValue>, RpcError> {
@@ -75,5 +77,6 @@ pub(super) fn done(value: &impl Serialize) -> Result<Handled, RpcError> {
     Ok(Handled {
         result: raw(value)?,
         subscribe: None,
+        started: None,
     })
 }

@@ -22,13 +22,16 @@ pub struct Reply {
     /// Streams to push on this connection, started after `message` is
     /// written so that the `run` response precedes its chunks.
     pub subscriptions: Vec<Consumer>,
+    /// The ids of the streams the message started (`run` with `stream:
+    /// true`), for a transport that advertises them.
+    pub started: Vec<String>,
 }
 
 impl Reply {
     fn message(message: String) -> Self {
         Self {
             message: Some(message),
-            subscriptions: Vec::new(),
+            ..Self::default()
         }
     }
 }
@@ -155,14 +158,17 @@ impl Dispatcher {
         }
         let mut messages = Vec::new();
         let mut subscriptions = Vec::new();
+        let mut started = Vec::new();
         for item in items {
             let reply = self.handle_one(conn, item, notifier).await;
             messages.extend(reply.message);
             subscriptions.extend(reply.subscriptions);
+            started.extend(reply.started);
         }
         Reply {
             message: (!messages.is_empty()).then(|| format!("[{}]", messages.join(","))),
             subscriptions,
+            started,
         }
     }
 
@@ -202,6 +208,7 @@ impl Dispatcher {
                     Ok(handled) => Reply {
                         message: Some(success_response(&id, &handled.result)),
                         subscriptions: handled.subscribe.into_iter().collect(),
+                        started: handled.started.into_iter().collect(),
                     },
                     Err(error) => Reply::message(error_response(&id, &error)),
                 }

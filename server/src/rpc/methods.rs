@@ -213,6 +213,7 @@ async fn run(
         return Ok(Handled {
             result: raw(&json!({ "stream_id": stream.id(), "status": "streaming_started" }))?,
             subscribe,
+            started: Some(stream.id().to_owned()),
         });
     }
     // Dropping this future (the client left) drops the consumer, which
@@ -285,6 +286,7 @@ fn subscribe(state: &Services, conn: &Connection, mut p: Params) -> Result<Handl
     Ok(Handled {
         result: raw(&json!({ "stream_id": id, "status": "subscribed" }))?,
         subscribe: Some(stream.attach(from_seq)),
+        started: None,
     })
 }
 

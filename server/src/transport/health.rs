@@ -13,9 +13,12 @@ use serde_json::json;
 use super::state::AppState;
 use crate::metrics;
 
-/// `GET /health`: 200 while the process serves requests.
-pub async fn health() -> Response {
-    Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")})).into_response()
+/// `GET /health`: 200 while the process serves requests, with this
+/// node's name.
+pub async fn health(State(state): State<Arc<AppState>>) -> Response {
+    Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"),
+                "node_id": state.settings.node_id}))
+    .into_response()
 }
 
 /// `GET /ready`: 200 when no model has failed and no queue is full;

@@ -117,6 +117,13 @@ pub async fn post_mcp(
         return StatusCode::ACCEPTED.into_response();
     };
     let mut response = json_response(StatusCode::OK, message);
+    // One stream started: name it, so that a balancer can pin the stream's
+    // later calls to this node (docs/cluster.md).
+    if let [stream_id] = reply.started.as_slice() {
+        if let Ok(value) = HeaderValue::from_str(stream_id) {
+            response.headers_mut().insert(super::STREAM_HEADER, value);
+        }
+    }
     if opens_session && conn.protocol().is_some() {
         let id = state.mcp_sessions.open(conn);
         if let Ok(value) = HeaderValue::from_str(&id) {

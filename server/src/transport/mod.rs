@@ -2,6 +2,7 @@
 //! OpenAI and Ollama APIs, the engine); they hold no business logic.
 //! HTTP statuses and each API's error shape are chosen here.
 
+pub mod agent;
 pub mod auth;
 pub mod chunked;
 pub mod clock;
@@ -27,3 +28,10 @@ pub mod ui;
 pub mod ws;
 
 pub use state::{AppState, Settings};
+
+/// The response header naming the node that answered (`node_id`).
+pub const NODE_HEADER: &str = "x-rkllm-node";
+/// The response header naming the stream a `run` with `stream: true`
+/// started over HTTP, so a balancer can send the stream's later calls to
+/// the node that holds it (`docs/cluster.md`).
+pub const STREAM_HEADER: &str = "x-rkllm-stream-id";

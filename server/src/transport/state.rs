@@ -29,6 +29,8 @@ pub struct Settings {
     pub cors_origins: Vec<String>,
     /// Whether the chat page is served (`[ui] enabled`).
     pub ui: bool,
+    /// This node's name, in the `X-Rkllm-Node` header of every response.
+    pub node_id: String,
     /// Host names accepted in `Host` on `/mcp` and `/ws` (`"*"`: any).
     pub allowed_hosts: Vec<String>,
     /// Origins accepted in `Origin` on `/mcp` and `/ws` (`"*"`: any).
@@ -132,13 +134,18 @@ impl AppState {
     /// connection to close (after the end chunks exist, so they can be
     /// delivered).
     pub fn begin_shutdown(&self) {
-        if *self.shutdown.borrow() {
+        if self.is_shutting_down() {
             return;
         }
         let ended = self.streams.shutdown();
         self.engine.shutdown();
         self.shutdown.send_replace(true);
         tracing::info!(ended_streams = ended, "shutting down");
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
     }
 
     /// Registers a long-lived connection until the guard drops.
