@@ -22,12 +22,14 @@ def anyio_backend():
     return "asyncio"
 
 
-def start_server(*args: str):
-    """Starts the server on 127.0.0.1:0; returns the process and its base URL."""
+def start_server(*args: str, listen: str = "127.0.0.1:0"):
+    """Starts the server on `listen` (a free port by default); returns the
+    process and its base URL. The lines it printed before listening are
+    kept in `proc.startup_lines`."""
     # Never the developer's own model store.
     env = dict(os.environ, XDG_DATA_HOME=str(ROOT / "target" / "tmp" / "no-store"))
     proc = subprocess.Popen(
-        [server_binary(), "--listen", "127.0.0.1:0", *args],
+        [server_binary(), "--listen", listen, *args],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -35,7 +37,9 @@ def start_server(*args: str):
         text=True,
     )
     base = None
+    proc.startup_lines = []
     for line in proc.stderr:
+        proc.startup_lines.append(line)
         if line.startswith("rkllm-server listening on http://"):
             base = line.strip().removeprefix("rkllm-server listening on ")
             break
