@@ -118,30 +118,31 @@ async fn serve() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Some(tcp_addr) = tcp_addr {
-        match tokio::net::TcpListener::bind(tcp_addr).await {
+    // The listeners beside HTTP: the line protocol and the agent check.
+    for (addr, key, what, spawn) in [
+        (
+            tcp_addr,
+            "tcp",
+            "line protocol",
+            rkllm_server::spawn_tcp as fn(_, _) -> _,
+        ),
+        (
+            agent_addr,
+            "agent_listen",
+            "agent check",
+            rkllm_server::spawn_agent,
+        ),
+    ] {
+        let Some(addr) = addr else { continue };
+        match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 if let Ok(local) = listener.local_addr() {
-                    eprintln!("rkllm-server line protocol on tcp://{local}");
+                    eprintln!("rkllm-server {what} on tcp://{local}");
                 }
-                rkllm_server::spawn_tcp(listener, std::sync::Arc::clone(&state));
+                spawn(listener, std::sync::Arc::clone(&state));
             }
             Err(err) => {
-                eprintln!("rkllm-server: cannot listen on {tcp_addr} (tcp): {err}");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    if let Some(agent_addr) = agent_addr {
-        match tokio::net::TcpListener::bind(agent_addr).await {
-            Ok(listener) => {
-                if let Ok(local) = listener.local_addr() {
-                    eprintln!("rkllm-server agent check on tcp://{local}");
-                }
-                rkllm_server::spawn_agent(listener, std::sync::Arc::clone(&state));
-            }
-            Err(err) => {
-                eprintln!("rkllm-server: cannot listen on {agent_addr} (agent_listen): {err}");
+                eprintln!("rkllm-server: cannot listen on {addr} ({key}): {err}");
                 return ExitCode::FAILURE;
             }
         }

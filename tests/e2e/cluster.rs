@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 
-use crate::harness::{Server, Ws, mock_config};
+use crate::harness::{Server, mock_config};
 
 /// The agent check's address, from the line the server prints at start.
 fn agent_addr(server: &Server) -> String {
@@ -26,6 +26,23 @@ async fn agent_line(addr: &str) -> std::io::Result<String> {
     let mut line = String::new();
     socket.read_to_string(&mut line).await?;
     Ok(line)
+}
+
+/// Checks the agent until it answers `expected` (the load it reports
+/// follows the workers, which finish a moment after their streams end).
+async fn wait_line(addr: &str, expected: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let line = agent_line(addr).await.unwrap();
+        if line == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "wanted {expected:?}, last line: {line:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]
@@ -85,7 +102,11 @@ async fn responses_name_the_node_and_a_started_stream() {
 #[tokio::test]
 async fn the_agent_check_weighs_the_load_and_drains_at_shutdown() {
     let mut server = Server::start(
-        &mock_config(20.0, 0, "lanes = 2\n[engine]\nkeep_alive_secs = 300"),
+        &mock_config(
+            20.0,
+            0,
+            "lanes = 2\nrunner = \"process\"\n[engine]\nkeep_alive_secs = 300",
+        ),
         &["--agent-listen", "127.0.0.1:0"],
     );
     let agent = agent_addr(&server);
@@ -94,7 +115,7 @@ async fn the_agent_check_weighs_the_load_and_drains_at_shutdown() {
     server
         .ok("run", json!({"prompt": "warm up", "max_tokens": 1}))
         .await;
-    assert_eq!(agent_line(&agent).await.unwrap(), "ready up 100%\n");
+    wait_line(&agent, "ready up 100%\n").await;
     // Two generations running, one waiting: 100 / (1 + 3).
     let mut held = Vec::new();
     for i in 0..3 {
@@ -106,22 +127,23 @@ async fn the_agent_check_weighs_the_load_and_drains_at_shutdown() {
             .await;
         held.push(started["stream_id"].as_str().unwrap().to_owned());
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let line = agent_line(&agent).await.unwrap();
-        if line == "ready up 25%\n" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "last line: {line:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_line(&agent, "ready up 25%\n").await;
     for id in &held {
         server.ok("abort", json!({"stream_id": id})).await;
     }
 
-    // Shutting down: `drain` for as long as the agent still answers. An
-    // open WebSocket keeps the server in its shutdown grace for a while.
-    let _ws = Ws::connect(&server).await;
+    // Shutting down: `drain` for as long as the agent still answers. A
+    // runner that ignores aborts keeps the server waiting for its model
+    // worker (up to its grace) after the streams have ended.
+    let stalled = server
+        .ok(
+            "run",
+            json!({"prompt": "stall @mock(stall_after=1)", "stream": true}),
+        )
+        .await;
+    server
+        .wait_state(stalled["stream_id"].as_str().unwrap(), "active")
+        .await;
     server.terminate();
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut drained = false;

@@ -140,30 +140,19 @@ async fn the_echo_directive_repeats_the_text_after_it_and_max_tokens_cuts_it() {
         json!({"messages": [{"role": "user", "content": format!("x @mock(echo=1) {said}")}],
                "max_tokens": max_tokens})
     };
-    let reply = server
-        .send(
+    let answer = |max_tokens| {
+        let request = server.send(
             reqwest::Method::POST,
             "/v1/chat/completions",
-            Some(chat(500)),
+            Some(chat(max_tokens)),
             None,
-        )
-        .await
-        .json::<serde_json::Value>()
-        .await
-        .unwrap();
+        );
+        async move { request.await.json::<serde_json::Value>().await.unwrap() }
+    };
+    let reply = answer(500).await;
     assert_eq!(reply["choices"][0]["message"]["content"], said);
     assert_eq!(reply["choices"][0]["finish_reason"], "stop");
-    let cut = server
-        .send(
-            reqwest::Method::POST,
-            "/v1/chat/completions",
-            Some(chat(3)),
-            None,
-        )
-        .await
-        .json::<serde_json::Value>()
-        .await
-        .unwrap();
+    let cut = answer(3).await;
     let text = cut["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(said.starts_with(text) && text.len() < said.len(), "{text}");
     assert_eq!(cut["choices"][0]["finish_reason"], "length");

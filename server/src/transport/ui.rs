@@ -70,32 +70,28 @@ macro_rules! asset {
     }};
 }
 
-const INDEX: Asset = asset!("index.html", "text/html; charset=utf-8");
-const APP_JS: Asset = asset!("app.js", "text/javascript; charset=utf-8");
-const MARKDOWN_JS: Asset = asset!("markdown.js", "text/javascript; charset=utf-8");
-const STYLE: Asset = asset!("app.css", "text/css; charset=utf-8");
-const ICON: Asset = asset!("icon.svg", "image/svg+xml");
+static INDEX: Asset = asset!("index.html", "text/html; charset=utf-8");
+static APP_JS: Asset = asset!("app.js", "text/javascript; charset=utf-8");
+static MARKDOWN_JS: Asset = asset!("markdown.js", "text/javascript; charset=utf-8");
+static STYLE: Asset = asset!("app.css", "text/css; charset=utf-8");
+static ICON: Asset = asset!("icon.svg", "image/svg+xml");
 
 /// The page's routes, when the page is enabled.
 pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/", get(|h: HeaderMap| async move { serve(&INDEX, &h) }))
-        .route(
-            "/ui/app.js",
-            get(|h: HeaderMap| async move { serve(&APP_JS, &h) }),
+    [
+        ("/", &INDEX),
+        ("/ui/app.js", &APP_JS),
+        ("/ui/markdown.js", &MARKDOWN_JS),
+        ("/ui/app.css", &STYLE),
+        ("/ui/icon.svg", &ICON),
+    ]
+    .into_iter()
+    .fold(Router::new(), |router, (path, asset)| {
+        router.route(
+            path,
+            get(move |headers: HeaderMap| async move { serve(asset, &headers) }),
         )
-        .route(
-            "/ui/markdown.js",
-            get(|h: HeaderMap| async move { serve(&MARKDOWN_JS, &h) }),
-        )
-        .route(
-            "/ui/app.css",
-            get(|h: HeaderMap| async move { serve(&STYLE, &h) }),
-        )
-        .route(
-            "/ui/icon.svg",
-            get(|h: HeaderMap| async move { serve(&ICON, &h) }),
-        )
+    })
 }
 
 /// The file, or 304 when the browser's copy is current; with the security
