@@ -32,6 +32,8 @@ owner=$(in_root stat -c %U /var/lib/rkllm-server/models)
 for file in /lib/systemd/system/rkllm-server.service \
             /usr/share/doc/rkllm-server/architecture.md \
             /usr/share/doc/rkllm-server/board-setup.md \
+            /usr/share/doc/rkllm-server/examples/haproxy.cfg \
+            /usr/share/doc/rkllm-server/images/chat-page.png \
             /usr/share/bash-completion/completions/rkllm-server \
             /usr/share/zsh/vendor-completions/_rkllm-server \
             /usr/share/man/man1/rkllm-server.1.gz; do
