@@ -52,6 +52,20 @@ pub fn server_binary() -> &'static str {
     env!("CARGO_BIN_EXE_rkllm-server")
 }
 
+/// Whether the server runs under an emulator (`RKLLM_E2E_RUNNER`).
+pub fn emulated() -> bool {
+    std::env::var("RKLLM_E2E_RUNNER").is_ok_and(|r| !r.trim().is_empty())
+}
+
+/// How many times a server that hangs before it has started (or failed to
+/// start) is tried: once natively; twice under qemu-user, which now and
+/// then hangs a freshly started multi-threaded process on a loaded machine
+/// (seen twice in CI, never reproduced in hundreds of runs; the same start
+/// runs natively in every suite without retry). The retry is announced.
+fn start_attempts() -> usize {
+    if emulated() { 2 } else { 1 }
+}
+
 /// A command that runs the server binary. When the tests run for another
 /// architecture under an emulator, `RKLLM_E2E_RUNNER` names it (for
 /// example `qemu-aarch64 -L /usr/aarch64-linux-gnu`) and prefixes the
@@ -159,40 +173,59 @@ fn build_fake(name: &str, source: &str, include: &str, defines: &[&str]) -> Path
 /// and what it wrote on stderr.
 pub fn start_failure(args: &[&str], env: &[(&str, &str)], config: Option<&str>) -> (i32, String) {
     let dir = ScratchDir::new();
-    let mut command = server_command();
-    if let Some(config) = config {
-        let path = dir.0.join("bad.toml");
-        std::fs::write(&path, config).unwrap();
-        command.arg("--config").arg(path);
-    }
-    if !args.iter().any(|a| a.starts_with("--listen")) {
-        // Should it start after all, it must not take a real port.
-        command.args(["--listen", "127.0.0.1:0"]);
-    }
-    let mut child = command
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run rkllm-server");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-        text
-    });
-    let deadline = std::time::Instant::now() + LIVENESS;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
+    let mut attempt = 0;
+    let (status, reader) = loop {
+        attempt += 1;
+        let mut command = server_command();
+        if let Some(config) = config {
+            let path = dir.0.join("bad.toml");
+            std::fs::write(&path, config).unwrap();
+            command.arg("--config").arg(path);
         }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the server started although it should have failed: {args:?}");
+        if !args.iter().any(|a| a.starts_with("--listen")) {
+            // Should it start after all, it must not take a real port.
+            command.args(["--listen", "127.0.0.1:0"]);
         }
-        std::thread::sleep(Duration::from_millis(10));
+        let mut child = command
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run rkllm-server");
+        let mut stderr = child.stderr.take().expect("stderr");
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+            text
+        });
+        let deadline = std::time::Instant::now() + LIVENESS;
+        let exited = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        match exited {
+            Some(status) => break (status, reader),
+            None => {
+                let said = reader.join().unwrap_or_default();
+                assert!(
+                    attempt < start_attempts(),
+                    "the server started although it should have failed: {args:?}; it printed: {said}"
+                );
+                eprintln!(
+                    "note: the emulated server neither started nor exited within {LIVENESS:?} \
+                     (it printed: {said:?}); trying once more: {args:?}"
+                );
+            }
+        }
     };
     let stderr = reader.join().unwrap_or_default();
     let code = status
@@ -223,44 +256,56 @@ impl Server {
         let dir = ScratchDir::new();
         let path = dir.0.join("rkllm-server.toml");
         std::fs::write(&path, config).expect("write config");
-        let mut command = server_command();
-        command
-            .arg("--config")
-            .arg(&path)
-            .args(["--listen", "127.0.0.1:0", "--log-level", "info"])
-            .args(args)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("spawn rkllm-server");
-        let stderr = child.stderr.take().expect("stderr");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (addr_tx, addr_rx) = mpsc::channel();
-        let log_sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            let mut tcp = None;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("rkllm-server line protocol on tcp://") {
-                    tcp = addr.parse::<SocketAddr>().ok();
+        let mut attempt = 0;
+        let (child, log, addr, tcp_addr) = loop {
+            attempt += 1;
+            let mut command = server_command();
+            command
+                .arg("--config")
+                .arg(&path)
+                .args(["--listen", "127.0.0.1:0", "--log-level", "info"])
+                .args(args)
+                .envs(env.iter().copied())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            let mut child = command.spawn().expect("spawn rkllm-server");
+            let stderr = child.stderr.take().expect("stderr");
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let (addr_tx, addr_rx) = mpsc::channel();
+            let log_sink = Arc::clone(&log);
+            std::thread::spawn(move || {
+                let mut tcp = None;
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(addr) = line.strip_prefix("rkllm-server line protocol on tcp://") {
+                        tcp = addr.parse::<SocketAddr>().ok();
+                    }
+                    if let Some(addr) = line.strip_prefix("rkllm-server listening on http://") {
+                        let _ = addr_tx
+                            .send((addr.parse::<SocketAddr>().expect("listen address"), tcp));
+                    }
+                    log_sink.lock().unwrap().push(line);
                 }
-                if let Some(addr) = line.strip_prefix("rkllm-server listening on http://") {
-                    let _ =
-                        addr_tx.send((addr.parse::<SocketAddr>().expect("listen address"), tcp));
+            });
+            match addr_rx.recv_timeout(LIVENESS) {
+                Ok((addr, tcp_addr)) => break (child, log, addr, tcp_addr),
+                Err(why) => {
+                    // How it ended says why: a crash, an exit, or still running.
+                    let status = child.try_wait();
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let hung = matches!(status, Ok(None));
+                    assert!(
+                        hung && attempt < start_attempts(),
+                        "server did not start ({why:?}; exit status {status:?}): {:?}",
+                        log.lock().unwrap()
+                    );
+                    eprintln!(
+                        "note: the emulated server did not start within {LIVENESS:?} and is \
+                         still running (it printed: {:?}); trying once more",
+                        log.lock().unwrap()
+                    );
                 }
-                log_sink.lock().unwrap().push(line);
-            }
-        });
-        let (addr, tcp_addr) = match addr_rx.recv_timeout(LIVENESS) {
-            Ok(addrs) => addrs,
-            Err(why) => {
-                // How it ended says why: a crash, an exit, or still running.
-                let status = child.try_wait();
-                let _ = child.kill();
-                panic!(
-                    "server did not start ({why:?}; exit status {status:?}): {:?}",
-                    log.lock().unwrap()
-                );
             }
         };
         let http = reqwest::Client::builder()
