@@ -109,14 +109,12 @@ async fn openai_and_ollama_endpoints_and_their_refusals() {
     let post = |path: &'static str, body: Value| {
         server.send(reqwest::Method::POST, path, Some(body), None)
     };
-    let openai: Value = post(
-        "/v1/embeddings",
-        json!({"model": "emb", "input": ["one", "two words"]}),
-    )
-    .await
-    .json()
-    .await
-    .unwrap();
+    let openai = server
+        .post_json(
+            "/v1/embeddings",
+            json!({"model": "emb", "input": ["one", "two words"]}),
+        )
+        .await;
     assert_eq!(openai["object"], "list");
     assert_eq!(openai["data"][1]["index"], 1);
     assert_close(&openai["data"][0]["embedding"], &last("one"));

@@ -390,6 +390,15 @@ impl Server {
             .expect("a JSON body")
     }
 
+    /// `POST path` with a JSON `body` (no API key); the answer as JSON.
+    pub async fn post_json(&self, path: &str, body: Value) -> Value {
+        self.send(reqwest::Method::POST, path, Some(body), None)
+            .await
+            .json()
+            .await
+            .expect("a JSON body")
+    }
+
     /// The `result` of a call that must succeed.
     pub async fn ok(&self, method: &str, params: Value) -> Value {
         let response = self.call(method, params).await;

@@ -62,34 +62,24 @@ async fn adapters_load_with_the_model_and_requests_select_them_on_both_abis() {
         assert_eq!(pirate["text"], format!("[lora pirate] {TEXT}"));
 
         let openai: Value = server
-            .send(
-                reqwest::Method::POST,
+            .post_json(
                 "/v1/chat/completions",
-                Some(json!({"model": "chat", "lora": "formal",
-                            "messages": [{"role": "user", "content": "hi"}]})),
-                None,
+                json!({"model": "chat", "lora": "formal",
+                            "messages": [{"role": "user", "content": "hi"}]}),
             )
-            .await
-            .json()
-            .await
-            .unwrap();
+            .await;
         assert_eq!(
             openai["choices"][0]["message"]["content"],
             format!("[lora formal] {TEXT}"),
             "{openai}"
         );
         let ollama: Value = server
-            .send(
-                reqwest::Method::POST,
+            .post_json(
                 "/api/generate",
-                Some(json!({"model": "chat", "prompt": "hi", "stream": false,
-                            "options": {"lora": "pirate"}})),
-                None,
+                json!({"model": "chat", "prompt": "hi", "stream": false,
+                            "options": {"lora": "pirate"}}),
             )
-            .await
-            .json()
-            .await
-            .unwrap();
+            .await;
         assert_eq!(
             ollama["response"],
             format!("[lora pirate] {TEXT}"),

@@ -140,15 +140,7 @@ async fn the_echo_directive_repeats_the_text_after_it_and_max_tokens_cuts_it() {
         json!({"messages": [{"role": "user", "content": format!("x @mock(echo=1) {said}")}],
                "max_tokens": max_tokens})
     };
-    let answer = |max_tokens| {
-        let request = server.send(
-            reqwest::Method::POST,
-            "/v1/chat/completions",
-            Some(chat(max_tokens)),
-            None,
-        );
-        async move { request.await.json::<serde_json::Value>().await.unwrap() }
-    };
+    let answer = |max_tokens| server.post_json("/v1/chat/completions", chat(max_tokens));
     let reply = answer(500).await;
     assert_eq!(reply["choices"][0]["message"]["content"], said);
     assert_eq!(reply["choices"][0]["finish_reason"], "stop");

@@ -260,17 +260,7 @@ async fn images_arrive_through_the_openai_and_ollama_apis() {
             .any(|m| m["id"] == "vl" && m["capabilities"] == json!(["completion", "vision"])),
         "{listed}"
     );
-    let show: Value = server
-        .send(
-            reqwest::Method::POST,
-            "/api/show",
-            Some(json!({"model": "vl"})),
-            None,
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
+    let show = server.post_json("/api/show", json!({"model": "vl"})).await;
     assert!(
         show["capabilities"]
             .as_array()
