@@ -10,12 +10,47 @@ use serde_json::{Value, json};
 
 use crate::stats::Summary;
 
-/// Compiles a test double (`source`, with the headers in `include`) with
-/// `cc` into `dir/out`.
+/// A fresh folder for one benchmark's test doubles and model files.
+///
+/// # Errors
+/// When it cannot be created.
+pub fn scratch_dir(name: &str) -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("rkllm-bench-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    Ok(dir)
+}
+
+/// The RKLLM runtime's test double (ABI 1.3.0), built into `dir`.
 ///
 /// # Errors
 /// When `cc` cannot run or the build fails.
-pub fn build_fake(
+pub fn build_fake_rkllm(dir: &Path) -> Result<PathBuf, String> {
+    build_fake(
+        dir,
+        "tests/fake-rkllmrt/fake_rkllmrt.c",
+        "rkllm-sys/include",
+        &["-DFAKE_ABI_V1_3"],
+        "librkllmrt-fake.so",
+    )
+}
+
+/// The RKNN runtime's test double, built into `dir`.
+///
+/// # Errors
+/// When `cc` cannot run or the build fails.
+pub fn build_fake_rknn(dir: &Path) -> Result<PathBuf, String> {
+    build_fake(
+        dir,
+        "tests/fake-rknnrt/fake_rknnrt.c",
+        "rknn-sys/include",
+        &[],
+        "librknnrt-fake.so",
+    )
+}
+
+/// Compiles a test double (`source`, with the headers in `include`) with
+/// `cc` into `dir/out`.
+fn build_fake(
     dir: &Path,
     source: &str,
     include: &str,

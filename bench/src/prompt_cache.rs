@@ -15,7 +15,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::fakes::{build_fake, p50_ms, timed_run};
+use crate::fakes::{build_fake_rkllm, p50_ms, scratch_dir, timed_run};
 use crate::server::ServerProcess;
 
 /// The figures, in milliseconds (medians).
@@ -54,15 +54,8 @@ impl PromptCacheResult {
 /// # Errors
 /// A message when the test double cannot be built or a server fails.
 pub async fn measure(binary: &Path, requests: usize) -> Result<PromptCacheResult, String> {
-    let dir = std::env::temp_dir().join(format!("rkllm-bench-cache-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let runtime = build_fake(
-        &dir,
-        "tests/fake-rkllmrt/fake_rkllmrt.c",
-        "rkllm-sys/include",
-        &["-DFAKE_ABI_V1_3"],
-        "librkllmrt-fake.so",
-    )?;
+    let dir = scratch_dir("cache")?;
+    let runtime = build_fake_rkllm(&dir)?;
     let model = dir.join("chat.rkllm");
     std::fs::write(&model, "x").map_err(|e| e.to_string())?;
     let system = "You are the assistant of a Rock 5B board. Answer briefly. ".repeat(40);

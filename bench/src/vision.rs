@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::fakes::{build_fake, p50_ms, timed_run};
+use crate::fakes::{build_fake_rkllm, build_fake_rknn, p50_ms, scratch_dir, timed_run};
 use crate::server::ServerProcess;
 
 /// The encoder the test double imitates.
@@ -67,22 +67,9 @@ impl VisionResult {
 /// # Errors
 /// A message when the test doubles cannot be built or the server fails.
 pub async fn measure(binary: &Path, requests: usize) -> Result<VisionResult, String> {
-    let dir = std::env::temp_dir().join(format!("rkllm-bench-vision-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let rkllm = build_fake(
-        &dir,
-        "tests/fake-rkllmrt/fake_rkllmrt.c",
-        "rkllm-sys/include",
-        &["-DFAKE_ABI_V1_3"],
-        "librkllmrt-fake.so",
-    )?;
-    let rknn = build_fake(
-        &dir,
-        "tests/fake-rknnrt/fake_rknnrt.c",
-        "rknn-sys/include",
-        &[],
-        "librknnrt-fake.so",
-    )?;
+    let dir = scratch_dir("vision")?;
+    let rkllm = build_fake_rkllm(&dir)?;
+    let rknn = build_fake_rknn(&dir)?;
     let model = dir.join("vl.rkllm");
     let encoder = dir.join("vl.rknn");
     let log = dir.join("rknn.log");
