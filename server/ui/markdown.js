@@ -156,7 +156,7 @@ function codeBlock(code, language) {
 
 /** Puts `text` on the clipboard; the older way where the Clipboard API is
  * missing (pages not served over HTTPS or from localhost). */
-export async function copyText(text) {
+async function copyText(text) {
   try {
     await navigator.clipboard.writeText(text);
     return true;

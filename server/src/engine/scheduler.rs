@@ -534,13 +534,9 @@ impl Engine {
         load
     }
 
-    /// Requests waiting per model (for metrics).
+    /// Requests waiting, over every model (for metrics).
     pub fn queued(&self) -> usize {
-        self.shared
-            .snapshot()
-            .iter()
-            .map(|slot| slot.life.lock().waiting())
-            .sum()
+        self.node_load().queued
     }
 
     /// 1-based position of a queued stream in its model's queue (1 = next).
