@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use crate::backend::process::{ProcessBackend, RunnerSettings};
-use crate::backend::{Backend, BackendError, BackendSettings, MockBackend, RkllmBackend};
+use crate::backend::{
+    Backend, BackendError, BackendSettings, MockBackend, ModelSpec, RkllmBackend,
+};
 use crate::config::{BackendKind, Config, RunnerKind};
 use crate::engine::{Engine, EngineError};
 use crate::store::Store;
@@ -15,22 +17,17 @@ use crate::transport::AppState;
 /// Builds the backend, starts the models' workers, loads the models
 /// `engine.preload` names and returns the state every transport shares.
 ///
+/// The start depends on the server's own configuration only (the config,
+/// the runtime library, the store's settings), never on every model: a
+/// model that cannot load (its file or its encoder's missing, an encoder
+/// without an RKNN runtime, a failed preload) is listed as failed with its
+/// reason and the others are served. A server with no model at all starts
+/// too (not ready until one is pulled), so that removing the last model
+/// cannot keep the service from starting.
+///
 /// # Errors
-/// When the backend is unavailable or a preloaded model cannot be loaded.
+/// When the backend itself is unavailable (the runtime library).
 pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
-    // Models load on demand: a missing file is caught now, not at the
-    // first request.
-    config
-        .check_files()
-        .map_err(|e| BackendError::Unavailable(e.in_file(config.source.as_deref()).to_string()))?;
-    if config.model_specs().is_empty() && Store::new(config.models_dir()).list().is_empty() {
-        return Err(BackendError::Unavailable(format!(
-            "the rkllm backend needs a model: pass --model PATH, declare [[models]], or pull one \
-             into the store ({}) with `rkllm-server pull OWNER/REPO`",
-            config.models_dir().display()
-        ))
-        .into());
-    }
     let streams = Arc::new(
         StreamManager::new(config.stream_limits()).with_timestamps(config.bench.timestamps),
     );
@@ -82,14 +79,36 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
             specs.push(store.store.spec(&manifest));
         }
     }
-    if config.backend == BackendKind::Rkllm && specs.iter().any(|m| m.vision.is_some()) {
-        // A vision model (configured or stored) needs librknnrt.so: say so
-        // now, not at its first request.
-        crate::backend::rkllm::RknnRuntime::load(&config.rknn_runtime)
-            .map_err(BackendError::Unavailable)?;
+    if specs.is_empty() {
+        tracing::warn!(
+            models_dir = %config.models_dir().display(),
+            "no model to serve yet: pull one (`rkllm-server pull OWNER/REPO` or /api/pull), \
+             pass --model PATH or declare [[models]]; /ready answers 503 until then"
+        );
     }
+    let mut preflight = Preflight::new(config);
+    let unservable: Vec<(String, String)> = specs
+        .iter()
+        .filter_map(|spec| Some((spec.name.clone(), preflight.check(spec)?)))
+        .collect();
     let engine = Engine::start(backend, &specs, config.engine_limits(), streams)?;
-    engine.preload(&config.engine.preload)?;
+    for (name, reason) in unservable {
+        engine.mark_failed(&name, reason);
+    }
+    let failed: Vec<String> = engine
+        .models()
+        .into_iter()
+        .filter(|m| m.state == crate::engine::ModelState::Failed)
+        .map(|m| m.name)
+        .collect();
+    let preload: Vec<String> = config
+        .engine
+        .preload
+        .iter()
+        .filter(|name| !failed.contains(name))
+        .cloned()
+        .collect();
+    engine.preload(&preload)?;
     let state = AppState::new(
         engine,
         config.rpc_limits(),
@@ -97,15 +116,54 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
         store,
     );
     if tokio::runtime::Handle::try_current().is_ok() {
-        tokio::spawn(follow_store(Arc::clone(&state), configured));
+        tokio::spawn(follow_store(Arc::clone(&state), configured, preflight));
     }
     Ok(state)
+}
+
+/// What can be known of a model before loading it: that its files exist
+/// and, for a vision model on the rkllm backend, that the RKNN runtime
+/// its encoder needs loads (tried once, for every such model).
+#[derive(Debug)]
+struct Preflight {
+    /// The RKNN runtime to try, on the rkllm backend (the mock needs none).
+    rknn_runtime: Option<std::path::PathBuf>,
+    rknn: Option<Result<(), String>>,
+}
+
+impl Preflight {
+    fn new(config: &Config) -> Self {
+        Self {
+            rknn_runtime: (config.backend == BackendKind::Rkllm)
+                .then(|| config.rknn_runtime.clone()),
+            rknn: None,
+        }
+    }
+
+    /// Why `spec` cannot be served, if it cannot.
+    fn check(&mut self, spec: &ModelSpec) -> Option<String> {
+        if let Some(path) = spec.path.as_ref().filter(|p| !p.is_file()) {
+            return Some(format!("its file {} does not exist", path.display()));
+        }
+        let vision = spec.vision.as_ref()?;
+        if !vision.encoder.is_file() {
+            return Some(format!(
+                "its vision encoder {} does not exist",
+                vision.encoder.display()
+            ));
+        }
+        let runtime = self.rknn_runtime.as_ref()?;
+        self.rknn
+            .get_or_insert_with(|| crate::backend::rkllm::RknnRuntime::load(runtime).map(drop))
+            .clone()
+            .err()
+    }
 }
 
 /// Keeps the engine's models in step with the store while the server
 /// runs, so that `rkllm-server pull` and `rm` from a shell take effect
 /// within seconds: new stored models become available, removed ones go.
-async fn follow_store(state: Arc<AppState>, configured: Vec<String>) {
+async fn follow_store(state: Arc<AppState>, configured: Vec<String>, mut preflight: Preflight) {
     let mut ticks = tokio::time::interval(std::time::Duration::from_secs(2));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -115,11 +173,15 @@ async fn follow_store(state: Arc<AppState>, configured: Vec<String>) {
             continue;
         };
         for manifest in &stored {
-            if !configured.contains(&manifest.name) {
-                let spec = state.store.store.spec(manifest);
-                if let Err(err) = state.engine.add_model(spec) {
-                    tracing::debug!(model = %manifest.name, error = %err, "stored model not added");
-                }
+            if configured.contains(&manifest.name) || state.engine.has_model(&manifest.name) {
+                continue;
+            }
+            let spec = state.store.store.spec(manifest);
+            let unservable = preflight.check(&spec);
+            if let Err(err) = state.engine.add_model(spec) {
+                tracing::debug!(model = %manifest.name, error = %err, "stored model not added");
+            } else if let Some(reason) = unservable {
+                state.engine.mark_failed(&manifest.name, reason);
             }
         }
         for model in state.engine.models() {

@@ -357,16 +357,6 @@ fn start_failures_name_the_cause_and_exit_non_zero() {
             vec![],
             vec!["librkllmrt-absent.so", "cannot load"],
         ),
-        (
-            rkllm_args(v13, "/nonexistent/model.rkllm", &[]),
-            vec![],
-            vec!["/nonexistent/model.rkllm"],
-        ),
-        (
-            rkllm_args(v13, model, &["--preload", "m"]),
-            vec![("FAKE_RKLLM_INIT_FAIL", "1")],
-            vec!["rkllm_init failed", v13, "1.3.0"],
-        ),
     ];
     for (args, env, expected) in cases {
         let (code, stderr) = start_failure(&args, &env, None);
@@ -402,9 +392,85 @@ fn start_failures_name_the_cause_and_exit_non_zero() {
             "{stderr}"
         );
     }
-    let (code, stderr) = start_failure(&["--backend", "rkllm"], &[], None);
-    assert_ne!(code, 0);
-    assert!(stderr.contains("model"), "{stderr}");
+}
+
+/// What a model needs (its file, a runtime that loads it) is the model's
+/// own affair: the server starts, lists the model as failed with why, and
+/// is not ready only when no model can serve.
+#[tokio::test]
+async fn a_model_that_cannot_load_is_failed_with_its_reason_and_the_server_starts() {
+    let dir = crate::harness::ScratchDir::new();
+    let model = model_file(&dir.0);
+    let model = model.to_str().unwrap();
+    let v13 = fake_runtime(Fake::V1_3);
+    let v13 = v13.to_str().unwrap();
+    // (flags, environment, what the model's error must name)
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, Vec<&'a str>);
+    let cases: Vec<Case<'_>> = vec![
+        (
+            rkllm_args(v13, "/nonexistent/model.rkllm", &[]),
+            vec![],
+            vec!["/nonexistent/model.rkllm", "does not exist"],
+        ),
+        (
+            rkllm_args(v13, model, &["--preload", "m"]),
+            vec![("FAKE_RKLLM_INIT_FAIL", "1")],
+            vec!["rkllm_init failed", v13, "1.3.0"],
+        ),
+    ];
+    for (args, env, expected) in cases {
+        let server = Server::start_env(&mock_config(0.0, 0, ""), &args, &env);
+        let models = server.ok("models", json!({})).await;
+        let only = &models["models"][0];
+        assert_eq!(only["state"], "failed", "{args:?}: {only}");
+        for needle in &expected {
+            assert!(
+                only["error"].as_str().unwrap().contains(needle),
+                "{args:?}: missing {needle:?} in {only}"
+            );
+        }
+        let ready = server
+            .send(reqwest::Method::GET, "/ready", None, None)
+            .await;
+        assert_eq!(ready.status(), 503, "{args:?}");
+        let ready: Value = ready.json().await.unwrap();
+        assert!(
+            ready["reason"].as_str().unwrap().contains(expected[0]),
+            "{ready}"
+        );
+        assert_eq!(
+            server.call("run", json!({"prompt": "hi"})).await["error"]["code"],
+            -32003
+        );
+        let health = server
+            .send(reqwest::Method::GET, "/health", None, None)
+            .await;
+        assert_eq!(health.status(), 200);
+    }
+    // No model at all (an empty store, nothing configured): the server
+    // starts and says what to do, rather than exiting.
+    let empty = crate::harness::ScratchDir::new();
+    let models_dir = empty.0.to_str().unwrap();
+    let server = Server::start(
+        &mock_config(0.0, 0, ""),
+        &[
+            "--backend",
+            "rkllm",
+            "--runtime",
+            v13,
+            "--models-dir",
+            models_dir,
+        ],
+    );
+    let ready = server
+        .send(reqwest::Method::GET, "/ready", None, None)
+        .await;
+    assert_eq!(ready.status(), 503);
+    let ready: Value = ready.json().await.unwrap();
+    assert!(
+        ready["reason"].as_str().unwrap().contains("no model"),
+        "{ready}"
+    );
 }
 
 /// On a board: set `RKLLM_TEST_RUNTIME` (librkllmrt.so) and

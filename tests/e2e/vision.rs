@@ -15,7 +15,7 @@ use base64::engine::general_purpose::STANDARD;
 use image::{ImageFormat, RgbImage};
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, ScratchDir, Server, fake_rknn_runtime, fake_runtime, start_failure};
+use crate::harness::{Fake, ScratchDir, Server, fake_rknn_runtime, fake_runtime};
 
 const TEXT: &str = "A picture, described.";
 
@@ -415,50 +415,94 @@ async fn bad_images_get_clear_errors_and_disturb_nothing() {
 }
 
 #[tokio::test]
-async fn a_missing_rknn_runtime_stops_the_start_naming_its_path() {
+async fn a_missing_rknn_runtime_fails_only_the_vision_model_naming_its_path() {
     let scratch = ScratchDir::new();
     let model = scratch.0.join("vl.rkllm");
     std::fs::write(&model, TEXT).unwrap();
+    let text_model = scratch.0.join("txt.rkllm");
+    std::fs::write(&text_model, TEXT).unwrap();
     let encoder = scratch.0.join("vl.rknn");
     std::fs::write(&encoder, ENCODER).unwrap();
     let runtime = fake_runtime(Fake::V1_3);
-    let config =
-        format!("[[models]]\nname = \"vl\"\npath = {model:?}\nvision_encoder = {encoder:?}\n");
-    let (code, stderr) = start_failure(
-        &[
-            "--backend",
-            "rkllm",
-            "--runtime",
-            runtime.to_str().unwrap(),
-            "--rknn-runtime",
-            "/nonexistent/librknnrt.so",
-        ],
-        &[],
-        Some(&config),
+    let config = format!(
+        "[[models]]\nname = \"txt\"\npath = {text_model:?}\ndefault = true\n\
+         [[models]]\nname = \"vl\"\npath = {model:?}\nvision_encoder = {encoder:?}\n"
     );
-    assert_ne!(code, 0);
-    assert!(
-        stderr.contains("the RKNN runtime /nonexistent/librknnrt.so does not exist"),
-        "{stderr}"
-    );
-    // A library that is not the RKNN runtime: the missing function is named.
-    let (code, stderr) = start_failure(
-        &[
-            "--backend",
-            "rkllm",
-            "--runtime",
-            runtime.to_str().unwrap(),
-            "--rknn-runtime",
-            runtime.to_str().unwrap(),
-        ],
-        &[],
-        Some(&config),
-    );
-    assert_ne!(code, 0);
-    assert!(
-        stderr.contains("lacks a function the vision encoder needs") && stderr.contains("rknn_"),
-        "{stderr}"
-    );
+    // Not there at all, then a library that is not the RKNN runtime (the
+    // missing function is named): the server starts either way, serves the
+    // text model and lists the vision model as failed with the cause.
+    let cases = [
+        (
+            "/nonexistent/librknnrt.so".to_owned(),
+            "the RKNN runtime /nonexistent/librknnrt.so does not exist",
+        ),
+        (
+            runtime.to_str().unwrap().to_owned(),
+            "lacks a function the vision encoder needs",
+        ),
+    ];
+    for (rknn, cause) in cases {
+        let server = Server::start(
+            &config,
+            &[
+                "--backend",
+                "rkllm",
+                "--runtime",
+                runtime.to_str().unwrap(),
+                "--rknn-runtime",
+                &rknn,
+            ],
+        );
+        let models = server.ok("models", json!({})).await;
+        let vl = models["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "vl")
+            .unwrap()
+            .clone();
+        assert_eq!(vl["state"], "failed", "{vl}");
+        assert!(vl["error"].as_str().unwrap().contains(cause), "{vl}");
+        let reply = server
+            .ok("run", json!({"model": "txt", "prompt": "hello"}))
+            .await;
+        assert_eq!(reply["finish_reason"], "stop", "{reply}");
+        let refused = server
+            .call("run", json!({"model": "vl", "prompt": "hello"}))
+            .await;
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(cause),
+            "{refused}"
+        );
+        let ready = server
+            .send(reqwest::Method::GET, "/ready", None, None)
+            .await;
+        assert_eq!(ready.status(), 200);
+        let ready: Value = ready.json().await.unwrap();
+        assert_eq!(ready["failed"][0]["model"], "vl", "{ready}");
+        let tags = server.get_json("/api/tags", None).await;
+        let tagged = tags["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "vl")
+            .unwrap()
+            .clone();
+        assert_eq!(tagged["state"], "failed", "{tagged}");
+        assert!(
+            tagged["error"].as_str().unwrap().contains(cause),
+            "{tagged}"
+        );
+        let logged = server
+            .log()
+            .iter()
+            .filter(|line| line.contains("cannot be served") && line.contains("vl"))
+            .count();
+        assert_eq!(logged, 1, "{:?}", server.log());
+    }
 }
 
 #[tokio::test]

@@ -21,7 +21,7 @@ pub use lifecycle::{Lifecycle, ModelState};
 pub use request::{
     RequestLimits, RunRequest, ValidationError, check_embedding, check_images, check_lora,
 };
-pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo, NodeLoad};
+pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo, NodeLoad, Readiness};
 
 #[cfg(test)]
 mod tests;

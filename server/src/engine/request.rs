@@ -127,6 +127,19 @@ impl RunRequest {
         if self.prompt.is_empty() && !self.clear_cache {
             return Err(invalid("prompt", "`prompt` must not be empty".into()));
         }
+        // The runtime takes C strings: a NUL would cut the text short.
+        let has_nul = self.prompt.contains('\0')
+            || self
+                .conversation
+                .iter()
+                .flatten()
+                .any(|turn| turn.text.contains('\0'));
+        if has_nul {
+            return Err(invalid(
+                "prompt",
+                "`prompt` (and every message) must not contain NUL characters (U+0000)".into(),
+            ));
+        }
         if self.prompt.len() > limits.max_prompt_bytes {
             return Err(ValidationError::TooLarge {
                 field: "prompt",
@@ -355,6 +368,23 @@ mod tests {
             (
                 RunRequest {
                     prompt: String::new(),
+                    ..request()
+                },
+                "prompt",
+            ),
+            (
+                RunRequest {
+                    prompt: "a\0b".into(),
+                    ..request()
+                },
+                "prompt",
+            ),
+            (
+                RunRequest {
+                    conversation: Some(vec![Turn {
+                        role: "user".into(),
+                        text: "\0".into(),
+                    }]),
                     ..request()
                 },
                 "prompt",

@@ -77,6 +77,17 @@ pub struct NodeLoad {
     pub loaded_models: usize,
 }
 
+/// Whether a node can serve ([`Engine::readiness`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// Some model can serve and no queue is full.
+    pub ready: bool,
+    /// Why not, when not.
+    pub reason: Option<String>,
+    /// The failed models, with why.
+    pub failed: Vec<(String, String)>,
+}
+
 /// A model as `models` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ModelInfo {
@@ -158,9 +169,11 @@ impl Engine {
     }
 
     /// Loads `names` and waits until they are loaded (start-up). Blocks.
+    /// A model that does not load is marked failed with why (the others
+    /// still load): the start never depends on every model.
     ///
     /// # Errors
-    /// The first model that does not load, with why.
+    /// A name that is no model (a configuration error).
     pub fn preload(&self, names: &[String]) -> Result<(), EngineError> {
         let mut waiting = Vec::new();
         for name in names {
@@ -175,18 +188,33 @@ impl Engine {
                 match self.shared.load_outcome(&slot, target) {
                     // Every lane's runner, so that none loads on a request.
                     Ok(true) if self.shared.lanes_loaded(&slot) >= lanes => break,
-                    Ok(true) => std::thread::sleep(Duration::from_millis(10)),
-                    Ok(false) => std::thread::sleep(Duration::from_millis(10)),
+                    Ok(_) => std::thread::sleep(Duration::from_millis(10)),
                     Err(message) => {
-                        return Err(EngineError::Unavailable {
-                            model: slot.name().to_owned(),
-                            reason: message,
-                        });
+                        self.mark_failed(slot.name(), format!("preload failed: {message}"));
+                        break;
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Marks a model failed with `reason` (one that cannot load: a missing
+    /// file or runtime library, a failed preload), logged once. It is
+    /// listed with the reason and refused until an explicit load retries
+    /// it; the other models are not affected.
+    pub fn mark_failed(&self, name: &str, reason: String) {
+        let Ok(slot) = self.slot(Some(name)) else {
+            return;
+        };
+        tracing::error!(model = name, %reason, "model cannot be served");
+        {
+            let mut life = slot.life.lock();
+            life.state = ModelState::Failed;
+            life.last_error = Some(reason);
+        }
+        slot.changed.send_modify(|n| *n = n.wrapping_add(1));
+        slot.wake.notify_all();
     }
 
     /// Loads a model (the default one when `model` is `None`) and waits
@@ -260,6 +288,11 @@ impl Engine {
             .into_iter()
             .find(|m| m.name == slot.name())
             .ok_or_else(|| self.unknown_model(slot.name()).into())
+    }
+
+    /// Whether a model of this name is served (whatever its state).
+    pub fn has_model(&self, name: &str) -> bool {
+        self.slot(Some(name)).is_ok()
     }
 
     /// The stream manager the engine feeds.
@@ -479,32 +512,52 @@ impl Engine {
         Ok(stream)
     }
 
-    /// `Ok` when no model has failed and every queue has room; else why
-    /// not. A model that is not loaded is ready: the next request loads it.
-    ///
-    /// # Errors
-    /// The first model that is not ready, with the reason.
-    pub fn readiness(&self) -> Result<(), String> {
-        for slot in self.shared.snapshot() {
+    /// Whether this node can serve: ready while at least one model can
+    /// serve (not failed) and no model's queue is full. Failed models are
+    /// listed with why either way, so a node with one broken model keeps
+    /// serving the others (and a balancer keeps it in rotation).
+    pub fn readiness(&self) -> Readiness {
+        let mut readiness = Readiness {
+            ready: true,
+            reason: None,
+            failed: Vec::new(),
+        };
+        let slots = self.shared.snapshot();
+        for slot in &slots {
             let life = slot.life.lock();
             if life.state == ModelState::Failed {
-                return Err(format!(
-                    "model `{}` failed: {}",
-                    slot.name(),
-                    life.last_error
-                        .as_deref()
-                        .unwrap_or("it crashed repeatedly")
-                ));
+                let why = life
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| "it crashed repeatedly".into());
+                readiness.failed.push((slot.name().to_owned(), why));
+                continue;
             }
             let waiting = life.waiting();
-            if waiting >= self.limits.queue_len {
-                return Err(format!(
+            if waiting >= self.limits.queue_len && readiness.reason.is_none() {
+                readiness.ready = false;
+                readiness.reason = Some(format!(
                     "the queue of model `{}` is full ({waiting} waiting)",
                     slot.name()
                 ));
             }
         }
-        Ok(())
+        if slots.is_empty() {
+            readiness.ready = false;
+            readiness.reason = Some(
+                "no model to serve: pull one (`rkllm-server pull`, /api/pull) or configure [[models]]"
+                    .into(),
+            );
+        } else if readiness.failed.len() == slots.len() {
+            readiness.ready = false;
+            let reasons: Vec<String> = readiness
+                .failed
+                .iter()
+                .map(|(model, why)| format!("model `{model}` failed: {why}"))
+                .collect();
+            readiness.reason = Some(reasons.join("; "));
+        }
+        readiness
     }
 
     /// Whether the supervisor is sound: every worker thread runs and no

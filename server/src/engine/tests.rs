@@ -186,7 +186,9 @@ async fn failed_loads_end_their_requests_and_too_many_mark_the_model_failed() {
         info.error.as_deref().unwrap().contains("not a model"),
         "{info:?}"
     );
-    assert!(engine.readiness().is_err());
+    let readiness = engine.readiness();
+    assert!(!readiness.ready, "{readiness:?}");
+    assert_eq!(readiness.failed[0].0, "a");
     let refused = engine.submit(
         RunRequest {
             prompt: "hello".into(),

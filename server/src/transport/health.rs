@@ -1,5 +1,5 @@
-//! `GET /health` (the process is alive) and `GET /ready` (no model has
-//! failed and every queue has room), both open, without API keys, for
+//! `GET /health` (the process is alive) and `GET /ready` (some model can
+//! serve and every queue has room), both open, without API keys, for
 //! supervisors and load balancers; and `GET /metrics` (behind the keys).
 
 use std::sync::Arc;
@@ -21,17 +21,28 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     .into_response()
 }
 
-/// `GET /ready`: 200 when no model has failed and no queue is full;
-/// 503 with the reason otherwise.
+/// `GET /ready`: 200 while some model can serve and no queue is full,
+/// 503 with the reason otherwise; failed models are listed with why
+/// either way (`failed`).
 pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    match state.engine.readiness() {
-        Ok(()) => Json(json!({"ready": true})).into_response(),
-        Err(reason) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"ready": false, "reason": reason})),
-        )
-            .into_response(),
+    let readiness = state.engine.readiness();
+    let mut body = json!({"ready": readiness.ready});
+    if let Some(reason) = &readiness.reason {
+        body["reason"] = json!(reason);
     }
+    if !readiness.failed.is_empty() {
+        body["failed"] = readiness
+            .failed
+            .iter()
+            .map(|(model, error)| json!({"model": model, "error": error}))
+            .collect();
+    }
+    let status = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
 }
 
 /// `GET /metrics`: the Prometheus text exposition with the current gauges.

@@ -117,8 +117,15 @@ fn model_entry(state: &AppState, model: &ModelInfo) -> Value {
             format!("{h:016x}").repeat(4)
         }
     };
-    json!({"name": model.name, "model": model.name, "modified_at": rfc3339(modified), "size": size,
-           "digest": digest, "details": details(model)})
+    let mut entry = json!({"name": model.name, "model": model.name, "modified_at": rfc3339(modified),
+                           "size": size, "digest": digest, "details": details(model)});
+    if model.state == crate::engine::ModelState::Failed {
+        // Keys Ollama does not have, present only for a model that cannot
+        // be served: why.
+        entry["state"] = json!("failed");
+        entry["error"] = json!(model.error);
+    }
+    entry
 }
 
 /// `GET /api/tags`.
