@@ -240,6 +240,67 @@ async fn a_crash_ends_the_stream_on_every_transport_and_the_waiting_request_is_s
     assert!(log.contains("aborting after 20 tokens"), "{log}");
 }
 
+/// Whether a process is alive (a zombie waiting to be reaped is not).
+fn process_alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after = stat.rsplit_once(')')?.1;
+            after.split_whitespace().next().map(|state| state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// The children of a process.
+fn children_of(pid: u64) -> Vec<u64> {
+    let mut children = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+    {
+        let Ok(task) = task else { continue };
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        children.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<u64>().ok()),
+        );
+    }
+    children
+}
+
+#[tokio::test]
+async fn a_hung_runner_behind_a_forking_prefix_dies_with_a_sigkilled_server() {
+    let config = mock_config(
+        100.0,
+        0,
+        "runner = \"process\"\n[engine]\nrunner_prefix = [\"timeout\", \"100000\"]\n",
+    );
+    let mut server = Server::start(&config, &[]);
+    let hung = start_polled(&server, "hang @mock(length=100, stall_after=3)").await;
+    server.wait_state(&hung, "active").await;
+    let wrapper = model(&server, "mock").await["runner_pids"][0]
+        .as_u64()
+        .unwrap();
+    let runners = children_of(wrapper);
+    assert_eq!(runners.len(), 1, "timeout forks the runner: {runners:?}");
+    let runner = runners[0];
+    assert!(process_alive(wrapper) && process_alive(runner));
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let _ = server.wait_exit();
+    let deadline = std::time::Instant::now() + crate::harness::LIVENESS;
+    while process_alive(wrapper) || process_alive(runner) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "wrapper {wrapper} or runner {runner} outlived the server"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_runner_killed_with_sigkill_ends_its_stream_and_the_model_comes_back() {
     let server = mock_in_runners(100.0, "", "");

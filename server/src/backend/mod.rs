@@ -2,7 +2,8 @@
 //! ([`Backend`], [`Runner`], [`TokenSink`]), the requests it accepts, chat
 //! templates and conversation reuse, and two implementations: the mock
 //! (the default, for development and tests) and the real RKLLM runtime
-//! (`rkllm`, the only module with `unsafe` code).
+//! (`rkllm`, the only module with `unsafe` code besides the fork hook of
+//! `process`).
 //!
 //! Below the engine: it knows nothing of streams, queues or transports.
 

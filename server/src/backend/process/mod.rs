@@ -8,6 +8,8 @@
 //! loop, and `frame` the compact binary framing on the pipes between them.
 
 mod child;
+#[allow(unsafe_code)]
+mod death;
 mod frame;
 mod parent;
 

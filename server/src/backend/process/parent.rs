@@ -96,6 +96,7 @@ impl Backend for ProcessBackend {
             // Its own process group: a Ctrl-C at the terminal is the
             // server's to handle; the runner stops when the server says.
             .process_group(0);
+        super::death::die_with_this_thread(&mut command);
         let mut child = command.spawn().map_err(|e| {
             load_error(format!(
                 "cannot start a runner process ({}): {e}",
