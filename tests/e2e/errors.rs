@@ -39,6 +39,11 @@ fn malformed_inputs() -> Vec<(String, Option<i64>, Value)> {
         (format!(r#"{{"jsonrpc":"2.0","id":15,"method":"run","params":{{"prompt":"{big_prompt}"}}}}"#), Some(-32007), json!(15)),
         (r#"{"jsonrpc":"2.0","id":16,"method":"stream_status","params":{"stream_id":"zzzzzzzzzzzzzzzz"}}"#.into(), Some(-32001), json!(16)),
         (r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"nope"}"#.into(), Some(-32601), json!(18446744073709551615u64)),
+        // A NUL cannot reach the runtime (C strings): refused before queueing.
+        (r#"{"jsonrpc":"2.0","id":18,"method":"run","params":{"prompt":"a\u0000b"}}"#.into(), Some(-32602), json!(18)),
+        // A JSON object that is no JSON-RPC message at all.
+        (r#"{"foo":1}"#.into(), Some(-32600), Value::Null),
+        (r#"{"jsonrpc":"2.0"}"#.into(), Some(-32600), Value::Null),
         (r#"{"jsonrpc":"2.0","method":"no_such_notification"}"#.into(), None, Value::Null),
         (r#"{"jsonrpc":"2.0","method":"run","params":5}"#.into(), None, Value::Null),
         (r#"{"jsonrpc":"1.0","method":"ping"}"#.into(), None, Value::Null),

@@ -2,9 +2,10 @@
 //! response (ignored) or an invalid message, and writes responses.
 //!
 //! Rules (PROTOCOL §2): ids are strings or integers and are echoed with
-//! their JSON type; a message without `id` is a notification and is never
-//! answered, even when invalid; an invalid request is answered with the id
-//! when it can be read, else `null`.
+//! their JSON type; a message with a `method` and without `id` is a
+//! notification and is never answered, even when invalid; an invalid
+//! request (an object without `method`, too) is answered with the id when
+//! it can be read, else `null`.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -66,7 +67,12 @@ pub fn classify(value: Value) -> Incoming {
         if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) {
             return Incoming::Response;
         }
-        return invalid(id, "missing `method`");
+        // Without `method` it is no notification either: always answered.
+        return Incoming::Invalid {
+            id: id.filter(valid_id).unwrap_or(Value::Null),
+            error: RpcError::invalid_request("not a JSON-RPC 2.0 message: missing `method`"),
+            answer: true,
+        };
     }
     if let Some(id) = &id {
         if !valid_id(id) {
@@ -229,6 +235,18 @@ mod tests {
         match classify(json!({"jsonrpc":"1.0","method":"x"})) {
             Incoming::Invalid { answer, .. } => assert!(!answer),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_object_that_is_no_message_is_answered_as_an_invalid_request() {
+        for value in [json!({"foo": 1}), json!({}), json!({"jsonrpc": "2.0"})] {
+            match classify(value) {
+                Incoming::Invalid { id, error, answer } => {
+                    assert_eq!((id, error.code, answer), (Value::Null, -32600, true));
+                }
+                other => panic!("{other:?}"),
+            }
         }
     }
 
