@@ -38,14 +38,13 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
 /// before SIGKILL.
 pub const WORKER_GRACE: Duration = Duration::from_millis(6000);
 
-/// The HTTP and WebSocket routes over `state`: `/mcp` and `/ws` behind the
-/// Origin/Host guard and the API keys, `/metrics` behind the API keys,
-/// `/health` and `/ready` open, the chat page at `/` (unless `[ui]
-/// enabled = false`) open too; CORS for the configured origins.
+/// The HTTP and WebSocket routes over `state`, every one behind the
+/// Host/Origin guard (`transport::origin`): `/mcp`, `/ws`, `/metrics` and
+/// the APIs behind the API keys, `/health` and `/ready` open, the chat
+/// page at `/` (unless `[ui] enabled = false`) open too; CORS for the
+/// configured origins.
 pub fn app(state: Arc<AppState>) -> Router {
     let body_limit = state.settings.max_request_bytes;
-    let guard =
-        axum::middleware::from_fn_with_state(Arc::clone(&state), transport::mcp_http::guard);
     let keys = axum::middleware::from_fn_with_state(
         Arc::clone(&state.api_keys),
         transport::auth::require_key,
@@ -55,8 +54,7 @@ pub fn app(state: Arc<AppState>) -> Router {
             "/mcp",
             post(transport::http::post_mcp).delete(transport::http::delete_mcp),
         )
-        .route("/ws", get(transport::ws::upgrade))
-        .route_layer(guard);
+        .route("/ws", get(transport::ws::upgrade));
     let protected = Router::new()
         .merge(mcp)
         .route("/metrics", get(transport::health::metrics))
@@ -93,6 +91,11 @@ pub fn app(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             body_limit,
             transport::errors::api_shapes,
+        ))
+        // Before anything else answers: no web page may drive the server.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            transport::origin::guard,
         ));
     // Every answer names the node that gave it (a balancer's user can tell
     // where a request went).

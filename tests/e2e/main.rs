@@ -4,6 +4,7 @@
 mod harness;
 
 mod accounting;
+mod browser_guard;
 mod cluster;
 mod embeddings;
 mod errors;

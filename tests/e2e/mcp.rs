@@ -122,16 +122,20 @@ async fn headers_are_checked_protocol_version_content_type_accept() {
 }
 
 #[tokio::test]
-async fn origin_and_host_must_be_in_the_allow_list() {
+async fn origin_and_host_are_checked_on_mcp_and_websocket() {
     let server = Server::start(&mock_config(0.0, 0, ""), &[]);
     assert_eq!(
         ping_status(&server, &[("origin", "http://evil.example.com")]).await,
         403
     );
+    // Another port of the same machine is another site; the server's own
+    // page is not.
     assert_eq!(
         ping_status(&server, &[("origin", "http://localhost:3000")]).await,
-        200
+        403
     );
+    let own = format!("http://{}", server.addr);
+    assert_eq!(ping_status(&server, &[("origin", own.as_str())]).await, 200);
     assert_eq!(
         ping_status(&server, &[("host", "evil.example.com")]).await,
         403
@@ -154,7 +158,7 @@ async fn origin_and_host_must_be_in_the_allow_list() {
         &mock_config(
             0.0,
             0,
-            "[mcp]\nallowed_hosts = [\"*\"]\nallowed_origins = [\"*\"]\n",
+            "[http]\nallowed_hosts = [\"*\"]\nallowed_origins = [\"*\"]\n",
         ),
         &[],
     );

@@ -124,23 +124,20 @@ impl Default for StdioSection {
 pub struct McpSection {
     /// Seconds after which an unused MCP session is ended.
     pub session_idle_secs: u64,
-    /// Host names (without port) accepted in the `Host` header; `"*"` accepts any.
+    /// Older name of `[http] allowed_hosts` (merged into it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allowed_hosts: Vec<String>,
-    /// Origins accepted in the `Origin` header (scheme://host, any port);
-    /// `"*"` accepts any. Requests without `Origin` are accepted.
+    /// Older name of `[http] allowed_origins` (merged into it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub allowed_origins: Vec<String>,
 }
 
 impl Default for McpSection {
     fn default() -> Self {
-        let loopback = ["localhost", "127.0.0.1", "[::1]"];
         Self {
             session_idle_secs: 1800,
-            allowed_hosts: loopback.iter().map(|h| (*h).to_owned()).collect(),
-            allowed_origins: loopback
-                .iter()
-                .flat_map(|h| [format!("http://{h}"), format!("https://{h}")])
-                .collect(),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -154,6 +151,12 @@ pub struct HttpSection {
     pub cors_origins: Vec<String>,
     /// Seconds a client may take to send a request's headers.
     pub header_read_timeout_secs: u64,
+    /// Host names (without port) accepted in `Host` besides IP literals,
+    /// loopback names and this machine's host name; `"*"` accepts any.
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`scheme://host[:port]`; no port: any) whose pages may call
+    /// the server, besides its own; `"*"` accepts any.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for HttpSection {
@@ -161,6 +164,8 @@ impl Default for HttpSection {
         Self {
             cors_origins: Vec::new(),
             header_read_timeout_secs: 10,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
         }
     }
 }

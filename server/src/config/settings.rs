@@ -248,6 +248,21 @@ impl Config {
         }
     }
 
+    /// Host names the browser guard accepts besides IP literals and
+    /// loopback names: `[http] allowed_hosts` (and the older `[mcp]`
+    /// list), this machine's host name and `NAME.local`.
+    fn allowed_hosts(&self) -> Vec<String> {
+        let mut hosts = [&self.http.allowed_hosts[..], &self.mcp.allowed_hosts[..]].concat();
+        if let Ok(name) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+            let name = name.trim();
+            if !name.is_empty() {
+                hosts.push(name.to_owned());
+                hosts.push(format!("{name}.local"));
+            }
+        }
+        hosts
+    }
+
     /// The transports' settings.
     pub fn transport_settings(&self) -> Settings {
         Settings {
@@ -256,8 +271,12 @@ impl Config {
             cors_origins: self.http.cors_origins.clone(),
             ui: self.ui.enabled,
             node_id: self.node_name(),
-            allowed_hosts: self.mcp.allowed_hosts.clone(),
-            allowed_origins: self.mcp.allowed_origins.clone(),
+            allowed_hosts: self.allowed_hosts(),
+            allowed_origins: [
+                &self.http.allowed_origins[..],
+                &self.mcp.allowed_origins[..],
+            ]
+            .concat(),
             mcp_session_idle: Duration::from_secs(self.mcp.session_idle_secs),
             ws_ping_interval: Duration::from_secs(self.websocket.ping_interval_secs),
             ws_idle_timeout: Duration::from_secs(self.websocket.idle_timeout_secs),

@@ -18,6 +18,7 @@ pub mod mcp_session;
 pub mod ollama;
 pub mod ollama_store;
 pub mod openai;
+pub mod origin;
 pub mod serve;
 pub mod session;
 pub mod state;

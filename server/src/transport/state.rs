@@ -31,9 +31,10 @@ pub struct Settings {
     pub ui: bool,
     /// This node's name, in the `X-Rkllm-Node` header of every response.
     pub node_id: String,
-    /// Host names accepted in `Host` on `/mcp` and `/ws` (`"*"`: any).
+    /// Host names accepted in `Host` besides IP literals and loopback
+    /// names (`"*"`: any); see `origin`.
     pub allowed_hosts: Vec<String>,
-    /// Origins accepted in `Origin` on `/mcp` and `/ws` (`"*"`: any).
+    /// Origins accepted in `Origin` besides the server's own (`"*"`: any).
     pub allowed_origins: Vec<String>,
     /// Idle time after which an MCP session ends.
     pub mcp_session_idle: Duration,
