@@ -15,6 +15,7 @@ mod mcp;
 mod production;
 mod prompt_cache;
 mod queueing;
+mod remote_images;
 mod rkllm;
 mod runners;
 mod soak;

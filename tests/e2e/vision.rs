@@ -20,7 +20,7 @@ use crate::harness::{Fake, ScratchDir, Server, fake_rknn_runtime, fake_runtime};
 const TEXT: &str = "A picture, described.";
 
 /// The fake encoder: 64x64 input, 8 tokens of 12 floats (4 column bands).
-const ENCODER: &str =
+pub(crate) const ENCODER: &str =
     "fake-rknn width=64 height=64 channels=3 fmt=NHWC type=UINT8 tokens=8 dim=12 outputs=1";
 
 fn encode(picture: &RgbImage, format: ImageFormat) -> Vec<u8> {
@@ -32,16 +32,16 @@ fn encode(picture: &RgbImage, format: ImageFormat) -> Vec<u8> {
 /// A 200x150 picture of one colour: padded to 200x200 with grey (128) and
 /// resized to 64x64, it fills rows 8 to 55; the mean of a channel over
 /// the whole input is (48 × colour + 16 × 128) / 64.
-fn solid(colour: [u8; 3], format: ImageFormat) -> Vec<u8> {
+pub(crate) fn solid(colour: [u8; 3], format: ImageFormat) -> Vec<u8> {
     encode(&RgbImage::from_pixel(200, 150, image::Rgb(colour)), format)
 }
 
-fn b64(bytes: &[u8]) -> String {
+pub(crate) fn b64(bytes: &[u8]) -> String {
     STANDARD.encode(bytes)
 }
 
-struct Vision {
-    server: Server,
+pub(crate) struct Vision {
+    pub(crate) server: Server,
     rknn_log: PathBuf,
     _scratch: ScratchDir,
 }
@@ -53,7 +53,12 @@ impl Vision {
     }
 
     /// The same with another encoder description and more config.
-    fn start_with(fake: Fake, encoder_text: &str, vision_table: &str, more: &str) -> Self {
+    pub(crate) fn start_with(
+        fake: Fake,
+        encoder_text: &str,
+        vision_table: &str,
+        more: &str,
+    ) -> Self {
         let scratch = ScratchDir::new();
         let model = scratch.0.join("vl.rkllm");
         std::fs::write(&model, TEXT).unwrap();
@@ -97,14 +102,14 @@ impl Vision {
 }
 
 /// The `[image N: ...]` descriptions at the start of a reply.
-fn described(text: &str) -> Vec<String> {
+pub(crate) fn described(text: &str) -> Vec<String> {
     text.split("] ")
         .filter_map(|part| part.strip_prefix('[').map(|p| format!("[{p}]")))
         .filter(|p| p.starts_with("[image "))
         .collect()
 }
 
-fn field<'a>(description: &'a str, name: &str) -> &'a str {
+pub(crate) fn field<'a>(description: &'a str, name: &str) -> &'a str {
     let start = description.find(&format!("{name}=")).unwrap() + name.len() + 1;
     let rest = &description[start..];
     &rest[..rest.find([' ', ']']).unwrap()]
@@ -503,86 +508,4 @@ async fn a_missing_rknn_runtime_fails_only_the_vision_model_naming_its_path() {
             .count();
         assert_eq!(logged, 1, "{:?}", server.log());
     }
-}
-
-#[tokio::test]
-async fn image_urls_are_fetched_only_when_allowed_within_limits() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let vision = Vision::start_with(
-        Fake::V1_3,
-        ENCODER,
-        "",
-        "[limits]\nallow_remote_images = true\nremote_image_timeout_secs = 2\n",
-    );
-    let server = &vision.server;
-    // A little image host on loopback: /red.png, a 404, and one that
-    // never answers.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let host = listener.local_addr().unwrap();
-    let red = solid([255, 0, 0], ImageFormat::Png);
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                return;
-            };
-            let red = red.clone();
-            tokio::spawn(async move {
-                let mut request = vec![0u8; 4096];
-                let n = socket.read(&mut request).await.unwrap_or(0);
-                let request = String::from_utf8_lossy(&request[..n]).into_owned();
-                if request.starts_with("GET /red.png ") {
-                    let head = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        red.len()
-                    );
-                    let _ = socket.write_all(head.as_bytes()).await;
-                    let _ = socket.write_all(&red).await;
-                } else if request.starts_with("GET /slow.png ") {
-                    tokio::time::sleep(std::time::Duration::from_secs(30)).await;
-                } else {
-                    let _ = socket
-                        .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                        .await;
-                }
-            });
-        }
-    });
-    let ask = |url: String| {
-        server.send(
-            reqwest::Method::POST,
-            "/v1/chat/completions",
-            Some(
-                json!({"model": "vl", "messages": [{"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": url}}]}]}),
-            ),
-            None,
-        )
-    };
-    let fetched = ask(format!("http://{host}/red.png")).await;
-    assert_eq!(fetched.status(), 200);
-    let body: Value = fetched.json().await.unwrap();
-    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
-    assert_eq!(field(&described(text)[0], "rgb"), "223,32,32", "{text}");
-
-    let missing = ask(format!("http://{host}/nothing.png")).await;
-    assert_eq!(missing.status(), 400);
-    let body: Value = missing.json().await.unwrap();
-    let message = body["error"]["message"].as_str().unwrap();
-    assert!(
-        message.contains("could not be fetched: HTTP 404"),
-        "{message}"
-    );
-
-    let started = std::time::Instant::now();
-    let slow = ask(format!("http://{host}/slow.png")).await;
-    assert_eq!(slow.status(), 400);
-    assert!(started.elapsed() < std::time::Duration::from_secs(20));
-    let body: Value = slow.json().await.unwrap();
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("could not be fetched"),
-        "{body}"
-    );
 }

@@ -223,6 +223,9 @@ pub struct LimitsSection {
     pub allow_remote_images: bool,
     /// Time allowed for fetching one image URL.
     pub remote_image_timeout_secs: u64,
+    /// Addresses and CIDR blocks image URLs may be fetched from although
+    /// they are not public (a LAN image server); empty by default.
+    pub remote_image_allow: Vec<String>,
     /// Texts one embedding request may hold.
     pub max_embedding_inputs: usize,
 }
@@ -237,6 +240,7 @@ impl Default for LimitsSection {
             max_streams_per_connection: 32,
             allow_remote_images: false,
             remote_image_timeout_secs: 10,
+            remote_image_allow: Vec::new(),
             max_embedding_inputs: 64,
         }
     }

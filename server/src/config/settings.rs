@@ -293,6 +293,14 @@ impl Config {
                     .filter_map(|m| m.vision.as_ref().map(|v| v.limits.max_image_bytes))
                     .max()
                     .unwrap_or(crate::engine::ImageLimits::default().max_image_bytes),
+                // Checked by `validate`.
+                filter: crate::transport::address_filter::AddressFilter::new(
+                    self.limits
+                        .remote_image_allow
+                        .iter()
+                        .filter_map(|e| crate::transport::address_filter::parse_allow_entry(e).ok())
+                        .collect(),
+                ),
             },
         }
     }

@@ -215,6 +215,27 @@ fn invalid_values_name_their_key() {
 }
 
 #[test]
+fn remote_image_allow_takes_addresses_and_blocks_and_names_a_bad_entry() {
+    let config: Config =
+        toml::from_str("[limits]\nremote_image_allow = [\"192.168.1.10\", \"10.0.0.0/8\"]\n")
+            .unwrap();
+    config.validate().unwrap();
+    let filter = config.transport_settings().remote_images.filter;
+    for (ip, permitted) in [
+        ("192.168.1.10", true),
+        ("10.1.2.3", true),
+        ("192.168.1.11", false),
+        ("127.0.0.1", false),
+    ] {
+        assert_eq!(filter.permits(ip.parse().unwrap()), permitted, "{ip}");
+    }
+    let bad: Config = toml::from_str("[limits]\nremote_image_allow = [\"lan-server\"]\n").unwrap();
+    let err = bad.validate().unwrap_err();
+    assert!(err.to_string().contains("`lan-server`"), "{err}");
+    assert_eq!(key_of(err), "limits.remote_image_allow");
+}
+
+#[test]
 fn unknown_keys_in_the_file_are_refused_by_name() {
     let err = toml::from_str::<Config>("[streams]\nidle_timeout = 5\n").unwrap_err();
     assert!(err.to_string().contains("idle_timeout"), "{err}");

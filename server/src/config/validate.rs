@@ -266,6 +266,10 @@ impl Config {
                 ),
             ));
         }
+        for entry in &l.remote_image_allow {
+            crate::transport::address_filter::parse_allow_entry(entry)
+                .map_err(|e| invalid("limits.remote_image_allow", e))?;
+        }
         if l.max_prompt_bytes == 0 || l.max_prompt_bytes > l.max_request_bytes {
             return Err(invalid(
                 "limits.max_prompt_bytes",

@@ -2,6 +2,7 @@
 //! OpenAI and Ollama APIs, the engine); they hold no business logic.
 //! HTTP statuses and each API's error shape are chosen here.
 
+pub mod address_filter;
 pub mod agent;
 pub mod auth;
 pub mod chunked;

@@ -463,7 +463,7 @@ async fn load_images(
     if sources.is_empty() {
         return Ok(Vec::new());
     }
-    images::load(sources, state.settings.remote_images)
+    images::load(sources, &state.settings.remote_images)
         .await
         .map_err(|m| Box::new(error(StatusCode::BAD_REQUEST, m)))
 }

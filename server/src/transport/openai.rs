@@ -395,7 +395,7 @@ async fn respond(
         Err(response) => return *response,
     };
     if !images.is_empty() {
-        run.images = match images::load(images, state.settings.remote_images).await {
+        run.images = match images::load(images, &state.settings.remote_images).await {
             Ok(images) => images,
             Err(message) => return bad_request(message, Some("messages")),
         };
