@@ -207,6 +207,16 @@ pub fn run_runner() -> i32 {
             return 2;
         }
     };
+    // The runner's own log lines (a prompt cache rebuilt, an adapter
+    // loaded) go to stderr, which the server logs line by line, a warning
+    // as a warning (`backend::process`).
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .without_time()
+        .with_target(false)
+        .with_max_level(tracing::Level::INFO)
+        .try_init();
     crate::backend::process::serve(std::io::stdin(), reports)
 }
 

@@ -265,29 +265,77 @@ static int lora_loaded(const fake_handle *h, const char *name) {
 }
 
 #define CACHE_MAGIC "FAKE-RKLLM-PROMPT-CACHE\n"
+#define CACHE_END "FAKE-RKLLM-PROMPT-CACHE-END\n"
 
-/* A prompt cache file is the magic line and the prompt whose prefill it
- * holds. Loading one makes later prompts that start with that prompt
- * prefill only the rest. */
+/* Refuses a prompt cache file as the runtime does (-1), saying why. */
+static int refuse_prompt_cache(const fake_handle *h, const char *path, const char *why) {
+    runtime_print("E rkllm: failed to load prompt cache %s: %s", path, why);
+    fake_log(h, "prompt-cache-refused why=%s", why);
+    return -1;
+}
+
+/* A prompt cache file is the magic line, `bytes=N`, the N bytes of the
+ * prompt whose prefill it holds, and an end line. A file that is empty,
+ * cut short, longer, or anything else is refused, as the runtime refuses
+ * a file it cannot read. Loading one makes later prompts that start with
+ * that prompt prefill only the rest. */
 int rkllm_load_prompt_cache(LLMHandle handle, const char *prompt_cache_path) {
     fake_handle *h = handle;
     if (!h || !prompt_cache_path) return -1;
     FILE *f = fopen(prompt_cache_path, "rb");
-    if (!f) {
-        runtime_print("E rkllm: failed to open prompt cache %s", prompt_cache_path);
-        return -1;
+    if (!f) return refuse_prompt_cache(h, prompt_cache_path, "cannot open it");
+    char *buf = NULL;
+    size_t size = 0, n = 0;
+    for (;;) {
+        if (n == size) {
+            size = size ? size * 2 : 65536;
+            char *bigger = realloc(buf, size + 1);
+            if (!bigger) {
+                free(buf);
+                fclose(f);
+                return refuse_prompt_cache(h, prompt_cache_path, "out of memory");
+            }
+            buf = bigger;
+        }
+        size_t got = fread(buf + n, 1, size - n, f);
+        if (got == 0) break;
+        n += got;
     }
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
-    size_t magic = strlen(CACHE_MAGIC);
-    if (n < magic || strncmp(buf, CACHE_MAGIC, magic) != 0) {
-        runtime_print("E rkllm: %s is not a prompt cache", prompt_cache_path);
-        return -1;
+    size_t magic = strlen(CACHE_MAGIC), end = strlen(CACHE_END);
+    const char *why = NULL, *body = NULL;
+    size_t bytes = 0;
+    if (n == 0) {
+        why = "empty file";
+    } else if (n < magic || memcmp(buf, CACHE_MAGIC, magic) != 0) {
+        why = "not a prompt cache";
+    } else {
+        /* "bytes=N\n", N in decimal digits only */
+        const char *p = buf + magic;
+        char *digits_end = NULL;
+        if (strncmp(p, "bytes=", 6) == 0 && p[6] >= '0' && p[6] <= '9') {
+            bytes = strtoull(p + 6, &digits_end, 10);
+        }
+        if (!digits_end || *digits_end != '\n') {
+            why = "no length";
+        } else {
+            body = digits_end + 1;
+            size_t rest = n - (size_t)(body - buf);
+            if (rest < bytes || rest - bytes < end) {
+                why = "truncated";
+            } else if (rest - bytes > end || memcmp(body + bytes, CACHE_END, end) != 0) {
+                why = "bad end";
+            }
+        }
+    }
+    if (why) {
+        free(buf);
+        return refuse_prompt_cache(h, prompt_cache_path, why);
     }
     free(h->cached_prompt);
-    h->cached_prompt = strdup(buf + magic);
+    h->cached_prompt = strndup(body, bytes);
+    free(buf);
     fake_log(h, "prompt-cache-load bytes=%zu", strlen(h->cached_prompt));
     return 0;
 }
@@ -315,7 +363,9 @@ static void save_prompt_cache(fake_handle *h, const char *path, const char *prom
         return;
     }
     fputs(CACHE_MAGIC, f);
+    fprintf(f, "bytes=%zu\n", strlen(prompt));
     fputs(prompt, f);
+    fputs(CACHE_END, f);
     fclose(f);
     fake_log(h, "prompt-cache-save path=%s bytes=%zu", path, strlen(prompt));
 }

@@ -506,6 +506,22 @@ fn describe_exit(status: ExitStatus) -> String {
     }
 }
 
+/// The level of a line the runner's own logger wrote (`  WARN message`),
+/// with the rest of the line; `None` for anything else (the runtime's
+/// prints, the runner's informational lines).
+fn runner_level(line: &str) -> (Option<tracing::Level>, &str) {
+    let trimmed = line.trim_start();
+    for (word, level) in [
+        ("ERROR ", tracing::Level::ERROR),
+        ("WARN ", tracing::Level::WARN),
+    ] {
+        if let Some(rest) = trimmed.strip_prefix(word) {
+            return (Some(level), rest);
+        }
+    }
+    (None, line)
+}
+
 /// Lines of a runner's stderr kept for the log when it dies.
 const TAIL_LINES: usize = 20;
 
@@ -527,7 +543,15 @@ impl StderrTail {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
                     let text = String::from_utf8_lossy(&line).trim_end().to_owned();
-                    tracing::info!(target: "rkllm_server::runner", model, "{text}");
+                    match runner_level(&text) {
+                        (Some(tracing::Level::ERROR), rest) => {
+                            tracing::error!(target: "rkllm_server::runner", model, "{rest}");
+                        }
+                        (Some(tracing::Level::WARN), rest) => {
+                            tracing::warn!(target: "rkllm_server::runner", model, "{rest}");
+                        }
+                        _ => tracing::info!(target: "rkllm_server::runner", model, "{text}"),
+                    }
                     let mut lines = self.lines.lock();
                     if lines.0.len() == TAIL_LINES {
                         lines.0.pop_front();
@@ -553,5 +577,28 @@ impl StderrTail {
     fn last_lines(&self, timeout: Duration) -> Vec<String> {
         self.wait_closed(timeout);
         self.lines.lock().0.iter().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runner_level;
+    use tracing::Level;
+
+    #[test]
+    fn a_runner_warning_keeps_its_level_and_the_runtime_prints_are_information() {
+        assert_eq!(
+            runner_level(" WARN prompt cache damaged model=chat"),
+            (Some(Level::WARN), "prompt cache damaged model=chat")
+        );
+        assert_eq!(runner_level("ERROR lost"), (Some(Level::ERROR), "lost"));
+        assert_eq!(
+            runner_level(" INFO model loaded"),
+            (None, " INFO model loaded")
+        );
+        assert_eq!(
+            runner_level("E rkllm: failed to load prompt cache"),
+            (None, "E rkllm: failed to load prompt cache")
+        );
     }
 }

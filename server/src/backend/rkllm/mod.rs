@@ -10,6 +10,7 @@
 mod abi;
 mod encoder;
 mod handle;
+mod prompt_cache;
 mod runtime;
 
 use std::ffi::CString;
@@ -28,6 +29,7 @@ pub use runtime::{LoadError, Runtime};
 use self::abi::{ImageMarkers, ImageRun, RunSettings};
 use self::encoder::Encoder;
 use self::handle::{CallbackSlot, ModelHandle};
+use self::prompt_cache::PromptCache;
 use self::runtime::{Api, shared_call};
 use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, ModelSpec, Plan, Runner,
@@ -281,9 +283,7 @@ impl Backend for RkllmBackend {
             vision,
         };
         if let Some(spec) = &model.prompt_cache {
-            runner
-                .prepare_prompt_cache(model, spec)
-                .map_err(|m| load_error(format!("prompt cache {}: {m}", spec.path.display())))?;
+            runner.prepare_prompt_cache(model, spec);
         }
         Ok(Box::new(runner))
     }
@@ -413,193 +413,7 @@ impl Runner for RkllmRunner {
     }
 }
 
-/// A model's prompt cache as its runner holds it.
-struct PromptCache {
-    prompt: String,
-    path: CString,
-    /// Whether the runtime holds it now (released for other prompts).
-    loaded: bool,
-}
-
-/// Discards a run's output (the run that builds a prompt cache).
-struct NullOutput(crate::vocab::CancelToken);
-
-impl crate::backend::TokenOutput for NullOutput {
-    fn push(&self, _text: &str, _tokens: u32, _produced_ns: Option<u64>) -> bool {
-        true
-    }
-    fn stamp_now(&self) -> Option<u64> {
-        None
-    }
-    fn set_prompt_tokens(&self, _tokens: u32) {}
-    fn cancel_token(&self) -> &crate::vocab::CancelToken {
-        &self.0
-    }
-}
-
-/// What a prompt cache file was made from, kept beside it: a file made
-/// for another model file, prompt or runtime is built again.
-fn cache_fingerprint(
-    model_path: &std::path::Path,
-    prompt: &str,
-    runtime: &Runtime,
-) -> serde_json::Value {
-    use sha2::{Digest, Sha256};
-    let meta = std::fs::metadata(model_path).ok();
-    let modified = meta
-        .as_ref()
-        .and_then(|m| m.modified().ok())
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs());
-    let digest: String = Sha256::digest(prompt.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    serde_json::json!({
-        "model_file": model_path.display().to_string(),
-        "model_size": meta.map_or(0, |m| m.len()),
-        "model_modified": modified,
-        "prompt_sha256": digest,
-        "runtime_version": runtime.version().map(|v| v.to_string()),
-        "abi": runtime.abi().versions(),
-    })
-}
-
-/// Writes `bytes` to `path` through a temporary file, readable by its
-/// owner only.
-fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
-}
-
 impl RkllmRunner {
-    /// Loads the model's prompt cache, building and saving it first when
-    /// there is none made from this model file, prompt and runtime.
-    fn prepare_prompt_cache(
-        &mut self,
-        model: &ModelSpec,
-        spec: &crate::backend::PromptCacheSpec,
-    ) -> Result<(), String> {
-        use std::os::unix::fs::PermissionsExt as _;
-        let model_path = model.path.clone().unwrap_or_default();
-        let fingerprint = cache_fingerprint(&model_path, &spec.prompt, &self.handle.runtime);
-        let sidecar = std::path::PathBuf::from(format!("{}.json", spec.path.display()));
-        let made_for_this = spec.path.is_file()
-            && std::fs::read(&sidecar)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .is_some_and(|old| old == fingerprint);
-        let c_path = CString::new(spec.path.to_string_lossy().into_owned())
-            .map_err(|_| "the path contains a NUL byte".to_owned())?;
-        if !made_for_this {
-            if let Some(dir) = spec.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            }
-            let tmp = spec
-                .path
-                .with_extension(format!("building-{}", std::process::id()));
-            let _ = std::fs::remove_file(&tmp);
-            self.save_cache_to = Some(
-                CString::new(tmp.to_string_lossy().into_owned())
-                    .map_err(|_| "the path contains a NUL byte".to_owned())?,
-            );
-            let request = ValidRunRequest {
-                prompt: spec.prompt.clone(),
-                model: model.name.clone(),
-                max_tokens: 1,
-                max_tokens_requested: true,
-                sampling: crate::backend::Sampling::default(),
-                role: crate::backend::Role::User,
-                enable_thinking: false,
-                conversation: None,
-                tools: None,
-                images: Vec::new(),
-                embed: None,
-                clear_cache: false,
-                lora: None,
-            };
-            let null = NullOutput(crate::vocab::CancelToken::new());
-            let mut sink = TokenSink::new(&null, false);
-            let built = self.run_once(&request, &mut sink, &spec.prompt, "user", false, None);
-            self.save_cache_to = None;
-            built.map_err(|e| format!("building it failed: {e}"))?;
-            if !tmp.is_file() {
-                return Err("the runtime did not write it".into());
-            }
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-                .and_then(|()| std::fs::rename(&tmp, &spec.path))
-                .map_err(|e| format!("cannot install it: {e}"))?;
-            let text = serde_json::to_vec_pretty(&fingerprint).unwrap_or_default();
-            write_private(&sidecar, &text)
-                .map_err(|e| format!("cannot write {}: {e}", sidecar.display()))?;
-            // The build run's state is not a conversation.
-            self.clear_history();
-            tracing::info!(model = %model.name, cache = %spec.path.display(), "prompt cache built");
-        }
-        self.prompt_cache = Some(PromptCache {
-            prompt: spec.prompt.clone(),
-            path: c_path,
-            loaded: false,
-        });
-        if !self.load_prompt_cache() {
-            return Err("rkllm_load_prompt_cache failed".into());
-        }
-        tracing::info!(model = %model.name, cache = %spec.path.display(), "prompt cache loaded");
-        Ok(())
-    }
-
-    fn load_prompt_cache(&mut self) -> bool {
-        let Some(cache) = self.prompt_cache.as_mut() else {
-            return false;
-        };
-        let handle = self.handle.handle.0.as_ptr();
-        // SAFETY: the handle is live and owned by this thread, no run is in
-        // progress; the path is a NUL-terminated string.
-        let rc = unsafe {
-            shared_call!(
-                self.handle.runtime.api,
-                rkllm_load_prompt_cache(handle, cache.path.as_ptr())
-            )
-        };
-        cache.loaded = rc == 0;
-        cache.loaded
-    }
-
-    /// Before a run that sends `prompt` whole: the prompt cache is loaded
-    /// when the prompt starts with its text, and released otherwise, so
-    /// that other prompts are prefilled from the start.
-    fn sync_prompt_cache(&mut self, prompt: &str) {
-        let Some(cache) = self.prompt_cache.as_mut() else {
-            return;
-        };
-        let wanted = prompt.starts_with(&cache.prompt);
-        if wanted && !cache.loaded {
-            if !self.load_prompt_cache() {
-                tracing::warn!("could not load the prompt cache again");
-            }
-        } else if !wanted && cache.loaded {
-            let handle = self.handle.handle.0.as_ptr();
-            // SAFETY: the handle is live and owned by this thread, no run is
-            // in progress.
-            let rc = unsafe {
-                shared_call!(self.handle.runtime.api, rkllm_release_prompt_cache(handle))
-            };
-            tracing::debug!(rc, "rkllm_release_prompt_cache");
-            cache.loaded = false;
-        }
-    }
-
     /// The runtime's KV cache length (`rkllm_get_kv_cache_size`, one
     /// sequence).
     fn kv_cache_size(&self) -> Option<u32> {
@@ -655,7 +469,7 @@ impl RkllmRunner {
             if self.history_dirty {
                 self.clear_history();
             }
-            self.sync_prompt_cache(prompt);
+            self.sync_prompt_cache(prompt, &sink.cancel_token().clone());
         }
         self.history_dirty |= keep_history;
         let result = self.run_once(request, sink, prompt, role, keep_history, None);
@@ -686,7 +500,7 @@ impl RkllmRunner {
         if self.history_dirty {
             self.clear_history();
         }
-        self.sync_prompt_cache(&request.prompt);
+        self.sync_prompt_cache(&request.prompt, &sink.cancel_token().clone());
         self.conversation.reset();
         let Some(vision) = self.vision.as_ref() else {
             return Err(runtime_error(None, "this model does not take images"));
