@@ -331,6 +331,11 @@ pub struct ModelEntry {
     /// A long fixed system prompt whose prefill is cached in a file.
     #[serde(default)]
     pub system_prompt_cache: Option<crate::engine::PromptCacheSpec>,
+    /// How its replies carry thinking: `auto` (from the name: the
+    /// DeepSeek-R1 distills `implicit`, others `opened`), `opened`,
+    /// `implicit` or `off`.
+    #[serde(default)]
+    pub reasoning: Option<String>,
     /// Init settings of this model, over `[rkllm]`.
     #[serde(flatten)]
     pub settings: crate::engine::ModelSettings,

@@ -63,6 +63,9 @@ pub struct ModelSpec {
     /// A long fixed system prompt whose prefill is kept in a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_cache: Option<PromptCacheSpec>,
+    /// How its replies carry a reasoning model's thinking.
+    #[serde(default)]
+    pub reasoning: super::reasoning::ReasoningMode,
 }
 
 /// A model's prompt cache (config `system_prompt_cache`): the prefill of

@@ -377,6 +377,7 @@ fn mock_embedding(text: &str, spec: crate::backend::EmbeddingSpec) -> Generation
         usage: Some(Usage {
             prompt_tokens: tokens,
             completion_tokens: 0,
+            reasoning_tokens: 0,
         }),
         runtime_timings: None,
         memory_mb: None,

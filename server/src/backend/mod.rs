@@ -12,6 +12,7 @@ mod conversation;
 pub mod image;
 pub mod mock;
 pub mod process;
+pub mod reasoning;
 mod request;
 #[allow(unsafe_code)]
 pub mod rkllm;

@@ -77,4 +77,7 @@ pub struct ValidRunRequest {
     /// generating; `prompt` is empty.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub clear_cache: bool,
+    /// Strings that end the answer (applied by the server's sink).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
 }

@@ -1,18 +1,21 @@
 //! The sink a runner reports tokens to: whole UTF-8 characters, token
-//! counts, stop strings and phase times, handed on to a [`TokenOutput`].
+//! counts, stop strings, thinking apart from the answer, and phase times,
+//! handed on to a [`TokenOutput`].
 
 use std::fmt;
 use std::time::Instant;
 
 use super::Utf8Assembler;
+use super::reasoning::{ReasoningMode, Split, ThinkSplitter};
 use crate::vocab::CancelToken;
 
 /// Where a sink's text goes: the engine hands in the request's stream.
 pub trait TokenOutput: Sync {
-    /// Appends `text` (whole characters) that `tokens` tokens produced,
-    /// `produced_ns` when the first of them was read. Returns false when
-    /// the output has ended and the runner should stop.
-    fn push(&self, text: &str, tokens: u32, produced_ns: Option<u64>) -> bool;
+    /// Appends `text` (whole characters; thinking when `thinking`) that
+    /// `tokens` tokens produced, `produced_ns` when the first of them was
+    /// read. Returns false when the output has ended and the runner should
+    /// stop.
+    fn push(&self, text: &str, thinking: bool, tokens: u32, produced_ns: Option<u64>) -> bool;
     /// The production time to record for a token read now (benchmark
     /// mode), or `None`.
     fn stamp_now(&self) -> Option<u64>;
@@ -22,8 +25,70 @@ pub trait TokenOutput: Sync {
     fn cancel_token(&self) -> &CancelToken;
 }
 
+/// Ends a text at the first of some stop strings, which is not shown;
+/// holds back only a tail that may still become one.
+#[derive(Debug, Default)]
+struct StopFilter {
+    stops: Vec<String>,
+    held: String,
+    stopped: bool,
+}
+
+impl StopFilter {
+    fn new(stops: Vec<String>) -> Self {
+        Self {
+            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// The part of `text` that may be shown now.
+    fn push(&mut self, text: &str) -> String {
+        if self.stopped {
+            return String::new();
+        }
+        if self.stops.is_empty() {
+            return text.to_owned();
+        }
+        self.held.push_str(text);
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
+            self.stopped = true;
+            self.held.truncate(at);
+            return std::mem::take(&mut self.held);
+        }
+        // Keep back the longest tail that may begin a stop string.
+        let held = &self.held;
+        let keep = self
+            .stops
+            .iter()
+            .flat_map(|s| s.char_indices().skip(1).map(move |(n, _)| &s[..n]))
+            .filter(|prefix| held.ends_with(prefix))
+            .map(str::len)
+            .max()
+            .unwrap_or(0);
+        let cut = self.held.len() - keep;
+        self.held.drain(..cut).collect()
+    }
+
+    /// At the end, without a stop: what was held back is text.
+    fn finish(&mut self) -> String {
+        if self.stopped {
+            return String::new();
+        }
+        std::mem::take(&mut self.held)
+    }
+}
+
 /// Where a runner reports its tokens. Turns byte pieces into whole
-/// characters, counts tokens and measures prefill and generation time.
+/// characters, ends the text at a template's stop strings, separates a
+/// reasoning model's thinking from its answer, ends the answer at the
+/// request's stop strings, counts tokens and measures prefill and
+/// generation time.
 pub struct TokenSink<'a> {
     output: &'a dyn TokenOutput,
     assembler: Utf8Assembler,
@@ -31,14 +96,15 @@ pub struct TokenSink<'a> {
     started: Instant,
     first_token: Option<Instant>,
     open: bool,
-    /// The text pushed so far, kept for requests with a conversation.
+    /// The text pushed so far (before the reasoning split), kept for
+    /// requests with a conversation.
     produced: Option<String>,
-    /// Strings that end the generation (server-side templates).
-    stop: Vec<String>,
-    /// Text held back because it may begin a stop string.
-    held: String,
-    /// Set when a stop string ended the generation.
-    stopped: bool,
+    /// Strings of a server-side template that end the generation.
+    template_stop: StopFilter,
+    /// Separates thinking from the answer (reasoning models).
+    splitter: Option<ThinkSplitter>,
+    /// The request's stop strings, on the answer.
+    answer_stop: StopFilter,
 }
 
 impl<'a> TokenSink<'a> {
@@ -51,53 +117,34 @@ impl<'a> TokenSink<'a> {
             first_token: None,
             open: true,
             produced: keep_text.then(String::new),
-            stop: Vec::new(),
-            held: String::new(),
-            stopped: false,
+            template_stop: StopFilter::default(),
+            splitter: None,
+            answer_stop: StopFilter::default(),
         }
     }
 
-    /// Ends the generation at any of `stop` (which is not shown).
+    /// Ends the generation at any of `stop` (a server-side template's,
+    /// on the raw text; not shown).
     pub fn with_stop(mut self, stop: Vec<String>) -> Self {
-        self.stop = stop;
+        self.template_stop = StopFilter::new(stop);
+        self
+    }
+
+    /// Separates thinking as `mode` says, and ends the answer at any of
+    /// `stop` (the request's stop strings; not shown).
+    pub fn with_answer(mut self, mode: ReasoningMode, stop: Vec<String>) -> Self {
+        self.splitter = (mode != ReasoningMode::Off).then(|| ThinkSplitter::new(mode));
+        self.answer_stop = StopFilter::new(stop);
         self
     }
 
     /// Whether a stop string ended the generation.
     pub fn hit_stop(&self) -> bool {
-        self.stopped
+        self.template_stop.stopped || self.answer_stop.stopped
     }
 
-    /// Applies the stop strings: returns the text that may be shown now.
-    fn filter_stop(&mut self, text: String) -> String {
-        if self.stop.is_empty() || self.stopped {
-            return if self.stopped { String::new() } else { text };
-        }
-        self.held.push_str(&text);
-        if let Some(at) = self
-            .stop
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min()
-        {
-            self.stopped = true;
-            self.held.truncate(at);
-            return std::mem::take(&mut self.held);
-        }
-        // Keep back the longest tail that may begin a stop string.
-        let keep = self
-            .stop
-            .iter()
-            .flat_map(|s| (1..s.len()).map(move |n| &s[..n]))
-            .filter(|prefix| self.held.ends_with(prefix))
-            .map(str::len)
-            .max()
-            .unwrap_or(0);
-        let cut = self.held.len() - keep;
-        self.held.drain(..cut).collect()
-    }
-
-    /// The text generated so far (only for requests with a conversation).
+    /// The text generated so far (only for requests with a conversation),
+    /// thinking included: see [`crate::backend::reasoning::answer_of`].
     pub fn produced(&self) -> &str {
         self.produced.as_deref().unwrap_or_default()
     }
@@ -143,17 +190,85 @@ impl<'a> TokenSink<'a> {
         }
         self.tokens = self.tokens.saturating_add(tokens);
         let text = self.assembler.push(bytes);
-        let text = self.filter_stop(text);
-        if self.stopped {
-            self.open = false;
-        }
+        self.emit(&text, tokens, produced_ns);
+        self.is_open()
+    }
+
+    /// Passes text through the stop strings and the reasoning split to the
+    /// output; `tokens` are counted with it (as thinking when the splitter
+    /// was inside the block).
+    fn emit(&mut self, text: &str, tokens: u32, produced_ns: Option<u64>) {
+        let text = self.template_stop.push(text);
         if let Some(produced) = &mut self.produced {
             produced.push_str(&text);
         }
-        if self.open && !self.output.push(&text, tokens, produced_ns) {
+        let thinking_tokens = self.splitter.as_ref().is_some_and(ThinkSplitter::thinking);
+        let split = match &mut self.splitter {
+            Some(splitter) => {
+                let mut split = Split::default();
+                splitter.push(&text, &mut split);
+                split
+            }
+            None => Split {
+                thinking: String::new(),
+                answer: text,
+            },
+        };
+        self.deliver(split, tokens, thinking_tokens, produced_ns);
+        if self.template_stop.stopped {
+            self.close_answer(produced_ns);
+        }
+    }
+
+    /// Writes a split to the output: its thinking, then its answer through
+    /// the request's stop strings.
+    fn deliver(
+        &mut self,
+        split: Split,
+        tokens: u32,
+        thinking_tokens: bool,
+        produced_ns: Option<u64>,
+    ) {
+        let answer = self.answer_stop.push(&split.answer);
+        let (mut think_tokens, mut answer_tokens) = if thinking_tokens {
+            (tokens, 0)
+        } else {
+            (0, tokens)
+        };
+        if !split.thinking.is_empty() || (think_tokens > 0 && answer.is_empty()) {
+            self.write(&split.thinking, true, think_tokens, produced_ns);
+            think_tokens = 0;
+        }
+        answer_tokens += think_tokens;
+        if !answer.is_empty() || answer_tokens > 0 {
+            self.write(&answer, false, answer_tokens, produced_ns);
+        }
+        if self.answer_stop.stopped {
             self.open = false;
         }
-        self.is_open()
+    }
+
+    fn write(&mut self, text: &str, thinking: bool, tokens: u32, produced_ns: Option<u64>) {
+        if self.open && !self.output.push(text, thinking, tokens, produced_ns) {
+            self.open = false;
+        }
+    }
+
+    /// The text is over (its end, or a template's stop string): what the
+    /// splitter and the answer's stop strings still hold is text.
+    fn close_answer(&mut self, produced_ns: Option<u64>) {
+        let mut rest = Split::default();
+        if let Some(splitter) = &mut self.splitter {
+            splitter.finish(&mut rest);
+        }
+        self.deliver(rest, 0, false, produced_ns);
+        let held = self.answer_stop.finish();
+        if !held.is_empty() {
+            self.write(&held, false, 0, produced_ns);
+        }
+        if self.template_stop.stopped {
+            self.open = false;
+        }
     }
 
     /// Tokens reported so far.
@@ -161,19 +276,22 @@ impl<'a> TokenSink<'a> {
         self.tokens
     }
 
-    /// Flushes an incomplete trailing character (as U+FFFD) at the end.
+    /// At the end: flushes an incomplete trailing character (as U+FFFD)
+    /// and what the stop strings and the reasoning split held back.
     pub fn flush(&mut self) {
-        if !self.stopped && !self.held.is_empty() {
-            // Held back for a stop string that never came: it is text.
-            let held = std::mem::take(&mut self.held);
-            if self.open {
-                self.open = self.output.push(&held, 0, None);
-            }
+        if self.hit_stop() {
+            return;
         }
         let tail = self.assembler.finish();
-        if !tail.is_empty() && self.open {
-            self.open = self.output.push(&tail, 0, None);
+        if !tail.is_empty() {
+            self.emit(&tail, 0, None);
         }
+        // Held back for a stop string that never came: it is text.
+        let held = self.template_stop.finish();
+        if !held.is_empty() {
+            self.emit(&held, 0, None);
+        }
+        self.close_answer(None);
     }
 
     /// (prefill ms, generate ms) as measured around the runner.

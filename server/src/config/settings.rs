@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use super::{Config, DEFAULT_MOCK_MODEL, ModelEntry, RuntimeAbi};
 use crate::backend::{InitSettings, MockConfig, RkllmSettings, SamplingValues};
-use crate::engine::{EngineLimits, KeepAlive, Lifecycle, ModelSettings, ModelSpec, RequestLimits};
+use crate::engine::{
+    EngineLimits, KeepAlive, Lifecycle, ModelSettings, ModelSpec, ReasoningMode, RequestLimits,
+};
 use crate::rpc::RpcLimits;
 use crate::stream::StreamLimits;
 use crate::transport::Settings;
@@ -39,6 +41,7 @@ impl Config {
                 embedding: None,
                 lora: Vec::new(),
                 prompt_cache: None,
+                reasoning: ReasoningMode::default(),
             }];
         }
         if self.models.is_empty() {
@@ -55,6 +58,7 @@ impl Config {
                 embedding: None,
                 lora: Vec::new(),
                 prompt_cache: None,
+                reasoning: ReasoningMode::default(),
             }];
         }
         // The default model goes first.
@@ -74,6 +78,11 @@ impl Config {
                 settings: m.settings.clone(),
                 lora: m.lora.clone(),
                 prompt_cache: m.system_prompt_cache.clone(),
+                reasoning: ReasoningMode::resolve(
+                    m.reasoning.as_deref().unwrap_or("auto"),
+                    &m.name,
+                )
+                .unwrap_or_default(),
                 embedding: m.embedding.then(|| crate::engine::EmbeddingSpec {
                     pooling: m.pooling.unwrap_or_default(),
                     normalize: m.normalize.unwrap_or(true),

@@ -184,6 +184,7 @@ fn invalid_values_name_their_key() {
                         normalize: None,
                         lora: Vec::new(),
                         system_prompt_cache: None,
+                        reasoning: None,
                         settings: crate::engine::ModelSettings::default(),
                     },
                     ModelEntry {
@@ -198,6 +199,7 @@ fn invalid_values_name_their_key() {
                         normalize: None,
                         lora: Vec::new(),
                         system_prompt_cache: None,
+                        reasoning: None,
                         settings: crate::engine::ModelSettings::default(),
                     },
                 ],

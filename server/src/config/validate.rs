@@ -86,6 +86,10 @@ impl Config {
                     .resolve()
                     .map_err(|m| invalid("models.chat_template", m))?;
             }
+            if let Some(reasoning) = &entry.reasoning {
+                crate::engine::ReasoningMode::resolve(reasoning, &entry.name)
+                    .map_err(|m| invalid("models.reasoning", m))?;
+            }
         }
         if self.models.iter().filter(|m| m.default).count() > 1 {
             return Err(invalid(

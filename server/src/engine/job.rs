@@ -17,6 +17,8 @@ pub(super) struct Job {
     pub enqueued: Instant,
     /// Stop strings of a server-side template.
     pub stop: Vec<String>,
+    /// How the model's replies carry thinking.
+    pub reasoning: crate::backend::reasoning::ReasoningMode,
     /// How long the model stays loaded after this job (`None`: the default).
     pub keep_alive: Option<KeepAlive>,
 }
@@ -69,7 +71,8 @@ pub(super) fn run_job(
     stream.set_initializing();
     let queue_ms = (Instant::now() - job.enqueued).as_secs_f64() * 1000.0;
     let mut sink = TokenSink::new(stream.as_ref(), job.request.conversation.is_some())
-        .with_stop(job.stop.clone());
+        .with_stop(job.stop.clone())
+        .with_answer(job.reasoning, job.request.stop.clone());
     let result = catch_unwind(AssertUnwindSafe(|| {
         runner.generate(&job.request, &mut sink)
     }));
@@ -91,7 +94,11 @@ pub(super) fn run_job(
                 .runtime_timings
                 .unwrap_or((measured_prefill, measured_generate));
             let outcome = |counted: Usage| {
-                let usage = generation.usage.unwrap_or(counted);
+                // The runtime's own counts, with the thinking the sink saw.
+                let usage = generation.usage.map_or(counted, |runtime| Usage {
+                    reasoning_tokens: counted.reasoning_tokens.min(runtime.completion_tokens),
+                    ..runtime
+                });
                 let finish_reason = if cancelled {
                     FinishReason::Abort
                 } else if hit_stop {

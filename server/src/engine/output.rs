@@ -6,8 +6,8 @@ use crate::stream::Stream;
 use crate::vocab::CancelToken;
 
 impl TokenOutput for Stream {
-    fn push(&self, text: &str, tokens: u32, produced_ns: Option<u64>) -> bool {
-        self.push_stamped(text, tokens, produced_ns)
+    fn push(&self, text: &str, thinking: bool, tokens: u32, produced_ns: Option<u64>) -> bool {
+        self.push_stamped(text, thinking, tokens, produced_ns)
     }
 
     fn stamp_now(&self) -> Option<u64> {

@@ -37,7 +37,14 @@ pub struct RunRequest {
     pub clear_cache: bool,
     /// A LoRA adapter of the model, by name.
     pub lora: Option<String>,
+    /// Strings that end the answer (not shown); the generation stops at once.
+    pub stop: Vec<String>,
 }
+
+/// The most stop strings a request may give, and the longest one.
+pub const MAX_STOP_STRINGS: usize = 16;
+/// The longest stop string, in bytes.
+pub const MAX_STOP_BYTES: usize = 256;
 
 impl RunRequest {
     /// A request for the embedding of `text` by `model` (the default when
@@ -169,6 +176,28 @@ impl RunRequest {
         check_range("repeat_penalty", s.repeat_penalty, 0.0, 10.0, true)?;
         check_range("frequency_penalty", s.frequency_penalty, -2.0, 2.0, false)?;
         check_range("presence_penalty", s.presence_penalty, -2.0, 2.0, false)?;
+        if self.stop.len() > MAX_STOP_STRINGS {
+            return Err(invalid(
+                "stop",
+                format!(
+                    "`stop` may hold at most {MAX_STOP_STRINGS} strings, got {}",
+                    self.stop.len()
+                ),
+            ));
+        }
+        if let Some(bad) = self
+            .stop
+            .iter()
+            .find(|s| s.is_empty() || s.len() > MAX_STOP_BYTES)
+        {
+            return Err(invalid(
+                "stop",
+                format!(
+                    "each `stop` string must be 1 to {MAX_STOP_BYTES} bytes, got {} bytes",
+                    bad.len()
+                ),
+            ));
+        }
         if let Some(k) = s.top_k.filter(|&k| k > 1000) {
             return Err(invalid(
                 "top_k",
@@ -189,6 +218,7 @@ impl RunRequest {
             embed: None,
             clear_cache: self.clear_cache,
             lora: self.lora,
+            stop: self.stop,
         })
     }
 }

@@ -505,6 +505,7 @@ impl Engine {
             request,
             enqueued: Instant::now(),
             stop,
+            reasoning: slot.spec.reasoning,
             keep_alive,
         });
         drop(life);

@@ -19,6 +19,7 @@ fn spec(name: &str) -> ModelSpec {
         embedding: None,
         lora: Vec::new(),
         prompt_cache: None,
+        reasoning: Default::default(),
     }
 }
 

@@ -52,6 +52,7 @@ pub(super) fn run_request(p: &mut Params) -> Result<RunRequest, RpcError> {
         embed: false,
         clear_cache: false,
         lora: p.opt_str("lora")?,
+        stop: Vec::new(),
     })
 }
 

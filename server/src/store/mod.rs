@@ -203,6 +203,8 @@ impl Store {
             embedding: None,
             lora: Vec::new(),
             prompt_cache: None,
+            reasoning: crate::engine::ReasoningMode::resolve("auto", &manifest.name)
+                .unwrap_or_default(),
             // Defaults for its family (from its name); a `[[models]]`
             // entry of the same name can set every vision key.
             vision: manifest.vision_encoder.as_ref().and_then(|encoder| {

@@ -63,11 +63,24 @@ pub struct Stream {
     inner: Mutex<Inner>,
 }
 
-/// A buffered chunk: its text is the next `len` bytes of [`Inner::text`].
+/// A buffered chunk: its text is the next `len()` bytes of
+/// [`Inner::text`]; the top bit of `len_kind` says it is thinking.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    len: u32,
+    len_kind: u32,
     tokens: u32,
+}
+
+const THINKING_BIT: u32 = 1 << 31;
+
+impl Entry {
+    fn len(self) -> usize {
+        (self.len_kind & !THINKING_BIT) as usize
+    }
+
+    fn thinking(self) -> bool {
+        self.len_kind & THINKING_BIT != 0
+    }
 }
 
 /// Entries kept when a buffer empties; a larger queue is given back.
@@ -116,15 +129,16 @@ impl Inner {
                 .chunks
                 .iter()
                 .take(skip)
-                .map(|e| e.len as usize)
+                .map(|e| e.len())
                 .sum::<usize>();
         let mut batch = Vec::with_capacity(self.chunks.len().saturating_sub(skip).min(MAX_BATCH));
         for (i, entry) in self.chunks.iter().enumerate().skip(skip).take(MAX_BATCH) {
             let seq = self.first_seq + i as u64;
-            let len = entry.len as usize;
+            let len = entry.len();
             batch.push(Chunk {
                 seq,
                 delta: Arc::from(&self.text[offset..offset + len]),
+                thinking: entry.thinking(),
                 end: if Some(seq) == self.end_seq {
                     self.end.clone()
                 } else {
@@ -139,14 +153,16 @@ impl Inner {
     }
 
     /// Appends a chunk: its text, entry and (in benchmark mode) stamp.
-    fn append(&mut self, delta: &str, tokens: u32, produced_ns: Option<u64>) {
+    fn append(&mut self, delta: &str, thinking: bool, tokens: u32, produced_ns: Option<u64>) {
         if self.chunks.is_empty() {
             self.first_seq = self.next_seq;
         }
         self.next_seq += 1;
         self.text.push_str(delta);
+        // A chunk is at most a stream's byte limit, far below 2 GiB.
+        let len = u32::try_from(delta.len()).unwrap_or(u32::MAX) & !THINKING_BIT;
         self.chunks.push_back(Entry {
-            len: u32::try_from(delta.len()).unwrap_or(u32::MAX),
+            len_kind: len | if thinking { THINKING_BIT } else { 0 },
             tokens,
         });
         if let Some(stamp) = produced_ns {
@@ -163,8 +179,8 @@ impl Inner {
             };
             self.stamps.pop_front();
             self.first_seq += 1;
-            self.text_start += entry.len as usize;
-            freed += entry.len as usize + CHUNK_OVERHEAD;
+            self.text_start += entry.len();
+            freed += entry.len() + CHUNK_OVERHEAD;
         }
         if self.chunks.is_empty() {
             self.first_seq = self.next_seq;
@@ -299,13 +315,20 @@ impl Stream {
     /// counts the tokens. Returns false when the stream has ended (aborted,
     /// expired, over a limit): the generation should stop.
     pub fn push(&self, delta: &str, tokens: u32) -> bool {
-        self.push_stamped(delta, tokens, None)
+        self.push_stamped(delta, false, tokens, None)
     }
 
-    /// [`Stream::push`] of a delta whose last token was produced at
+    /// [`Stream::push`] of a delta (thinking when `thinking`: its tokens
+    /// count as reasoning tokens too) whose last token was produced at
     /// `produced_ns` (see [`Stream::stamp_now`]); without one, a
     /// benchmark-mode stream stamps the chunk now.
-    pub fn push_stamped(&self, delta: &str, tokens: u32, produced_ns: Option<u64>) -> bool {
+    pub fn push_stamped(
+        &self,
+        delta: &str,
+        thinking: bool,
+        tokens: u32,
+        produced_ns: Option<u64>,
+    ) -> bool {
         // Every chunk of a benchmark-mode stream has a stamp, no other does.
         let produced_ns = if self.shared.timestamps {
             produced_ns.or_else(|| Some(super::monotonic_ns()))
@@ -319,6 +342,9 @@ impl Stream {
                 return false;
             }
             inner.usage.completion_tokens = inner.usage.completion_tokens.saturating_add(tokens);
+            if thinking {
+                inner.usage.reasoning_tokens = inner.usage.reasoning_tokens.saturating_add(tokens);
+            }
             if matches!(inner.state, StreamState::Queued | StreamState::Initializing) {
                 inner.state = StreamState::Active;
             }
@@ -343,7 +369,7 @@ impl Stream {
             } else {
                 inner.bytes += cost;
                 let tokens = inner.usage.completion_tokens;
-                inner.append(delta, tokens, produced_ns);
+                inner.append(delta, thinking, tokens, produced_ns);
             }
             if let Some(message) = &over_limit {
                 let usage = inner.usage;
@@ -405,7 +431,7 @@ impl Stream {
         inner.end_seq = Some(inner.next_seq);
         let tokens = info.usage.completion_tokens;
         inner.end = Some(Arc::new(info));
-        inner.append("", tokens, self.stamp_now());
+        inner.append("", false, tokens, self.stamp_now());
         self.shared.active.fetch_sub(1, Ordering::AcqRel);
     }
 

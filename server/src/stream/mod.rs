@@ -28,6 +28,8 @@ pub struct Chunk {
     pub seq: u64,
     /// Whole UTF-8 characters (empty on the end chunk).
     pub delta: Arc<str>,
+    /// Whether `delta` is a reasoning model's thinking, not its answer.
+    pub thinking: bool,
     /// Present on the end chunk only.
     pub end: Option<Arc<EndInfo>>,
     /// Tokens generated up to and including this chunk.

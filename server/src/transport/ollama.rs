@@ -500,6 +500,7 @@ fn run_request(
         embed: false,
         clear_cache: false,
         lora: options.lora.clone(),
+        stop: Vec::new(),
     }
 }
 

@@ -232,6 +232,7 @@ impl Common {
             embed: false,
             clear_cache: false,
             lora: self.lora.clone(),
+            stop: Vec::new(),
         })
     }
 }

@@ -38,6 +38,13 @@ pub struct Usage {
     pub prompt_tokens: u32,
     /// Tokens generated.
     pub completion_tokens: u32,
+    /// Of those, the tokens of a reasoning model's thinking.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Wall-clock phases of one generation, in milliseconds.

@@ -166,7 +166,7 @@ struct RunOutput<'a> {
 }
 
 impl TokenOutput for RunOutput<'_> {
-    fn push(&self, text: &str, tokens: u32, produced_ns: Option<u64>) -> bool {
+    fn push(&self, text: &str, _thinking: bool, tokens: u32, produced_ns: Option<u64>) -> bool {
         self.outbox
             .tokens(self.id, tokens, produced_ns.unwrap_or(0), text.as_bytes());
         !self.cancel.is_cancelled()

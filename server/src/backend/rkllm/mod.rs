@@ -670,6 +670,7 @@ impl RkllmRunner {
                             u32::try_from(p.prefill_tokens).unwrap_or(0)
                         }),
                     completion_tokens: 0,
+                    reasoning_tokens: 0,
                 }),
                 runtime_timings: perf.map(|p| (f64::from(p.prefill_time_ms), 0.0)),
                 memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
@@ -690,6 +691,7 @@ impl RkllmRunner {
             usage: perf.map(|p| Usage {
                 prompt_tokens: u32::try_from(p.prefill_tokens).unwrap_or(0),
                 completion_tokens: generated,
+                reasoning_tokens: 0,
             }),
             runtime_timings: perf
                 .map(|p| (f64::from(p.prefill_time_ms), f64::from(p.generate_time_ms))),

@@ -336,7 +336,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 struct NullOutput(CancelToken);
 
 impl TokenOutput for NullOutput {
-    fn push(&self, _text: &str, _tokens: u32, _produced_ns: Option<u64>) -> bool {
+    fn push(&self, _text: &str, _thinking: bool, _tokens: u32, _produced_ns: Option<u64>) -> bool {
         true
     }
     fn stamp_now(&self) -> Option<u64> {
@@ -533,6 +533,7 @@ impl RkllmRunner {
             images: Vec::new(),
             embed: None,
             clear_cache: false,
+            stop: Vec::new(),
             lora: None,
         };
         let null = NullOutput(cancel.clone());

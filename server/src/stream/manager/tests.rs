@@ -280,7 +280,7 @@ fn only_a_benchmark_mode_manager_stamps_chunks_with_their_production_time() {
     let stream = bench.create("m", true).unwrap();
     let before = crate::stream::monotonic_ns();
     stream.push("a", 1);
-    assert!(stream.push_stamped("b", 1, Some(7)));
+    assert!(stream.push_stamped("b", false, 1, Some(7)));
     finish(&stream);
     let after = crate::stream::monotonic_ns();
     let chunks = stream.poll(0).unwrap().chunks;
