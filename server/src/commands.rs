@@ -22,7 +22,14 @@ pub async fn run(command: StoreCommand, config: &Config) -> u8 {
         }
         _ => None,
     };
-    let service = match config.store_service(runtime_version) {
+    // Whether a vision model can run here matters to a pull only.
+    let vision_runtime = match &command {
+        StoreCommand::Pull {
+            store_only: false, ..
+        } => config.vision_runtime(),
+        _ => Ok(()),
+    };
+    let service = match config.store_service(runtime_version, vision_runtime) {
         Ok(service) => service,
         Err(err) => {
             eprintln!("rkllm-server: {err}");
@@ -34,7 +41,11 @@ pub async fn run(command: StoreCommand, config: &Config) -> u8 {
             source,
             name,
             revision,
-        } => pull(&service, &source, name, revision).await,
+            store_only,
+        } => {
+            let request = service.request(&source, name, revision, store_only);
+            pull(&service, &source, &request).await
+        }
         StoreCommand::List => {
             let models = service.store.list();
             if models.is_empty() {
@@ -104,10 +115,8 @@ pub async fn run(command: StoreCommand, config: &Config) -> u8 {
 async fn pull(
     service: &crate::store::Service,
     source: &str,
-    name: Option<String>,
-    revision: Option<String>,
+    request: &crate::store::PullRequest,
 ) -> u8 {
-    let request = service.request(source, name, revision);
     let bar = ProgressBar::with_draw_target(
         None,
         if std::io::stderr().is_terminal() {
@@ -143,7 +152,7 @@ async fn pull(
         Progress::Done { .. } => {}
     };
     let result =
-        crate::store::pull::pull(&service.store, &service.hub, &request, &mut on_progress).await;
+        crate::store::pull::pull(&service.store, &service.hub, request, &mut on_progress).await;
     bar.finish_and_clear();
     match result {
         Ok(manifest) => {

@@ -208,6 +208,10 @@ pub enum StoreCommand {
         /// Branch, tag or commit ([store] revision).
         #[arg(long)]
         revision: Option<String>,
+        /// Store the model even if this server cannot run it (a vision
+        /// model without the RKNN runtime).
+        #[arg(long)]
+        store_only: bool,
     },
     /// List the models in the store.
     List,

@@ -64,7 +64,7 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
         )),
     };
     let store = config
-        .store_service(runtime_version)
+        .store_service(runtime_version, config.vision_runtime())
         .map_err(BackendError::Unavailable)?;
     // The configured models, then the store's (a configured name wins).
     let mut specs = config.model_specs();

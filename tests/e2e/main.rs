@@ -21,6 +21,7 @@ mod runners;
 mod soak;
 mod stdio;
 mod store;
+mod store_hostile;
 mod streaming;
 mod systemd;
 mod ui;

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::harness::{Fake, ScratchDir, Server, fake_runtime, server_command};
 
 /// The fake Hugging Face, serving `repos` (see tests/fake-hf/fake_hf.py).
-struct FakeHf {
+pub(crate) struct FakeHf {
     child: Child,
     hub: u16,
     log: PathBuf,
@@ -21,7 +21,7 @@ struct FakeHf {
 }
 
 impl FakeHf {
-    fn start(repos: &Value) -> Self {
+    pub(crate) fn start(repos: &Value) -> Self {
         let dir = ScratchDir::new();
         let repos_file = dir.0.join("repos.json");
         std::fs::write(&repos_file, repos.to_string()).unwrap();
@@ -52,12 +52,12 @@ impl FakeHf {
         }
     }
 
-    fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.hub)
     }
 
     /// The requests it served, one JSON object each.
-    fn requests(&self) -> Vec<Value> {
+    pub(crate) fn requests(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
@@ -66,7 +66,7 @@ impl FakeHf {
     }
 
     /// Downloads of `file` from its CDN: (whole, ranged).
-    fn downloads(&self, file: &str) -> (usize, usize) {
+    pub(crate) fn downloads(&self, file: &str) -> (usize, usize) {
         let gets: Vec<Value> = self
             .requests()
             .into_iter()
@@ -112,8 +112,24 @@ fn repos() -> Value {
 /// Runs `rkllm-server ARGS` against the store in `dir` and `hf`; returns
 /// (success, stdout, stderr).
 fn cli(hf: &FakeHf, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    cli_with(hf, dir, ("", ""), args, env)
+}
+
+/// [`cli`] with `top` at the top of its configuration file and `store`
+/// added to its `[store]` section.
+pub(crate) fn cli_with(
+    hf: &FakeHf,
+    dir: &Path,
+    (top, store): (&str, &str),
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (bool, String, String) {
     let config = dir.join("cli.toml");
-    std::fs::write(&config, "[store]\nplatform = \"rk3588\"\n").unwrap();
+    std::fs::write(
+        &config,
+        format!("{top}\n[store]\nplatform = \"rk3588\"\n{store}\n"),
+    )
+    .unwrap();
     let output = server_command()
         .arg("--config")
         .arg(&config)

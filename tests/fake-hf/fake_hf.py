@@ -18,7 +18,14 @@ Repository description (JSON):
                         "repeat": 1,            repeated this many times
                         "lfs": true,            served from the CDN (default true for .rkllm)
                         "sha256": "...",        publish this instead of the true sha256
-                        "cut": 1}}}}}           cut the first N downloads halfway
+                        "cut": 1,               cut the first N downloads halfway
+                        "slow": 1,              send the first N downloads at 1 byte per second
+                        "declared": 1000,       declare this size (listing, X-Linked-Size) and
+                                                send the body without Content-Length
+                        "undeclared": true}}}}} declare no size at all (nor Content-Length)
+
+Hostile modes are off unless a file asks for them. A file's NAME is listed as
+given, so a name such as "../../x.rknn" is how a hostile listing is played.
 
 Every request is appended to the log file as a JSON line (server, method, path,
 range). On start it prints "HUB_PORT CDN_PORT" on stdout.
@@ -30,6 +37,7 @@ import hashlib
 import json
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
@@ -39,6 +47,7 @@ with open(REPOS_FILE, encoding="utf-8") as f:
 TOKEN = CONFIG.get("token", "")
 LOCK = threading.Lock()
 CUTS = {}
+SLOWS = {}
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -52,6 +61,27 @@ def files_of(repo):
 
 def is_lfs(name, spec):
     return spec.get("lfs", name.endswith(".rkllm"))
+
+
+def declared_size(spec, data):
+    """The size the hub declares for a file: its own, another, or none."""
+    if spec.get("undeclared"):
+        return None
+    return spec.get("declared", len(data))
+
+
+def hostile_length(spec):
+    """Whether the CDN sends the body without Content-Length (until it closes)."""
+    return spec.get("undeclared") or "declared" in spec
+
+
+def take(counters, key, spec, field):
+    """Whether this download is one of the first N that `field` names."""
+    with LOCK:
+        left = counters.get(key, spec.get(field, 0))
+        if left > 0:
+            counters[key] = left - 1
+        return left > 0
 
 
 def log(server, handler):
@@ -108,9 +138,16 @@ class Handler(BaseHTTPRequestHandler):
             for name, spec in files_of(repo).items():
                 data = content(spec)
                 entry = {"type": "file", "path": name, "size": len(data), "oid": "f" * 40}
+                size = declared_size(spec, data)
+                if size is not None:
+                    entry["size"] = size
+                else:
+                    del entry["size"]
                 if is_lfs(name, spec):
                     entry["lfs"] = {"oid": spec.get("sha256", hashlib.sha256(data).hexdigest()),
-                                    "size": len(data), "pointerSize": 134}
+                                    "pointerSize": 134}
+                    if size is not None:
+                        entry["lfs"]["size"] = size
                     entry["size"] = 134
                 listing.append(entry)
             return self.send_json(200, listing)
@@ -130,7 +167,9 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_response(302)
                 self.send_header("Location", f"http://localhost:{cdn_port}/cdn/{repo}/{name}")
                 self.send_header("X-Linked-Etag", f'"{sha}"')
-                self.send_header("X-Linked-Size", str(len(data)))
+                size = declared_size(spec, data)
+                if size is not None:
+                    self.send_header("X-Linked-Size", str(size))
                 self.send_header("X-Repo-Commit", COMMIT)
                 self.send_header("ETag", '"pointer"')
                 self.send_header("Content-Length", "0")
@@ -170,7 +209,12 @@ class Handler(BaseHTTPRequestHandler):
                 return None
         body = data[start:]
         self.send_response(206 if start else 200)
-        self.send_header("Content-Length", str(len(body)))
+        if hostile_length(spec):
+            # The body runs until the connection closes, whatever was declared.
+            self.close_connection = True
+            self.send_header("Connection", "close")
+        else:
+            self.send_header("Content-Length", str(len(body)))
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("ETag", etag)
         if start:
@@ -179,11 +223,18 @@ class Handler(BaseHTTPRequestHandler):
         if self.command == "HEAD":
             return None
         key = (repo, name)
-        with LOCK:
-            cut = CUTS.get(key, spec.get("cut", 0)) > 0
-            if cut:
-                CUTS[key] = CUTS.get(key, spec.get("cut", 0)) - 1
-        if cut:
+        if take(SLOWS, key, spec, "slow"):
+            # One byte a second, for as long as the client listens.
+            try:
+                for at in range(len(body)):
+                    self.wfile.write(body[at:at + 1])
+                    self.wfile.flush()
+                    time.sleep(1)
+            except OSError:
+                pass
+            self.close_connection = True
+            return None
+        if take(CUTS, key, spec, "cut"):
             # Half the body, then the connection goes.
             self.wfile.write(body[: len(body) // 2])
             self.wfile.flush()
@@ -191,8 +242,12 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(2)
             return None
         # In pieces, so that progress has something to report.
-        for at in range(0, len(body), 64 * 1024):
-            self.wfile.write(body[at:at + 64 * 1024])
+        try:
+            for at in range(0, len(body), 64 * 1024):
+                self.wfile.write(body[at:at + 64 * 1024])
+        except OSError:
+            # The client stopped reading (a limit cut the download).
+            self.close_connection = True
         return None
 
 

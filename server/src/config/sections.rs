@@ -350,7 +350,31 @@ pub struct StoreSection {
     /// Whether `/api/pull` and `/api/delete` may change the store (they
     /// need an API key when keys are set).
     pub api_pull: bool,
+    /// Largest file a pull takes, whether its host declares its size or not.
+    pub max_file_bytes: u64,
+    /// Free space a pull leaves on the store's disk: it stops before less
+    /// is left.
+    pub min_free_bytes: u64,
+    /// Slowest host a pull accepts, in bytes per second over
+    /// `rate_window_secs` (0: any); a slower one is cut, to resume later.
+    pub min_bytes_per_sec: u64,
+    /// The window over which `min_bytes_per_sec` is measured.
+    pub rate_window_secs: u64,
+    /// Longest time a pull may take once it holds its model's lock; it is
+    /// then cut, to resume later.
+    pub pull_timeout_secs: u64,
 }
+
+/// `[store] max_file_bytes`: 32 GiB, above any model the NPUs run.
+pub const DEFAULT_STORE_MAX_FILE_BYTES: u64 = 32 << 30;
+/// `[store] min_free_bytes`: 512 MiB.
+pub const DEFAULT_STORE_MIN_FREE_BYTES: u64 = 512 << 20;
+/// `[store] min_bytes_per_sec`: 16 KiB/s.
+pub const DEFAULT_STORE_MIN_BYTES_PER_SEC: u64 = 16 << 10;
+/// `[store] rate_window_secs`.
+pub const DEFAULT_STORE_RATE_WINDOW_SECS: u64 = 60;
+/// `[store] pull_timeout_secs`: a day.
+pub const DEFAULT_STORE_PULL_TIMEOUT_SECS: u64 = 86_400;
 
 impl Default for StoreSection {
     fn default() -> Self {
@@ -360,6 +384,11 @@ impl Default for StoreSection {
             revision: "main".into(),
             platform: "auto".into(),
             api_pull: true,
+            max_file_bytes: DEFAULT_STORE_MAX_FILE_BYTES,
+            min_free_bytes: DEFAULT_STORE_MIN_FREE_BYTES,
+            min_bytes_per_sec: DEFAULT_STORE_MIN_BYTES_PER_SEC,
+            rate_window_secs: DEFAULT_STORE_RATE_WINDOW_SECS,
+            pull_timeout_secs: DEFAULT_STORE_PULL_TIMEOUT_SECS,
         }
     }
 }

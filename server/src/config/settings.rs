@@ -157,23 +157,47 @@ impl Config {
     }
 
     /// The model store and its Hugging Face client (`HF_TOKEN` from the
-    /// environment); `runtime_version` helps choose files.
+    /// environment); `runtime_version` helps choose files, and
+    /// `vision_runtime` (see [`Config::vision_runtime`]) says whether
+    /// vision models may be pulled.
     ///
     /// # Errors
     /// A bad endpoint.
     pub fn store_service(
         &self,
         runtime_version: Option<String>,
+        vision_runtime: Result<(), String>,
     ) -> Result<crate::store::Service, String> {
         let token = std::env::var("HF_TOKEN").ok();
+        let s = &self.store;
         Ok(crate::store::Service {
             store: crate::store::Store::new(self.models_dir()),
             hub: crate::store::Hub::new(&self.hub_endpoint(), token)?,
-            revision: self.store.revision.clone(),
+            revision: s.revision.clone(),
             platform: self.platform(),
             runtime_version,
-            api_pull: self.store.api_pull,
+            api_pull: s.api_pull,
+            vision_runtime,
+            limits: crate::store::PullLimits {
+                max_file_bytes: s.max_file_bytes,
+                min_free_bytes: s.min_free_bytes,
+                min_bytes_per_sec: s.min_bytes_per_sec,
+                rate_window: Duration::from_secs(s.rate_window_secs),
+                timeout: Duration::from_secs(s.pull_timeout_secs),
+            },
         })
+    }
+
+    /// Whether this server can run a vision model's encoder: always with
+    /// the mock backend; with `rkllm`, when the RKNN runtime
+    /// (`rknn_runtime`) loads. `Err` says why not.
+    pub fn vision_runtime(&self) -> Result<(), String> {
+        match self.backend {
+            super::BackendKind::Mock => Ok(()),
+            super::BackendKind::Rkllm => {
+                crate::backend::rkllm::RknnRuntime::load(&self.rknn_runtime).map(drop)
+            }
+        }
     }
 
     /// Mock backend settings.

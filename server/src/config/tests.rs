@@ -208,6 +208,33 @@ fn invalid_values_name_their_key() {
             "models.name",
         ),
     ];
+    let store = |store: StoreSection| Config {
+        store,
+        ..Config::default()
+    };
+    let cases = cases.into_iter().chain([
+        (
+            store(StoreSection {
+                max_file_bytes: 0,
+                ..StoreSection::default()
+            }),
+            "store.max_file_bytes",
+        ),
+        (
+            store(StoreSection {
+                rate_window_secs: 0,
+                ..StoreSection::default()
+            }),
+            "store.rate_window_secs",
+        ),
+        (
+            store(StoreSection {
+                pull_timeout_secs: 0,
+                ..StoreSection::default()
+            }),
+            "store.pull_timeout_secs",
+        ),
+    ]);
     for (config, key) in cases {
         let err = config.validate().unwrap_err();
         let message = err.to_string();

@@ -365,6 +365,34 @@ impl Config {
                 ),
             ));
         }
+        for (key, value, range) in [
+            (
+                "store.max_file_bytes",
+                self.store.max_file_bytes,
+                1..=u64::MAX,
+            ),
+            (
+                "store.rate_window_secs",
+                self.store.rate_window_secs,
+                1..=3600,
+            ),
+            (
+                "store.pull_timeout_secs",
+                self.store.pull_timeout_secs,
+                1..=2_592_000,
+            ),
+        ] {
+            if !range.contains(&value) {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "must be between {} and {}, got {value}",
+                        range.start(),
+                        range.end()
+                    ),
+                ));
+            }
+        }
         if !log_filter_is_valid(&self.log_level) {
             return Err(invalid(
                 "log_level",

@@ -82,6 +82,92 @@ pub enum PullError {
         /// Its size, in words.
         size: String,
     },
+    /// Not enough free space for the file and the margin kept free.
+    #[error(
+        "not enough free space in {dir} for {file}: {free} bytes free, {need} more needed and \
+         [store] min_free_bytes ({margin}) kept free; free some space (or lower min_free_bytes){kept}"
+    )]
+    LowSpace {
+        /// The store.
+        dir: String,
+        /// The file.
+        file: String,
+        /// Bytes free.
+        free: u64,
+        /// Bytes still to download, as far as known.
+        need: u64,
+        /// `[store] min_free_bytes`.
+        margin: u64,
+        /// What became of the partial download, in words.
+        kept: &'static str,
+    },
+    /// The file is larger than the store takes.
+    #[error(
+        "{file} is larger than [store] max_file_bytes ({limit} bytes){declared}; raise that \
+         setting to pull it"
+    )]
+    TooLarge {
+        /// The file.
+        file: String,
+        /// `[store] max_file_bytes`.
+        limit: u64,
+        /// What the host declared, in words (empty when it declared nothing).
+        declared: String,
+    },
+    /// The host sent more than it declared.
+    #[error(
+        "the host sent more than the {declared} bytes it declared for {file}; the download was \
+         cut there and discarded"
+    )]
+    Oversize {
+        /// The file.
+        file: String,
+        /// Its declared size.
+        declared: u64,
+    },
+    /// The host is slower than the store accepts.
+    #[error(
+        "{file}: the host sent {got} bytes in the last {window} s, below [store] min_bytes_per_sec \
+         ({min}); what arrived is kept: pull again to resume"
+    )]
+    TooSlow {
+        /// The file.
+        file: String,
+        /// Bytes received in the window.
+        got: u64,
+        /// `[store] rate_window_secs`.
+        window: u64,
+        /// `[store] min_bytes_per_sec`.
+        min: u64,
+    },
+    /// The pull took longer than allowed.
+    #[error(
+        "the pull did not finish within [store] pull_timeout_secs ({0} s); what arrived is kept: \
+         pull again to resume"
+    )]
+    TimedOut(u64),
+    /// The repository lists a file the store would not take.
+    #[error("{0}")]
+    BadListing(String),
+    /// A vision model, and this server cannot run its encoder.
+    #[error(
+        "{repo}: {model} is a vision model and needs its vision encoder {encoder}, which this server \
+         cannot run: {why}. To store it anyway (to serve it once the RKNN runtime is installed, \
+         or from another server sharing the store): `rkllm-server pull --store-only {spec}`, or \
+         POST /api/pull {{\"model\": \"{spec}\", \"store_only\": true}}"
+    )]
+    NeedsVisionRuntime {
+        /// The repository.
+        repo: String,
+        /// What was asked for.
+        spec: String,
+        /// The model file.
+        model: String,
+        /// The encoder file.
+        encoder: String,
+        /// Why this server cannot run it.
+        why: String,
+    },
     /// Another file-system error.
     #[error("{0}")]
     Io(String),
@@ -96,8 +182,14 @@ impl PullError {
             }
             Self::NotFound(_) | Self::NoModelFile(_) => 404,
             Self::Denied { .. } => 403,
-            Self::DiskFull { .. } => 507,
-            Self::Transfer(_) | Self::Cut { .. } | Self::Checksum { .. } => 502,
+            Self::NeedsVisionRuntime { .. } => 409,
+            Self::DiskFull { .. } | Self::LowSpace { .. } | Self::TooLarge { .. } => 507,
+            Self::Transfer(_)
+            | Self::Cut { .. }
+            | Self::Checksum { .. }
+            | Self::Oversize { .. }
+            | Self::BadListing(_) => 502,
+            Self::TooSlow { .. } | Self::TimedOut(_) => 504,
             Self::Io(_) => 500,
         }
     }

@@ -11,6 +11,12 @@ use reqwest::header::{self, HeaderMap};
 
 use super::error::PullError;
 
+/// Longest wait for a file list or a file's details (the whole answer).
+const ASK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Largest file list read: a repository of many thousand files.
+const MAX_LISTING_BYTES: usize = 16 << 20;
+
 /// A file of a repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoFile {
@@ -110,6 +116,7 @@ impl Hub {
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(20))
             .read_timeout(Duration::from_secs(60))
+            .timeout(ASK_TIMEOUT)
             .build()
             .map_err(|e| format!("cannot set up the HTTP client: {e}"))?;
         let follow = reqwest::Client::builder()
@@ -180,9 +187,21 @@ impl Hub {
             repo,
             &format!("repository {repo} at {revision}"),
         )?;
-        let entries: Vec<serde_json::Value> = response
-            .json()
+        let mut response = response;
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
+            .map_err(|e| PullError::Transfer(format!("the file list of {repo}: {e}")))?
+        {
+            if body.len() + chunk.len() > MAX_LISTING_BYTES {
+                return Err(PullError::Transfer(format!(
+                    "the file list of {repo} is larger than {MAX_LISTING_BYTES} bytes"
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let entries: Vec<serde_json::Value> = serde_json::from_slice(&body)
             .map_err(|e| PullError::Transfer(format!("the file list of {repo}: {e}")))?;
         Ok(entries
             .iter()

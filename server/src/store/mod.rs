@@ -8,10 +8,17 @@
 //! last, by rename, so a pull cut short never shows up half-done.
 //! Downloads in progress live in `models_dir/.partial/`, where an
 //! interrupted pull resumes.
+//!
+//! A manifest names files only inside its model's folder: every file name
+//! it holds is checked (see [`Manifest::check`]) when it is read and before
+//! it is written, and one that fails is refused, never used.
 
+mod choose;
+mod download;
 mod error;
 mod hf;
 mod names;
+mod progress;
 pub mod pull;
 
 use std::io;
@@ -21,10 +28,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{ChatTemplate, ModelSettings, ModelSpec, VisionSpec};
 
+pub use download::PullLimits;
 pub use error::PullError;
 pub use hf::Hub;
-pub use names::{FileDetails, check_name, details_of};
-pub use pull::{Progress, PullRequest, Source};
+pub use names::{FileDetails, check_file_name, check_name, details_of};
+pub use progress::Progress;
+pub use pull::{PullRequest, Source};
 
 /// Where a stored model came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +85,30 @@ pub struct Manifest {
     pub vision_encoder: Option<StoredFile>,
 }
 
+impl Manifest {
+    /// The model's files in its folder, each with the key that names it.
+    pub fn files(&self) -> Vec<(&'static str, &str)> {
+        let mut files = vec![("file", self.file.as_str())];
+        if let Some(encoder) = &self.vision_encoder {
+            files.push(("vision_encoder.file", encoder.file.as_str()));
+        }
+        files
+    }
+
+    /// Checks its name and every file name it holds: each must be a plain
+    /// name in the model's folder (see [`check_file_name`]).
+    ///
+    /// # Errors
+    /// The first bad one, with its key.
+    pub fn check(&self) -> Result<(), String> {
+        check_name(&self.name).map_err(|m| format!("name: {m}"))?;
+        for (key, file) in self.files() {
+            check_file_name(file).map_err(|m| format!("{key}: {m}"))?;
+        }
+        Ok(())
+    }
+}
+
 /// A further file of a stored model, in its folder.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StoredFile {
@@ -119,8 +152,9 @@ impl Store {
         self.dir.join(".partial")
     }
 
-    /// Every stored model, by name. Folders without a readable manifest
-    /// are skipped (and logged).
+    /// Every stored model, by name. Folders without a manifest are
+    /// skipped; a manifest that cannot be read or is refused is skipped
+    /// and warned about once (again only when it changes).
     pub fn list(&self) -> Vec<Manifest> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
@@ -131,11 +165,21 @@ impl Store {
             .filter_map(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
                 check_name(&name).ok()?;
+                let path = self.model_dir(&name).join(MANIFEST);
                 match self.get(&name) {
-                    Ok(Some(m)) => Some(m),
-                    Ok(None) => None,
+                    Ok(found) => {
+                        warned::forget(&path);
+                        found
+                    }
                     Err(err) => {
-                        tracing::warn!(model = %name, error = %err, "unreadable manifest skipped");
+                        if warned::first_time(&path, &err) {
+                            tracing::warn!(
+                                model = %name,
+                                error = %err,
+                                "manifest refused: the model is not served until it is fixed or \
+                                 pulled again"
+                            );
+                        }
                         None
                     }
                 }
@@ -148,7 +192,8 @@ impl Store {
     /// Model `name`, if stored.
     ///
     /// # Errors
-    /// A manifest that cannot be read or parsed.
+    /// A manifest that cannot be read or parsed, that belongs to another
+    /// folder, or that names a file outside its folder.
     pub fn get(&self, name: &str) -> io::Result<Option<Manifest>> {
         check_name(name).map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
         let path = self.model_dir(name).join(MANIFEST);
@@ -163,11 +208,18 @@ impl Store {
                 format!("{}: {e}", path.display()),
             )
         })?;
-        if manifest.name != name || check_name(&manifest.file).is_err() {
-            return Err(io::Error::new(
+        let refused = |why: String| {
+            io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{}: the manifest does not match its folder", path.display()),
-            ));
+                format!("{}: {why}", path.display()),
+            )
+        };
+        manifest.check().map_err(refused)?;
+        if manifest.name != name {
+            return Err(refused(format!(
+                "name {:?} does not match its folder {name:?}",
+                manifest.name
+            )));
         }
         Ok(Some(manifest))
     }
@@ -221,8 +273,11 @@ impl Store {
     /// Writes `manifest` into its folder, atomically.
     ///
     /// # Errors
-    /// The write's error.
+    /// A manifest that [`Manifest::check`] refuses, or the write's error.
     pub fn write_manifest(&self, manifest: &Manifest) -> io::Result<()> {
+        manifest
+            .check()
+            .map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
         let dir = self.model_dir(&manifest.name);
         let tmp = dir.join(format!(".{MANIFEST}.tmp"));
         let text = serde_json::to_vec_pretty(manifest).map_err(io::Error::other)?;
@@ -248,6 +303,42 @@ fn sync_dir(dir: &Path) {
     }
 }
 
+/// Which broken manifests have been warned about. The store is read
+/// again every two seconds while the server runs; a broken manifest is
+/// warned about once, and again only when it changes.
+mod warned {
+    use std::collections::BTreeMap;
+    use std::hash::{Hash, Hasher};
+    use std::io;
+    use std::path::{Path, PathBuf};
+
+    /// Each manifest warned about, with a digest of its content (or of the
+    /// error, when it cannot be read). Synchronous: held for one lookup.
+    static WARNED: parking_lot::Mutex<BTreeMap<PathBuf, u64>> =
+        parking_lot::Mutex::new(BTreeMap::new());
+
+    /// Whether the refusal of `path` (with `err`) is news: the first for
+    /// this file, or since its content changed.
+    pub(super) fn first_time(path: &Path, err: &io::Error) -> bool {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        match std::fs::read(path) {
+            Ok(bytes) => bytes.hash(&mut hasher),
+            Err(read) => read.kind().hash(&mut hasher),
+        }
+        err.to_string().hash(&mut hasher);
+        let digest = hasher.finish();
+        WARNED.lock().insert(path.to_owned(), digest) != Some(digest)
+    }
+
+    /// `path` is fine (or gone): a later refusal is news again.
+    pub(super) fn forget(path: &Path) {
+        let mut warned = WARNED.lock();
+        if !warned.is_empty() {
+            warned.remove(path);
+        }
+    }
+}
+
 /// The store with what pulls need: the Hub client and how to choose files.
 #[derive(Debug, Clone)]
 pub struct Service {
@@ -263,15 +354,22 @@ pub struct Service {
     pub runtime_version: Option<String>,
     /// Whether the HTTP APIs may pull and delete.
     pub api_pull: bool,
+    /// Whether this server can run a vision model's encoder: `Err` says
+    /// why not (the `rkllm` backend without a loadable RKNN runtime).
+    pub vision_runtime: Result<(), String>,
+    /// What bounds a pull.
+    pub limits: PullLimits,
 }
 
 impl Service {
-    /// A pull of `spec`, stored as `name` (default: from the file name).
+    /// A pull of `spec`, stored as `name` (default: from the file name);
+    /// `store_only` stores a model this server cannot run.
     pub fn request(
         &self,
         spec: &str,
         name: Option<String>,
         revision: Option<String>,
+        store_only: bool,
     ) -> PullRequest {
         PullRequest {
             spec: spec.to_owned(),
@@ -279,6 +377,12 @@ impl Service {
             revision: revision.unwrap_or_else(|| self.revision.clone()),
             platform: self.platform.clone(),
             runtime_version: self.runtime_version.clone(),
+            vision_runtime: if store_only {
+                Ok(())
+            } else {
+                self.vision_runtime.clone()
+            },
+            limits: self.limits,
         }
     }
 
@@ -359,6 +463,52 @@ mod tests {
         assert!(!store.remove("a-model").unwrap());
         assert!(store.get("../etc").is_err());
         assert!(store.remove("..").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_manifest_naming_a_file_outside_its_folder_is_refused() {
+        let dir = std::env::temp_dir().join(format!("rkllm-store-escape-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::new(dir.clone());
+        std::fs::create_dir_all(store.model_dir("m")).unwrap();
+        let mut bad = manifest("m");
+        bad.vision_encoder = Some(StoredFile {
+            file: "../../victim.txt".into(),
+            size: 1,
+            sha256: "ab".into(),
+            sha256_verified: false,
+        });
+        // Not written by the store...
+        assert!(store.write_manifest(&bad).is_err());
+        // ...nor read when written by something else.
+        let text = serde_json::to_string(&bad).unwrap();
+        std::fs::write(store.model_dir("m").join(MANIFEST), text).unwrap();
+        let err = store.get("m").unwrap_err().to_string();
+        assert!(err.contains("vision_encoder.file"), "{err}");
+        assert!(store.list().is_empty());
+        bad.vision_encoder = None;
+        bad.file = "../m.rkllm".into();
+        assert!(bad.check().unwrap_err().starts_with("file:"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_broken_manifest_is_news_once_until_it_changes() {
+        let dir = std::env::temp_dir().join(format!("rkllm-store-warned-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(MANIFEST);
+        let err = io::Error::new(io::ErrorKind::InvalidData, "broken");
+        std::fs::write(&path, "{").unwrap();
+        assert!(warned::first_time(&path, &err));
+        assert!(!warned::first_time(&path, &err));
+        std::fs::write(&path, "{{").unwrap();
+        assert!(warned::first_time(&path, &err));
+        assert!(!warned::first_time(&path, &err));
+        // Fixed, then broken the same way again: news again.
+        warned::forget(&path);
+        assert!(warned::first_time(&path, &err));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

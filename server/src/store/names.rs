@@ -1,26 +1,60 @@
-//! Model names, and what a `.rkllm` file's name says about it.
+//! Model names, the names and paths of files that come from a manifest or
+//! from the hub, and what a `.rkllm` file's name says about it.
+//!
+//! Every name or path that reaches the file system is checked here, by one
+//! rule: no path separator, no leading `.`, so nothing can leave its folder.
 
-/// Checks a model (or file) name: 1 to 100 characters of letters, digits,
-/// `.`, `_` and `-`, not starting with `.`; so no path separator and no
-/// `..` can reach the file system.
+/// Checks a model name: 1 to 100 characters of letters, digits, `.`, `_`
+/// and `-`, not starting with `.`; so no path separator and no `..` can
+/// reach the file system.
 ///
 /// # Errors
 /// What is wrong with it.
 pub fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 100 {
+    check_part("model name", name)
+}
+
+/// Checks the name of a file in a model's folder (from a manifest, or the
+/// last part of a path on the hub), by the rule of [`check_name`].
+///
+/// # Errors
+/// What is wrong with it.
+pub fn check_file_name(name: &str) -> Result<(), String> {
+    check_part("file name", name)
+}
+
+/// Checks a file's path in a repository (`sub/dir/model.rkllm`): parts
+/// separated by `/`, each a file name by [`check_file_name`]'s rule.
+///
+/// # Errors
+/// What is wrong with it.
+pub fn check_repo_path(path: &str) -> Result<(), String> {
+    if path.len() > 1000 {
         return Err(format!(
-            "model name {name:?} must be 1 to 100 characters long"
+            "file path {:?}… is longer than 1000 characters",
+            path.chars().take(40).collect::<String>()
         ));
     }
+    path.split('/').try_for_each(|part| {
+        check_part("file path part", part).map_err(|m| format!("in file path {path:?}: {m}"))
+    })
+}
+
+/// The one rule: 1 to 100 characters of letters, digits, `.`, `_` and
+/// `-`, not starting with `.`.
+fn check_part(what: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 100 {
+        return Err(format!("{what} {name:?} must be 1 to 100 characters long"));
+    }
     if name.starts_with('.') {
-        return Err(format!("model name {name:?} must not start with `.`"));
+        return Err(format!("{what} {name:?} must not start with `.`"));
     }
     if let Some(bad) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
         return Err(format!(
-            "model name {name:?} may hold only letters, digits, `.`, `_` and `-`, not {bad:?}"
+            "{what} {name:?} may hold only letters, digits, `.`, `_` and `-`, not {bad:?}"
         ));
     }
     Ok(())
@@ -127,6 +161,28 @@ mod tests {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
         assert!(check_name(&"a".repeat(101)).is_err());
+        assert!(check_file_name("../../victim.txt").is_err());
+        assert!(check_file_name("vision.rknn").is_ok());
+    }
+
+    #[test]
+    fn repository_paths_are_checked_part_by_part() {
+        for good in ["m.rkllm", "sub/dir/m_rk3588.rkllm"] {
+            assert!(check_repo_path(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "../../x.rknn",
+            "a/../b.rkllm",
+            "a//b.rkllm",
+            "/abs.rkllm",
+            "a/",
+            "a\\..\\b",
+            ".hidden/m.rkllm",
+        ] {
+            assert!(check_repo_path(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_repo_path(&"a/".repeat(600)).is_err());
     }
 
     #[test]

@@ -2,6 +2,12 @@
 //! Ollama's progress objects) and `DELETE /api/delete`. Both are behind
 //! the API keys like the rest of `/api`, and `[store] api_pull = false`
 //! switches them off.
+//!
+//! A pull runs in a task tied to its answer: a client that leaves (the
+//! answer dropped) cancels it, which releases the model's lock and keeps
+//! what arrived for a later pull to resume. An error before the download
+//! begins is answered with its HTTP status; once progress lines have gone
+//! out, it comes as the stream's last line.
 
 use std::sync::Arc;
 
@@ -12,9 +18,15 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 use super::state::AppState;
-use crate::store::{Progress, PullError};
+use crate::store::{Progress, PullError, PullRequest};
+
+/// Progress lines a pull may be ahead of its client. When the buffer is
+/// full a progress line is dropped (a later one carries newer figures);
+/// the last line, success or error, always goes.
+const PROGRESS_BUFFER: usize = 64;
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({"error": message.into()}))).into_response()
@@ -33,6 +45,87 @@ struct PullBody {
     model: Option<String>,
     name: Option<String>,
     stream: Option<bool>,
+    /// Store the model even if this server cannot run it.
+    #[serde(default)]
+    store_only: bool,
+}
+
+/// What a pull's task tells the handler.
+enum Event {
+    /// A progress line; `begun`: the download has begun (or the pull
+    /// waits for another of the same model), so the answer starts.
+    Line { line: Value, begun: bool },
+    /// The end: the success line, or why it failed.
+    End(Result<Value, PullError>),
+}
+
+/// Cancels a pull's task when its answer is dropped before the end (the
+/// client left): the task's file lock goes with it, and what arrived
+/// stays in `.partial/` to resume.
+struct CancelOnDrop {
+    task: tokio::task::AbortHandle,
+    spec: String,
+    ended: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.ended && !self.task.is_finished() {
+            self.task.abort();
+            tracing::info!(
+                model = %self.spec,
+                "pull cancelled: the client left (what arrived is kept, to resume)"
+            );
+        }
+    }
+}
+
+/// Runs one pull, telling `events` what happens, then adds the model to
+/// the engine.
+async fn run_pull(state: Arc<AppState>, request: PullRequest, events: mpsc::Sender<Event>) {
+    let progress_events = events.clone();
+    let mut on_progress = move |p: Progress| {
+        let begun = matches!(p, Progress::Downloading { .. } | Progress::Waiting);
+        if let Some(line) = progress_line(&p) {
+            // Full (see PROGRESS_BUFFER) or the client gone: this line is dropped.
+            if progress_events
+                .try_send(Event::Line { line, begun })
+                .is_err()
+            {
+                tracing::trace!("a pull progress line dropped");
+            }
+        }
+    };
+    let store = &state.store;
+    let result =
+        crate::store::pull::pull(&store.store, &store.hub, &request, &mut on_progress).await;
+    let end = match result {
+        Ok(manifest) => {
+            let spec = store.store.spec(&manifest);
+            match state.engine.add_model(spec) {
+                Ok(()) => Ok(json!({"status": "success", "model": manifest.name})),
+                Err(err) => Err(PullError::Io(err.to_string())),
+            }
+        }
+        Err(err) => Err(err),
+    };
+    if events.send(Event::End(end)).await.is_err() {
+        tracing::debug!(model = %request.spec, "the pull ended after its client left");
+    }
+}
+
+/// Ollama's error answer for a failed pull.
+fn pull_error(err: &PullError) -> Response {
+    let status =
+        StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    error(status, err.to_string())
+}
+
+/// One NDJSON line.
+fn ndjson(value: &Value) -> Result<Bytes, std::convert::Infallible> {
+    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
+    bytes.push(b'\n');
+    Ok(Bytes::from(bytes))
 }
 
 /// One progress report as Ollama's clients read it.
@@ -91,61 +184,62 @@ pub async fn pull(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
              pull a URL with `rkllm-server pull URL` on the server",
         );
     }
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<Value, PullError>>();
-    let pull_request = service.request(&spec, None, None);
-    let worker_state = Arc::clone(&state);
-    // The pull goes on if the client leaves: what it downloads is kept.
-    tokio::spawn(async move {
-        let progress_tx = tx.clone();
-        let mut on_progress = move |p: Progress| {
-            if let Some(line) = progress_line(&p) {
-                let _ = progress_tx.send(Ok(line));
-            }
-        };
-        let store = &worker_state.store;
-        let result =
-            crate::store::pull::pull(&store.store, &store.hub, &pull_request, &mut on_progress)
-                .await;
-        let _ = tx.send(match result {
-            Ok(manifest) => {
-                let spec = store.store.spec(&manifest);
-                match worker_state.engine.add_model(spec) {
-                    Ok(()) => Ok(json!({"status": "success", "model": manifest.name})),
-                    Err(err) => Err(PullError::Io(err.to_string())),
+    let streamed = request.stream != Some(false);
+    let pull_request = service.request(&spec, None, None, request.store_only);
+    let (tx, mut rx) = mpsc::channel(PROGRESS_BUFFER);
+    let task = tokio::spawn(run_pull(Arc::clone(&state), pull_request, tx));
+    let mut guard = CancelOnDrop {
+        task: task.abort_handle(),
+        spec,
+        ended: false,
+    };
+    // Until the download begins, an error is answered with its status.
+    let mut early = Vec::new();
+    loop {
+        match rx.recv().await {
+            Some(Event::Line { line, begun }) => {
+                if streamed {
+                    early.push(line);
+                    if begun {
+                        break;
+                    }
                 }
             }
-            Err(err) => Err(err),
-        });
-    });
-    if request.stream == Some(false) {
-        // One answer at the end.
-        let mut last = None;
-        while let Some(item) = rx.recv().await {
-            match item {
-                Ok(line) if line["status"] == "success" => last = Some(line),
-                Ok(_) => {}
-                Err(err) => {
-                    let status = StatusCode::from_u16(err.http_status())
-                        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                    return error(status, err.to_string());
+            Some(Event::End(Ok(line))) => {
+                guard.ended = true;
+                if !streamed {
+                    return Json(line).into_response();
                 }
+                early.push(line);
+                break;
+            }
+            Some(Event::End(Err(err))) => {
+                guard.ended = true;
+                return pull_error(&err);
+            }
+            None => {
+                guard.ended = true;
+                return error(StatusCode::INTERNAL_SERVER_ERROR, "the pull stopped");
             }
         }
-        return match last {
-            Some(line) => Json(line).into_response(),
-            None => error(StatusCode::INTERNAL_SERVER_ERROR, "the pull stopped"),
-        };
     }
-    let lines = futures_util::stream::unfold(rx, |mut rx| async move {
-        let item = rx.recv().await?;
-        let value = match item {
-            Ok(line) => line,
-            Err(err) => json!({"error": err.to_string()}),
-        };
-        let mut bytes = serde_json::to_vec(&value).unwrap_or_default();
-        bytes.push(b'\n');
-        Some((Ok::<_, std::convert::Infallible>(Bytes::from(bytes)), rx))
-    });
+    // The rest streams; the guard lives as long as the answer.
+    let lines = futures_util::stream::unfold(
+        (rx, guard, early.into_iter()),
+        |(mut rx, mut guard, mut early)| async move {
+            if let Some(line) = early.next() {
+                return Some((ndjson(&line), (rx, guard, early)));
+            }
+            let line = match rx.recv().await? {
+                Event::Line { line, .. } => line,
+                Event::End(end) => {
+                    guard.ended = true;
+                    end.unwrap_or_else(|err| json!({"error": err.to_string()}))
+                }
+            };
+            Some((ndjson(&line), (rx, guard, early)))
+        },
+    );
     (
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(lines),
