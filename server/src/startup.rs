@@ -5,9 +5,7 @@
 use std::sync::Arc;
 
 use crate::backend::process::{ProcessBackend, RunnerSettings};
-use crate::backend::{
-    Backend, BackendError, BackendSettings, MockBackend, ModelSpec, RkllmBackend,
-};
+use crate::backend::{Backend, BackendError, BackendSettings, MockBackend, RkllmBackend};
 use crate::config::{BackendKind, Config, RunnerKind};
 use crate::engine::{Engine, EngineError};
 use crate::store::Store;
@@ -86,15 +84,7 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
              pass --model PATH or declare [[models]]; /ready answers 503 until then"
         );
     }
-    let mut preflight = Preflight::new(config);
-    let unservable: Vec<(String, String)> = specs
-        .iter()
-        .filter_map(|spec| Some((spec.name.clone(), preflight.check(spec)?)))
-        .collect();
     let engine = Engine::start(backend, &specs, config.engine_limits(), streams)?;
-    for (name, reason) in unservable {
-        engine.mark_failed(&name, reason);
-    }
     let failed: Vec<String> = engine
         .models()
         .into_iter()
@@ -116,54 +106,15 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
         store,
     );
     if tokio::runtime::Handle::try_current().is_ok() {
-        tokio::spawn(follow_store(Arc::clone(&state), configured, preflight));
+        tokio::spawn(follow_store(Arc::clone(&state), configured));
     }
     Ok(state)
-}
-
-/// What can be known of a model before loading it: that its files exist
-/// and, for a vision model on the rkllm backend, that the RKNN runtime
-/// its encoder needs loads (tried once, for every such model).
-#[derive(Debug)]
-struct Preflight {
-    /// The RKNN runtime to try, on the rkllm backend (the mock needs none).
-    rknn_runtime: Option<std::path::PathBuf>,
-    rknn: Option<Result<(), String>>,
-}
-
-impl Preflight {
-    fn new(config: &Config) -> Self {
-        Self {
-            rknn_runtime: (config.backend == BackendKind::Rkllm)
-                .then(|| config.rknn_runtime.clone()),
-            rknn: None,
-        }
-    }
-
-    /// Why `spec` cannot be served, if it cannot.
-    fn check(&mut self, spec: &ModelSpec) -> Option<String> {
-        if let Some(path) = spec.path.as_ref().filter(|p| !p.is_file()) {
-            return Some(format!("its file {} does not exist", path.display()));
-        }
-        let vision = spec.vision.as_ref()?;
-        if !vision.encoder.is_file() {
-            return Some(format!(
-                "its vision encoder {} does not exist",
-                vision.encoder.display()
-            ));
-        }
-        let runtime = self.rknn_runtime.as_ref()?;
-        self.rknn
-            .get_or_insert_with(|| crate::backend::rkllm::RknnRuntime::load(runtime).map(drop))
-            .clone()
-            .err()
-    }
 }
 
 /// Keeps the engine's models in step with the store while the server
 /// runs, so that `rkllm-server pull` and `rm` from a shell take effect
 /// within seconds: new stored models become available, removed ones go.
-async fn follow_store(state: Arc<AppState>, configured: Vec<String>, mut preflight: Preflight) {
+async fn follow_store(state: Arc<AppState>, configured: Vec<String>) {
     let mut ticks = tokio::time::interval(std::time::Duration::from_secs(2));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -177,11 +128,8 @@ async fn follow_store(state: Arc<AppState>, configured: Vec<String>, mut preflig
                 continue;
             }
             let spec = state.store.store.spec(manifest);
-            let unservable = preflight.check(&spec);
             if let Err(err) = state.engine.add_model(spec) {
                 tracing::debug!(model = %manifest.name, error = %err, "stored model not added");
-            } else if let Some(reason) = unservable {
-                state.engine.mark_failed(&manifest.name, reason);
             }
         }
         for model in state.engine.models() {

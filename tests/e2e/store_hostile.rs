@@ -134,6 +134,41 @@ async fn a_vision_model_is_refused_without_an_rknn_runtime_unless_only_stored() 
             .join("models/vlm-tiny_w8a8_rk3588/vlm-tiny_vision_rk3588.rknn")
             .is_file()
     );
+    // Stored anyway, it is a model that cannot be served here: failed
+    // with why, now and after a restart, which serves the other model.
+    let failed_vlm = |models: &Value| {
+        models["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "vlm-tiny_w8a8_rk3588")
+            .filter(|m| m["state"] == "failed")
+            .and_then(|m| m["error"].as_str())
+            .is_some_and(|e| e.contains("librknnrt.so"))
+    };
+    let deadline = std::time::Instant::now() + LIVENESS;
+    while !failed_vlm(&server.ok("models", json!({})).await) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stored model never showed as failed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    drop(server);
+    let restarted = Server::start(
+        &config,
+        &["--model", dir.0.join("text.rkllm").to_str().unwrap()],
+    );
+    assert!(failed_vlm(&restarted.ok("models", json!({})).await));
+    let reply = restarted
+        .ok("run", json!({"model": "text", "prompt": "still here"}))
+        .await;
+    assert_eq!(reply["finish_reason"], "stop", "{reply}");
+    let ready = restarted
+        .send(reqwest::Method::GET, "/ready", None, None)
+        .await;
+    assert_eq!(ready.status(), 200);
+    drop(restarted);
 
     // With the RKNN runtime, nothing needs saying.
     let with_rknn = format!(

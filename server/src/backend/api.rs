@@ -365,12 +365,40 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Why `model` cannot be served, found without loading it: its file or
+    /// its vision encoder's is missing (the rkllm backend adds: the RKNN
+    /// runtime its encoder needs does not load). The engine lists such a
+    /// model as failed with this reason and serves the others.
+    ///
+    /// # Errors
+    /// The reason, for `models` and the log.
+    fn preflight(&self, model: &ModelSpec) -> Result<(), String> {
+        files_present(model)
+    }
+
     /// Loads a model. Called on the model's worker thread, which then owns
     /// the runner for its whole life.
     ///
     /// # Errors
     /// [`BackendError::Load`] when the model cannot be loaded.
     fn load(&self, model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError>;
+}
+
+/// That a model's files (its own, its vision encoder's) exist.
+///
+/// # Errors
+/// Which file is missing.
+pub fn files_present(model: &ModelSpec) -> Result<(), String> {
+    if let Some(path) = model.path.as_ref().filter(|p| !p.is_file()) {
+        return Err(format!("its file {} does not exist", path.display()));
+    }
+    if let Some(vision) = model.vision.as_ref().filter(|v| !v.encoder.is_file()) {
+        return Err(format!(
+            "its vision encoder {} does not exist",
+            vision.encoder.display()
+        ));
+    }
+    Ok(())
 }
 
 /// One loaded model, owned by its worker thread.

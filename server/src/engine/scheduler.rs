@@ -161,11 +161,15 @@ impl Engine {
         for slot in shared.snapshot() {
             lifecycle::start_lanes(&shared, &slot)?;
         }
-        Ok(Self {
+        let engine = Self {
             shared,
             streams,
             limits,
-        })
+        };
+        for spec in models {
+            engine.preflight(spec);
+        }
+        Ok(engine)
     }
 
     /// Loads `names` and waits until they are loaded (start-up). Blocks.
@@ -197,6 +201,14 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Marks a model failed when the backend can tell, without loading it,
+    /// that it cannot be served (a missing file or runtime library).
+    fn preflight(&self, spec: &ModelSpec) {
+        if let Err(reason) = self.shared.backend.preflight(spec) {
+            self.mark_failed(&spec.name, reason);
+        }
     }
 
     /// Marks a model failed with `reason` (one that cannot load: a missing
@@ -398,6 +410,7 @@ impl Engine {
             slot
         };
         lifecycle::start_lanes(&self.shared, &slot)?;
+        self.preflight(&slot.spec);
         Ok(())
     }
 

@@ -77,6 +77,10 @@ impl Backend for ProcessBackend {
         self.inner.check(request)
     }
 
+    fn preflight(&self, model: &ModelSpec) -> Result<(), String> {
+        self.inner.preflight(model)
+    }
+
     fn load(&self, model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
         let load_error = |message: String| BackendError::Load {
             model: model.name.clone(),

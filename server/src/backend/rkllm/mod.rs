@@ -180,6 +180,14 @@ impl Backend for RkllmBackend {
         }
     }
 
+    fn preflight(&self, model: &ModelSpec) -> Result<(), String> {
+        super::api::files_present(model)?;
+        if model.vision.is_some() {
+            self.rknn_runtime()?;
+        }
+        Ok(())
+    }
+
     fn load(&self, model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
         let load_error = |message: String| BackendError::Load {
             model: model.name.clone(),
