@@ -14,6 +14,7 @@ pub mod engine;
 pub mod metrics;
 pub mod notify;
 pub mod rpc;
+pub mod service;
 pub mod startup;
 pub mod store;
 pub mod stream;
@@ -24,8 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
 pub use config::{Cli, Config};
@@ -38,65 +38,51 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
 /// before SIGKILL.
 pub const WORKER_GRACE: Duration = Duration::from_millis(6000);
 
-/// The HTTP and WebSocket routes over `state`, every one behind the
-/// Host/Origin guard (`transport::origin`): `/mcp`, `/ws`, `/metrics` and
-/// the APIs behind the API keys, `/health` and `/ready` open, the chat
-/// page at `/` (unless `[ui] enabled = false`) open too; CORS for the
+/// The HTTP and WebSocket routes over `state`. Each API's routes carry
+/// their own layers (`transport::api::with_layers`): the browser guard
+/// (`transport::origin`), the API keys where they apply, the body limit,
+/// and the API's own error shape, so every error on a route comes in
+/// the shape of the API the route belongs to. The OpenAI API is under
+/// `/v1`, the Ollama API under `/api`, JSON-RPC and MCP at `/mcp` and
+/// `/ws` (with `/metrics`, behind the keys); `/health`, `/ready` and the
+/// chat page (unless `[ui] enabled = false`) are open. CORS for the
 /// configured origins.
 pub fn app(state: Arc<AppState>) -> Router {
-    let body_limit = state.settings.max_request_bytes;
-    let keys = axum::middleware::from_fn_with_state(
-        Arc::clone(&state.api_keys),
-        transport::auth::require_key,
+    use transport::api::{ollama, openai, with_layers};
+    use transport::errors::{not_found, rpc_shape};
+    let v1 = with_layers(
+        openai::routes().fallback(not_found),
+        &state,
+        openai::shape,
+        true,
     );
-    let mcp = Router::new()
+    let ollama = with_layers(
+        ollama::routes().fallback(ollama::not_found),
+        &state,
+        ollama::shape,
+        true,
+    );
+    let rpc = Router::new()
         .route(
             "/mcp",
             post(transport::http::post_mcp).delete(transport::http::delete_mcp),
         )
-        .route("/ws", get(transport::ws::upgrade));
-    let protected = Router::new()
-        .merge(mcp)
-        .route("/metrics", get(transport::health::metrics))
-        .route("/v1/models", get(transport::openai::models))
-        .route(
-            "/v1/chat/completions",
-            post(transport::openai::chat_completions),
-        )
-        .route("/v1/completions", post(transport::openai::completions))
-        .route("/v1/embeddings", post(transport::openai::embeddings))
-        .route("/api/embed", post(transport::ollama::embed))
-        .route("/api/embeddings", post(transport::ollama::embeddings))
-        .route("/api/version", get(transport::ollama::version))
-        .route("/api/tags", get(transport::ollama::tags))
-        .route("/api/ps", get(transport::ollama::ps))
-        .route("/api/show", post(transport::ollama::show))
-        .route("/api/generate", post(transport::ollama::generate))
-        .route("/api/chat", post(transport::ollama::chat))
-        .route("/api/pull", post(transport::ollama_store::pull))
-        .route("/api/delete", delete(transport::ollama_store::delete))
-        .route_layer(keys);
+        .route("/ws", get(transport::ws::upgrade))
+        .route("/metrics", get(transport::health::metrics));
     let page = if state.settings.ui {
         transport::ui::routes()
     } else {
         Router::new()
     };
-    let router = Router::new()
-        .merge(protected)
-        .merge(page)
+    let open = page
         .route("/health", get(transport::health::health))
         .route("/ready", get(transport::health::ready))
-        .fallback(transport::errors::not_found)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(axum::middleware::from_fn_with_state(
-            body_limit,
-            transport::errors::api_shapes,
-        ))
-        // Before anything else answers: no web page may drive the server.
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state),
-            transport::origin::guard,
-        ));
+        .fallback(not_found);
+    let router = Router::new()
+        .nest("/v1", v1)
+        .nest("/api", ollama)
+        .merge(with_layers(rpc, &state, rpc_shape, true))
+        .merge(with_layers(open, &state, rpc_shape, false));
     // Every answer names the node that gave it (a balancer's user can tell
     // where a request went).
     let node = axum::http::HeaderValue::from_str(&state.settings.node_id)

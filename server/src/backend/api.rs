@@ -365,6 +365,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Tokens `model`'s context holds, when the backend knows.
+    fn context_length(&self, model: &ModelSpec) -> Option<u32> {
+        model.settings.max_context_len
+    }
+
     /// Why `model` cannot be served, found without loading it: its file or
     /// its vision encoder's is missing (the rkllm backend adds: the RKNN
     /// runtime its encoder needs does not load). The engine lists such a

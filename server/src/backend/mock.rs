@@ -62,6 +62,10 @@ impl Backend for MockBackend {
         ALL_OVERRIDES
     }
 
+    fn context_length(&self, model: &ModelSpec) -> Option<u32> {
+        Some(model.settings.max_context_len.unwrap_or(MOCK_CONTEXT_LEN))
+    }
+
     fn lanes(&self) -> usize {
         self.config.lanes
     }
@@ -93,6 +97,10 @@ struct MockRunner {
     /// Like a runtime with `keep_history`: the chat it holds.
     conversation: ConversationState,
 }
+
+/// The mock model's context, in tokens, unless a `[[models]]` entry sets
+/// `max_context_len` (the runtime's default).
+pub const MOCK_CONTEXT_LEN: u32 = 4096;
 
 /// Longest natural length a directive may ask for.
 const MAX_LENGTH: u64 = 1_000_000;

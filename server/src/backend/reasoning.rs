@@ -35,6 +35,20 @@ pub enum ReasoningMode {
 }
 
 impl ReasoningMode {
+    /// Whether a model thinks (the `thinking` capability clients show a
+    /// switch for): implicit models do, and so do the families known to
+    /// think in `<think>` blocks.
+    pub fn thinks(self, model_name: &str) -> bool {
+        let name = model_name.to_ascii_lowercase();
+        match self {
+            Self::Off => false,
+            Self::Implicit => true,
+            Self::Opened => ["qwen3", "qwq", "deepseek-r1", "r1-distill", "think"]
+                .iter()
+                .any(|family| name.contains(family)),
+        }
+    }
+
     /// The mode for a model by its setting (`auto`, `opened`, `implicit`,
     /// `off`) and, for `auto`, its name: the DeepSeek-R1 distills are
     /// implicit, every other model is read as `opened` (a model that does

@@ -315,7 +315,7 @@ impl Config {
             ws_idle_timeout: Duration::from_secs(self.websocket.idle_timeout_secs),
             api_keys: self.api_keys.clone(),
             line: self.line_options(),
-            remote_images: crate::transport::images::RemoteImages {
+            remote_images: crate::service::RemoteImages {
                 allowed: self.limits.allow_remote_images,
                 timeout: Duration::from_secs(self.limits.remote_image_timeout_secs),
                 // The largest image any model takes; each model's own
@@ -327,11 +327,11 @@ impl Config {
                     .max()
                     .unwrap_or(crate::engine::ImageLimits::default().max_image_bytes),
                 // Checked by `validate`.
-                filter: crate::transport::address_filter::AddressFilter::new(
+                filter: crate::service::address_filter::AddressFilter::new(
                     self.limits
                         .remote_image_allow
                         .iter()
-                        .filter_map(|e| crate::transport::address_filter::parse_allow_entry(e).ok())
+                        .filter_map(|e| crate::service::address_filter::parse_allow_entry(e).ok())
                         .collect(),
                 ),
             },

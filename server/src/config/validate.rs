@@ -271,7 +271,7 @@ impl Config {
             ));
         }
         for entry in &l.remote_image_allow {
-            crate::transport::address_filter::parse_allow_entry(entry)
+            crate::service::address_filter::parse_allow_entry(entry)
                 .map_err(|e| invalid("limits.remote_image_allow", e))?;
         }
         if l.max_prompt_bytes == 0 || l.max_prompt_bytes > l.max_request_bytes {

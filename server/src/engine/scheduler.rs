@@ -129,6 +129,12 @@ pub struct ModelInfo {
     /// Size of the model file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<u64>,
+    /// Tokens its context holds (prompt and reply together).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_length: Option<u32>,
+    /// Strings that end its replies (a server-side template's).
+    #[serde(skip)]
+    pub stop_strings: Vec<String>,
     /// The model file, for backends that load one (not on the wire).
     #[serde(skip)]
     pub path: Option<std::path::PathBuf>,
@@ -337,10 +343,15 @@ impl Engine {
                     overrides: self.shared.backend.overrides(),
                     capabilities: if slot.spec.embedding.is_some() {
                         vec!["embedding"]
-                    } else if slot.spec.vision.is_some() {
-                        vec!["completion", "vision"]
                     } else {
-                        vec!["completion"]
+                        let mut takes = vec!["completion"];
+                        if slot.spec.vision.is_some() {
+                            takes.push("vision");
+                        }
+                        if slot.spec.reasoning.thinks(slot.name()) {
+                            takes.push("thinking");
+                        }
+                        takes
                     },
                     error: matches!(state, ModelState::Failed | ModelState::Available)
                         .then_some(error)
@@ -357,6 +368,8 @@ impl Engine {
                         .as_ref()
                         .and_then(|p| std::fs::metadata(p).ok())
                         .map(|m| m.len()),
+                    context_length: self.shared.backend.context_length(&slot.spec),
+                    stop_strings: slot.spec.template.stop_strings(),
                     path: slot.spec.path.clone(),
                     expires_in,
                 }

@@ -29,6 +29,8 @@ pub struct Services {
     pub engine: Arc<Engine>,
     /// Every stream of the process.
     pub streams: Arc<StreamManager>,
+    /// The generation service.
+    pub service: Arc<crate::service::Service>,
     /// Limits the methods apply.
     pub limits: RpcLimits,
 }

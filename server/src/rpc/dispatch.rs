@@ -70,7 +70,7 @@ fn log_request(
     };
     crate::metrics::request(transport, result);
     if let Err(error) = outcome {
-        if let Some(reason) = rejection(error.code) {
+        if let Some(reason) = error.reason.or_else(|| rejection(error.code)) {
             crate::metrics::rejected(reason);
         }
     }

@@ -5,6 +5,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::engine::{EngineError, ValidationError};
+use crate::service::ServiceError;
 use crate::stream::StreamError;
 use crate::vocab::{EndError, EndErrorKind};
 
@@ -65,6 +66,9 @@ pub struct RpcError {
     /// Machine-readable details.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
+    /// The metric label of a refusal, when the service chose it.
+    #[serde(skip)]
+    pub reason: Option<&'static str>,
 }
 
 impl RpcError {
@@ -74,6 +78,7 @@ impl RpcError {
             code,
             message: message.into(),
             data: None,
+            reason: None,
         }
     }
 
@@ -141,6 +146,30 @@ impl From<ValidationError> for RpcError {
                     .with_data(json!({ "model": name }))
             }
         }
+    }
+}
+
+impl From<ServiceError> for RpcError {
+    fn from(err: ServiceError) -> Self {
+        let reason = err.reason();
+        let message = err.to_string();
+        let error = match &err {
+            ServiceError::Invalid { field, .. } | ServiceError::Unsupported { field, .. } => {
+                Self::invalid_params(field, message)
+            }
+            ServiceError::TooLarge { field, .. } => {
+                Self::new(codes::TOO_LARGE, message).with_data(json!({ "field": field }))
+            }
+            ServiceError::UnknownModel { name: model, .. }
+            | ServiceError::Unavailable { model, .. } => {
+                Self::new(codes::MODEL_UNAVAILABLE, message).with_data(json!({ "model": model }))
+            }
+            ServiceError::Busy { retry_after_ms, .. } => Self::new(codes::SERVER_BUSY, message)
+                .with_data(json!({ "retry_after_ms": retry_after_ms })),
+            ServiceError::Failed { .. } => Self::new(codes::GENERATION_FAILED, message),
+            ServiceError::Expired => Self::new(codes::STREAM_EXPIRED, "stream expired"),
+        };
+        Self { reason, ..error }
     }
 }
 

@@ -1,21 +1,23 @@
 //! Starting and reading generations, shared by `run` and the MCP
-//! `generate` tool: request parameters into an engine request, the
-//! per-connection stream limit, and reading a stream to its end.
+//! `generate` tool: request parameters into the generation service's
+//! request, the per-connection stream limit, and private generations
+//! read to their end (once, by the service).
 
 use std::sync::Arc;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::context::{RequestCtx, Services, Summary};
 use super::params::Params;
 use super::{RpcError, codes};
-use crate::backend::image::decode_base64_image;
-use crate::backend::{IMAGE_TAG, ImageData};
-use crate::engine::{Role, RunRequest, Sampling};
-use crate::stream::{Consumer, PrivateStream, Stream};
-use crate::vocab::EndInfo;
+use crate::engine::{Role, Sampling};
+use crate::service::{Completed, Generate, ImageSource, Input, OutputFormat, Prepared, Running};
+use crate::stream::{PrivateStream, Stream};
+use crate::vocab::FinishReason;
 
-pub(super) fn run_request(p: &mut Params) -> Result<RunRequest, RpcError> {
+/// The generation a `run` or `generate` call's parameters ask for,
+/// checked and ready for the engine.
+pub(super) async fn prepare(state: &Services, p: &mut Params) -> Result<Prepared, RpcError> {
     let role = match p.opt_str("role")?.as_deref() {
         None | Some("user") => Role::User,
         Some("tool") => Role::Tool,
@@ -26,15 +28,46 @@ pub(super) fn run_request(p: &mut Params) -> Result<RunRequest, RpcError> {
             ));
         }
     };
-    let mut prompt = p.req_str("prompt")?;
+    let text = p.req_str("prompt")?;
     let images = images(p)?;
-    if !images.is_empty() && !prompt.contains(IMAGE_TAG) {
-        // Without tags of their own, the images go before the text.
-        prompt = IMAGE_TAG.repeat(images.len()) + &prompt;
-    }
-    Ok(RunRequest {
-        prompt,
+    let stop = match p.0.remove("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s],
+        Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
+            .into_iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "stop",
+                "`stop` must be a string or an array of strings",
+            ));
+        }
+    };
+    let format = match p.0.remove("format") {
+        None | Some(Value::Null) => OutputFormat::Text,
+        Some(Value::String(s)) if s == "text" => OutputFormat::Text,
+        Some(Value::String(s)) if s == "json" => OutputFormat::JsonObject,
+        Some(schema @ Value::Object(_)) => OutputFormat::JsonSchema {
+            name: None,
+            schema,
+            strict: false,
+        },
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "format",
+                "`format` must be \"text\", \"json\" or a JSON schema object",
+            ));
+        }
+    };
+    let request = Generate {
         model: p.opt_str("model")?,
+        input: Input::Prompt {
+            text,
+            system: None,
+            role,
+            images,
+        },
         max_tokens: p.opt_int("max_tokens", 0, u64::MAX)?,
         sampling: Sampling {
             temperature: p.opt_f64("temperature")?,
@@ -44,24 +77,22 @@ pub(super) fn run_request(p: &mut Params) -> Result<RunRequest, RpcError> {
             frequency_penalty: p.opt_f64("frequency_penalty")?,
             presence_penalty: p.opt_f64("presence_penalty")?,
         },
-        role,
-        enable_thinking: p.opt_bool("enable_thinking")?,
-        conversation: None,
-        tools: None,
-        images,
-        embed: false,
-        clear_cache: false,
+        stop,
+        thinking: p.opt_bool("enable_thinking")?,
         lora: p.opt_str("lora")?,
-        stop: Vec::new(),
-    })
+        format,
+        format_field: "format",
+        ..Generate::default()
+    };
+    Ok(state.service.prepare(request).await?)
 }
 
 /// `images`: an array of base64 strings or `data:` URLs.
-fn images(p: &mut Params) -> Result<Vec<ImageData>, RpcError> {
+fn images(p: &mut Params) -> Result<Vec<ImageSource>, RpcError> {
     let Some(value) = p.0.remove("images").filter(|v| !v.is_null()) else {
         return Ok(Vec::new());
     };
-    let serde_json::Value::Array(items) = value else {
+    let Value::Array(items) = value else {
         return Err(RpcError::invalid_params(
             "images",
             "`images` must be an array of base64 strings or data URLs",
@@ -77,8 +108,8 @@ fn images(p: &mut Params) -> Result<Vec<ImageData>, RpcError> {
                     format!("image {} must be a base64 string or a data URL", i + 1),
                 )
             })?;
-            decode_base64_image(text)
-                .map(ImageData)
+            crate::backend::image::decode_base64_image(text)
+                .map(ImageSource::Inline)
                 .map_err(|e| RpcError::invalid_params("images", format!("image {} {e}", i + 1)))
         })
         .collect()
@@ -88,7 +119,7 @@ fn images(p: &mut Params) -> Result<Vec<ImageData>, RpcError> {
 pub(super) fn submit(
     state: &Services,
     ctx: &RequestCtx<'_>,
-    request: RunRequest,
+    prepared: Prepared,
     polled: bool,
 ) -> Result<Arc<Stream>, RpcError> {
     let limit = state.limits.max_streams_per_connection;
@@ -99,49 +130,50 @@ pub(super) fn submit(
         )
         .with_data(json!({ "retry_after_ms": 1000 })));
     }
-    let stream = state.engine.submit(request, polled)?;
+    let stream = state
+        .engine
+        .submit_with(prepared.run, polled, prepared.keep_alive)
+        .map_err(|e| RpcError::from(crate::service::ServiceError::from(e)))?;
     ctx.conn.track_stream(&stream);
     Ok(stream)
 }
 
 /// Records a finished generation for the request's log line.
-pub(super) fn summarize(ctx: &RequestCtx<'_>, stream: &Stream, end: &EndInfo) {
+pub(super) fn summarize(ctx: &RequestCtx<'_>, done: &Completed) {
     *ctx.summary.lock() = Some(Summary {
-        model: stream.model().to_owned(),
-        finish_reason: end.finish_reason.as_str(),
-        tokens: end.usage.completion_tokens,
+        model: done.model.clone(),
+        finish_reason: finish_reason(done.ending.finish).as_str(),
+        tokens: done.ending.usage.completion_tokens,
     });
 }
 
 /// Starts a generation whose stream only this request reads (a
 /// non-streaming `run`, an MCP `tools/call`): cancelling the request
-/// aborts it, and dropping the result forgets the stream.
+/// aborts it, and dropping it forgets the stream.
 pub(super) fn start_private(
     state: &Services,
     ctx: &RequestCtx<'_>,
-    request: RunRequest,
-) -> Result<PrivateStream, RpcError> {
-    let stream = submit(state, ctx, request, false)?;
+    prepared: Prepared,
+) -> Result<Running, RpcError> {
+    let reads_tool_calls = prepared.reads_tool_calls;
+    let stream = submit(state, ctx, prepared, false)?;
     let aborted = Arc::clone(&stream);
     ctx.cancel.on_cancel(move || {
         aborted.abort("cancelled");
     });
-    Ok(PrivateStream::new(&state.streams, stream))
+    Ok(Running::new(
+        PrivateStream::new(&state.streams, stream),
+        reads_tool_calls,
+    ))
 }
 
-/// Reads a stream to its end; returns the joined text and the end info.
-pub(super) async fn collect(consumer: &mut Consumer) -> Result<(String, Arc<EndInfo>), RpcError> {
-    let mut text = String::new();
-    loop {
-        let batch = consumer.next_batch().await;
-        if batch.is_empty() {
-            return Err(RpcError::new(codes::STREAM_EXPIRED, "stream expired"));
-        }
-        for chunk in batch {
-            text.push_str(&chunk.delta);
-            if let Some(end) = chunk.end {
-                return Ok((text, end));
-            }
-        }
+/// The finish reason a completed generation reports on this protocol.
+pub(super) fn finish_reason(finish: crate::service::Finish) -> FinishReason {
+    use crate::service::Finish;
+    match finish {
+        Finish::Stop | Finish::ToolCalls => FinishReason::Stop,
+        Finish::Length => FinishReason::Length,
+        Finish::Abort => FinishReason::Abort,
+        Finish::Error => FinishReason::Error,
     }
 }

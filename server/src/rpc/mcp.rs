@@ -9,11 +9,11 @@
 use serde_json::{Map, Value, json};
 
 use super::context::{Handled, RequestCtx, Services, done};
-use super::generate::{run_request, start_private, summarize};
+use super::generate::{finish_reason, prepare, start_private, summarize};
 use super::params::{GENERATION_FIELDS, Params};
 use super::{RpcError, codes};
 use crate::engine::ALL_OVERRIDES;
-use crate::vocab::FinishReason;
+use crate::service::{Completed, Event, Finish};
 
 /// The tool's name.
 pub const GENERATE: &str = "generate";
@@ -36,6 +36,12 @@ pub(super) fn tools_list() -> Value {
                     "top_k": {"type": "integer", "minimum": 0, "maximum": 1000},
                     "model": {"type": "string", "description": "Model name (see `models`); the default model if absent."},
                     "lora": {"type": "string", "description": "A LoRA adapter of the model (see `models`)."},
+                    "stop": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Strings that end the answer (not included)."
+                    },
+                    "enable_thinking": {"type": "boolean", "description": "Thinking on or off, for reasoning models."},
                     "images": {
                         "type": "array",
                         "items": {"type": "string"},
@@ -48,6 +54,7 @@ pub(super) fn tools_list() -> Value {
                 "type": "object",
                 "properties": {
                     "text": {"type": "string"},
+                    "thinking": {"type": "string", "description": "A reasoning model's thinking, apart from the answer."},
                     "finish_reason": {"type": "string", "enum": ["stop", "length", "abort", "error"]},
                     "usage": {
                         "type": "object",
@@ -99,64 +106,92 @@ pub(super) async fn tools_call(
     if let Err(err) = args.only(GENERATE, &[GENERATION_FIELDS, ALL_OVERRIDES]) {
         return tool_error(err.message);
     }
-    let request = match run_request(&mut args) {
-        Ok(request) => request,
+    let prepared = match prepare(state, &mut args).await {
+        Ok(prepared) => prepared,
         Err(err) => return tool_error(err.message),
     };
-    let total = request.max_tokens;
-    let mut private = match start_private(state, ctx, request) {
+    let total = prepared.run.max_tokens;
+    let mut running = match start_private(state, ctx, prepared) {
         Ok(started) => started,
         Err(err) => return tool_error(err.message),
     };
     let notifier = ctx.notifier.filter(|_| token.is_some());
-    let mut text = String::new();
+    let mut completed = Completed {
+        model: running.model().to_owned(),
+        text: String::new(),
+        thinking: String::new(),
+        calls: Vec::new(),
+        ending: crate::service::Ending {
+            finish: Finish::Error,
+            usage: crate::vocab::Usage::default(),
+            timings: None,
+            error: None,
+            expired: false,
+        },
+    };
     let mut progress: u64 = 0;
-    loop {
-        let batch = private.consumer.next_batch().await;
-        if batch.is_empty() {
-            return tool_error("the generation expired");
-        }
-        let start = text.len();
-        let mut end = None;
-        for chunk in &batch {
-            text.push_str(&chunk.delta);
-            if chunk.end.is_some() {
-                end = chunk.end.clone();
+    while let Some(batch) = running.next().await {
+        for event in &batch.events {
+            let (fragment, thinking) = match event {
+                Event::Text(text) => (text, false),
+                Event::Thinking(text) => (text, true),
+                _ => continue,
+            };
+            if thinking {
+                completed.thinking.push_str(fragment);
+            } else {
+                completed.text.push_str(fragment);
             }
-        }
-        let fragment = &text[start..];
-        if let (Some(notifier), Some(token), false) = (notifier, &token, fragment.is_empty()) {
-            let tokens = batch.iter().map(|c| u64::from(c.tokens)).max().unwrap_or(0);
-            progress = tokens.max(progress + 1);
+            let (Some(notifier), Some(token)) = (notifier, &token) else {
+                continue;
+            };
+            progress = u64::from(batch.tokens).max(progress + 1);
             let mut params =
                 json!({"progressToken": token, "progress": progress, "message": fragment});
             if let Some(total) = total {
                 params["total"] = json!(total);
             }
+            let mut meta = serde_json::Map::new();
+            if thinking {
+                meta.insert("thinking".into(), json!(true));
+            }
             // Benchmark mode only: the oldest production time in the fragment.
-            if let Some(produced_ns) = batch.iter().filter_map(|c| c.produced_ns).min() {
-                params["_meta"] = json!({"produced_ns": produced_ns});
+            if let Some(produced_ns) = batch.produced_ns {
+                meta.insert("produced_ns".into(), json!(produced_ns));
+            }
+            if !meta.is_empty() {
+                params["_meta"] = Value::Object(meta);
             }
             let note =
                 json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
             if !notifier.send(note.to_string()).await {
-                // The caller is gone: dropping the consumer aborts the run.
+                // The caller is gone: dropping the generation aborts it.
                 return Err(RpcError::new(codes::INTERNAL_ERROR, "the client went away"));
             }
         }
-        if let Some(end) = end {
-            summarize(ctx, private.stream(), &end);
-            if let Some(error) = &end.error {
-                return tool_error(format!("generation failed: {}", error.message));
+        if let Some(end) = batch.end {
+            if end.expired {
+                return tool_error("the generation expired");
             }
-            if end.finish_reason == FinishReason::Abort {
-                return tool_error("the generation was aborted");
-            }
-            return done(&json!({
-                "content": [{"type": "text", "text": text}],
-                "structuredContent": {"text": text, "finish_reason": end.finish_reason, "usage": end.usage},
-                "isError": false
-            }));
+            completed.ending = end;
         }
     }
+    summarize(ctx, &completed);
+    if let Some(error) = &completed.ending.error {
+        return tool_error(format!("generation failed: {}", error.message));
+    }
+    if completed.ending.finish == Finish::Abort {
+        return tool_error("the generation was aborted");
+    }
+    let mut structured = json!({"text": completed.text,
+                                "finish_reason": finish_reason(completed.ending.finish),
+                                "usage": completed.ending.usage});
+    if !completed.thinking.is_empty() {
+        structured["thinking"] = json!(completed.thinking);
+    }
+    done(&json!({
+        "content": [{"type": "text", "text": completed.text}],
+        "structuredContent": structured,
+        "isError": false
+    }))
 }

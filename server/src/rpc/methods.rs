@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::connection::Connection;
 use super::context::{Handled, RequestCtx, Services, done, raw};
-use super::generate::{collect, run_request, start_private, submit, summarize};
+use super::generate::{finish_reason, prepare, start_private, submit, summarize};
 use super::message::params_object;
 use super::params::{GENERATION_FIELDS, Params};
 use super::wire::ChunkJson;
@@ -45,7 +45,7 @@ pub(super) async fn call(
         }
         "load" => load(state, Params(params_object(params)?)).await,
         "unload" => unload(state, Params(params_object(params)?)).await,
-        "embed" => embed(state, ctx, Params(params_object(params)?)).await,
+        "embed" => embed(state, Params(params_object(params)?)).await,
         "clear_kv_cache" => clear_kv_cache(state, ctx, Params(params_object(params)?)).await,
         other => Err(RpcError::method_not_found(other)),
     }
@@ -97,29 +97,16 @@ async fn unload(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
 /// `embed {input, model?}`: the embedding of each text of
 /// `input` (a string or an array of strings), run one after another in
 /// the model's queue.
-async fn embed(state: &Services, ctx: &RequestCtx<'_>, mut p: Params) -> Result<Handled, RpcError> {
+async fn embed(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
     p.only("embed", &[&["input", "model"]])?;
     let model = p.opt_str("model")?;
     let input = p.0.remove("input").unwrap_or(Value::Null);
-    let inputs = super::params::embedding_inputs(&input, state.limits.max_embedding_inputs)
-        .map_err(|message| RpcError::invalid_params("input", message))?;
-    let (mut embeddings, mut prompt_tokens, mut name) = (Vec::new(), 0u32, String::new());
-    for text in inputs {
-        let request = crate::engine::RunRequest::embedding(text, model.clone());
-        let mut private = start_private(state, ctx, request)?;
-        name = private.stream().model().to_owned();
-        let (_, end) = collect(&mut private.consumer).await?;
-        let vector = end
-            .embedding_result()
-            .map_err(|message| RpcError::new(codes::GENERATION_FAILED, message))?;
-        prompt_tokens = prompt_tokens.saturating_add(end.usage.prompt_tokens);
-        embeddings.push(vector);
-    }
-    let embeddings: Vec<&[f32]> = embeddings.iter().map(|v| &v[..]).collect();
+    let embedded = state.service.embed(model, &input, None).await?;
+    let embeddings: Vec<&[f32]> = embedded.vectors.iter().map(|v| &v[..]).collect();
     done(&json!({
-        "model": name,
+        "model": embedded.model,
         "embeddings": embeddings,
-        "usage": {"prompt_tokens": prompt_tokens}
+        "usage": {"prompt_tokens": embedded.prompt_tokens}
     }))
 }
 
@@ -137,14 +124,18 @@ async fn clear_kv_cache(
     if !info.loaded {
         return done(&json!({ "model": info.name, "cleared": false, "loaded": false }));
     }
-    let request = crate::engine::RunRequest {
+    let run = crate::engine::RunRequest {
         model: Some(info.name.clone()),
         clear_cache: true,
         ..crate::engine::RunRequest::default()
     };
-    let mut private = start_private(state, ctx, request)?;
-    let (_, end) = collect(&mut private.consumer).await?;
-    if let Some(err) = &end.error {
+    let prepared = crate::service::Prepared {
+        run,
+        keep_alive: None,
+        reads_tool_calls: false,
+    };
+    let cleared = start_private(state, ctx, prepared)?.collect().await?;
+    if let Some(err) = &cleared.ending.error {
         return Err(RpcError::new(codes::GENERATION_FAILED, err.message.clone()));
     }
     let after = state.engine.model(Some(&info.name)).ok();
@@ -206,9 +197,9 @@ async fn run(
         return poll(state, p).await;
     }
     let streaming = p.opt_bool("stream")?.unwrap_or(false);
-    let request = run_request(&mut p)?;
+    let prepared = prepare(state, &mut p).await?;
     if streaming {
-        let stream = submit(state, ctx, request, !conn.can_push())?;
+        let stream = submit(state, ctx, prepared, !conn.can_push())?;
         let subscribe = conn.can_push().then(|| stream.attach(0));
         return Ok(Handled {
             result: raw(&json!({ "stream_id": stream.id(), "status": "streaming_started" }))?,
@@ -216,25 +207,28 @@ async fn run(
             started: Some(stream.id().to_owned()),
         });
     }
-    // Dropping this future (the client left) drops the consumer, which
-    // aborts the generation.
-    let mut private = start_private(state, ctx, request)?;
-    let (text, end) = collect(&mut private.consumer).await?;
-    summarize(ctx, private.stream(), &end);
-    if let Some(error) = &end.error {
-        return Err(RpcError::from(error).with_data(json!({ "text": text })));
+    // Dropping this future (the client left) drops the generation, which
+    // aborts it.
+    let completed = start_private(state, ctx, prepared)?.collect().await?;
+    summarize(ctx, &completed);
+    if let Some(error) = &completed.ending.error {
+        return Err(RpcError::from(error).with_data(json!({ "text": completed.text })));
     }
     done(&RunResult {
-        text: &text,
-        finish_reason: end.finish_reason,
-        usage: end.usage,
-        timings: end.timings.unwrap_or_default(),
+        text: &completed.text,
+        thinking: &completed.thinking,
+        finish_reason: finish_reason(completed.ending.finish),
+        usage: completed.ending.usage,
+        timings: completed.ending.timings.unwrap_or_default(),
     })
 }
 
 #[derive(Serialize)]
 struct RunResult<'a> {
     text: &'a str,
+    /// A reasoning model's thinking, apart from the answer.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    thinking: &'a str,
     finish_reason: FinishReason,
     usage: Usage,
     timings: Timings,

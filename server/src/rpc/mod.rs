@@ -20,7 +20,6 @@ pub use error::{RpcError, codes, end_error_code};
 pub use message::{
     Incoming, PREVIEW_BYTES, classify, error_response, preview, recover_id, success_response,
 };
-pub use params::embedding_inputs;
 pub use wire::{ChunkJson, chunk_notification};
 
 /// MCP protocol versions spoken, newest first.

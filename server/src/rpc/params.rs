@@ -21,44 +21,10 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// The texts of an embedding request's `input`: a string or an array of
-/// strings, none empty, at most `max` of them.
-///
-/// # Errors
-/// A message naming what is wrong (token arrays are not taken).
-pub fn embedding_inputs(input: &Value, max: usize) -> Result<Vec<String>, String> {
-    let texts = match input {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(items) if items.iter().all(Value::is_string) => items
-            .iter()
-            .filter_map(|v| v.as_str().map(str::to_owned))
-            .collect(),
-        Value::Array(items) if items.iter().any(|v| v.is_number() || v.is_array()) => {
-            return Err(
-                "`input` as token ids is not supported: send the text (a string or an array of strings)"
-                    .into(),
-            );
-        }
-        _ => return Err("`input` must be a string or an array of strings".into()),
-    };
-    if texts.is_empty() {
-        return Err("`input` must not be empty".into());
-    }
-    if texts.len() > max {
-        return Err(format!(
-            "`input` has {} texts, over the limit of {max} (limits.max_embedding_inputs)",
-            texts.len()
-        ));
-    }
-    if let Some(i) = texts.iter().position(String::is_empty) {
-        return Err(format!("`input` text {} is empty", i + 1));
-    }
-    Ok(texts)
-}
-
 /// The parameters of generating a text (`run`, the `generate` tool),
 /// besides the per-request overrides a backend may apply.
-pub(super) const GENERATION_FIELDS: &[&str] = &["prompt", "model", "images", "lora"];
+pub(super) const GENERATION_FIELDS: &[&str] =
+    &["prompt", "model", "images", "lora", "stop", "format"];
 
 impl Params {
     /// Refuses a parameter `method` does not take (`_meta`, which MCP

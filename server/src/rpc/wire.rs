@@ -30,8 +30,11 @@ pub struct ChunkJson<'a> {
     pub stream_id: Option<&'a str>,
     /// Position in the stream.
     pub seq: u64,
-    /// Whole UTF-8 characters.
+    /// Whole UTF-8 characters of the answer (empty on a thinking chunk).
     pub delta: &'a str,
+    /// A reasoning model's thinking: a chunk of its own, with its own seq.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<&'a str>,
     /// True on the last chunk.
     pub end: bool,
     /// End chunk only.
@@ -58,7 +61,8 @@ impl<'a> ChunkJson<'a> {
         Self {
             stream_id,
             seq: chunk.seq,
-            delta: &chunk.delta,
+            delta: if chunk.thinking { "" } else { &chunk.delta },
+            thinking: chunk.thinking.then_some(&*chunk.delta),
             end: end.is_some(),
             finish_reason: end.map(|e| e.finish_reason),
             usage: end.map(|e| &e.usage),

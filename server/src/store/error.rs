@@ -172,25 +172,3 @@ pub enum PullError {
     #[error("{0}")]
     Io(String),
 }
-
-impl PullError {
-    /// The HTTP status an API answers this error with.
-    pub fn http_status(&self) -> u16 {
-        match self {
-            Self::BadSource(_) | Self::BadName(_) | Self::Insecure(_) | Self::Ambiguous { .. } => {
-                400
-            }
-            Self::NotFound(_) | Self::NoModelFile(_) => 404,
-            Self::Denied { .. } => 403,
-            Self::NeedsVisionRuntime { .. } => 409,
-            Self::DiskFull { .. } | Self::LowSpace { .. } | Self::TooLarge { .. } => 507,
-            Self::Transfer(_)
-            | Self::Cut { .. }
-            | Self::Checksum { .. }
-            | Self::Oversize { .. }
-            | Self::BadListing(_) => 502,
-            Self::TooSlow { .. } | Self::TimedOut(_) => 504,
-            Self::Io(_) => 500,
-        }
-    }
-}

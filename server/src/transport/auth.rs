@@ -1,8 +1,8 @@
 //! API keys: when keys are configured, every protected route (`/mcp`,
 //! `/ws`, `/metrics`, the OpenAI/Ollama APIs) needs
-//! `Authorization: Bearer <key>`; a missing or wrong key gets 401 before
-//! any work is done, with a JSON-RPC error -32008 (or, under `/v1` and
-//! `/api`, the OpenAI or Ollama error). Keys are compared in
+//! `Authorization: Bearer <key>` (or `x-api-key: <key>`); a missing or
+//! wrong key gets 401 before any work is done, in the shape of the API
+//! the route belongs to (JSON-RPC -32008 on `/mcp`). Keys are compared in
 //! constant time and never logged.
 
 use std::sync::Arc;
@@ -12,8 +12,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::errors::{Api, api_error, failure};
-use crate::rpc::{RpcError, codes};
+use super::errors::neutral;
 
 /// The configured API keys.
 pub struct ApiKeys(Vec<Vec<u8>>);
@@ -64,25 +63,27 @@ pub fn bearer(request: &Request) -> Option<&[u8]> {
         .then(|| token.trim_ascii())
 }
 
+/// The key of an `x-api-key` header (Anthropic's clients send it).
+fn api_key_header(request: &Request) -> Option<&[u8]> {
+    Some(request.headers().get("x-api-key")?.as_bytes().trim_ascii())
+}
+
 /// Middleware: 401 unless the request carries a configured key.
 pub async fn require_key(
     State(keys): State<Arc<ApiKeys>>,
     request: Request,
     next: Next,
 ) -> Response {
-    if !keys.enabled() || bearer(&request).is_some_and(|key| keys.accepts(key)) {
+    let accepted = |key: Option<&[u8]>| key.is_some_and(|key| keys.accepts(key));
+    if !keys.enabled() || accepted(bearer(&request)) || accepted(api_key_header(&request)) {
         return next.run(request).await;
     }
     crate::metrics::rejected("unauthorized");
     tracing::info!(path = %request.uri().path(), "request refused: missing or wrong API key");
-    let message = "unauthorized: send a valid API key as `Authorization: Bearer <key>`";
-    let mut response = match Api::of(request.uri().path()) {
-        Api::JsonRpc => failure(
-            StatusCode::UNAUTHORIZED,
-            &RpcError::new(codes::UNAUTHORIZED, message),
-        ),
-        api => api_error(api, StatusCode::UNAUTHORIZED, message),
-    };
+    let mut response = neutral(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized: send a valid API key as `Authorization: Bearer <key>` (or `x-api-key: <key>`)",
+    );
     response
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

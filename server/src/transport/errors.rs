@@ -1,120 +1,86 @@
-//! Error responses in each API's own shape: JSON-RPC errors on `/mcp`
-//! and the guards; OpenAI's `{"error": {message, type, param, code}}`
-//! under `/v1/`; Ollama's `{"error": "..."}` under `/api/`. Whatever
-//! answered (a handler, the API-key check, the body limit, an unknown
-//! route), a client of an API gets that API's shape for every status.
+//! Error responses on the HTTP routes. Each API answers in its own shape
+//! from its own routes: its handlers write their errors themselves, and
+//! what answers before or around them — the browser guard, the API keys,
+//! axum's own refusals (the body limit, a method not allowed), an unknown
+//! path — answers with a *neutral* error (a status and a message), which
+//! the API's shape layer, the outermost layer of its routes, writes in the
+//! API's shape. No path is ever guessed at.
 
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::extract::{OriginalUri, Request, State};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::rpc::{RpcError, error_response};
+use crate::rpc::{RpcError, codes, error_response};
 
-/// The API a path belongs to, by its prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    /// `/v1/…`: OpenAI.
-    OpenAi,
-    /// `/api/…`: Ollama.
-    Ollama,
-    /// Everything else: JSON-RPC (`/mcp`, `/ws`) and the plain endpoints.
-    JsonRpc,
+/// Marks a response as a neutral error: its body is the message, for the
+/// shape layer to write in its API's shape.
+#[derive(Debug, Clone)]
+pub struct Neutral(pub String);
+
+/// A neutral error: `status` and `message`, shaped by the API's layer.
+pub fn neutral(status: StatusCode, message: impl Into<String>) -> Response {
+    let message = message.into();
+    let mut response = (status, message.clone()).into_response();
+    response.extensions_mut().insert(Neutral(message));
+    response
 }
 
-impl Api {
-    /// The API of `path`.
-    pub fn of(path: &str) -> Self {
-        if path.starts_with("/v1/") {
-            Self::OpenAi
-        } else if path.starts_with("/api/") {
-            Self::Ollama
-        } else {
-            Self::JsonRpc
-        }
-    }
+/// How an API writes an error with a status and a message.
+pub type Shape = fn(StatusCode, &str) -> Response;
+
+/// The state of a shape layer: the API's shape, and the body limit (named
+/// in a 413).
+#[derive(Debug, Clone, Copy)]
+pub struct Shaping {
+    /// The API's shape.
+    pub shape: Shape,
+    /// `limits.max_request_bytes`.
+    pub max_request_bytes: usize,
 }
 
-/// An error of `api` with `status` and `message`, in that API's shape.
-pub fn api_error(api: Api, status: StatusCode, message: &str) -> Response {
-    let body = match api {
-        Api::OpenAi => {
-            let (kind, code) = match status {
-                StatusCode::UNAUTHORIZED => ("authentication_error", Some("invalid_api_key")),
-                StatusCode::NOT_FOUND => ("invalid_request_error", Some("not_found")),
-                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
-                    ("server_error", Some("server_busy"))
-                }
-                s if s.is_server_error() => ("server_error", None),
-                _ => ("invalid_request_error", None),
-            };
-            json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
-        }
-        Api::Ollama => json!({"error": message}),
-        Api::JsonRpc => {
-            let code = match status {
-                StatusCode::UNAUTHORIZED => crate::rpc::codes::UNAUTHORIZED,
-                StatusCode::PAYLOAD_TOO_LARGE => crate::rpc::codes::TOO_LARGE,
-                StatusCode::NOT_FOUND => crate::rpc::codes::METHOD_NOT_FOUND,
-                _ => crate::rpc::codes::INVALID_REQUEST,
-            };
-            return failure(status, &RpcError::new(code, message));
-        }
-    };
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body.to_string(),
-    )
-        .into_response()
-}
-
-/// Middleware for the OpenAI and Ollama routes: an error response that is
-/// not JSON (the body limit's 413, a method not allowed, an extractor's
-/// refusal) is answered again in the API's shape, with the text it had
-/// (for 413, the limit of `max_request_bytes` and its key).
-pub async fn api_shapes(
-    State(max_request_bytes): State<usize>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let api = Api::of(request.uri().path());
+/// The shape layer of an API's routes: a neutral error, or an error that
+/// is not JSON (axum's refusals), is written again in the API's shape,
+/// with the text it had (for 413, the limit and its key); its
+/// `Retry-After`, `Allow` and `WWW-Authenticate` headers are kept.
+pub async fn shape(State(shaping): State<Shaping>, request: Request, next: Next) -> Response {
     let response = next.run(request).await;
-    if api == Api::JsonRpc
-        || !(response.status().is_client_error() || response.status().is_server_error())
-    {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
+    let marked = response.extensions().get::<Neutral>().cloned();
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    if is_json {
+    if marked.is_none() && is_json {
         return response;
     }
     let (parts, body) = response.into_parts();
-    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
-    let text = String::from_utf8_lossy(&text);
-    let message = if parts.status == StatusCode::PAYLOAD_TOO_LARGE {
-        format!(
-            "request body over the limit of {max_request_bytes} bytes (limits.max_request_bytes)"
-        )
-    } else if text.trim().is_empty() {
-        parts
-            .status
-            .canonical_reason()
-            .unwrap_or("request failed")
-            .to_owned()
-    } else {
-        text.trim().to_owned()
+    let message = match marked {
+        Some(Neutral(message)) => message,
+        None if parts.status == StatusCode::PAYLOAD_TOO_LARGE => format!(
+            "request body over the limit of {} bytes (limits.max_request_bytes)",
+            shaping.max_request_bytes
+        ),
+        None => {
+            let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+            let text = String::from_utf8_lossy(&text).trim().to_owned();
+            if text.is_empty() {
+                parts
+                    .status
+                    .canonical_reason()
+                    .unwrap_or("request failed")
+                    .to_owned()
+            } else {
+                text
+            }
+        }
     };
-    let mut shaped = api_error(api, parts.status, &message);
+    let mut shaped = (shaping.shape)(parts.status, &message);
     for name in [header::RETRY_AFTER, header::ALLOW, header::WWW_AUTHENTICATE] {
         if let Some(value) = parts.headers.get(&name) {
             shaped.headers_mut().insert(name, value.clone());
@@ -123,37 +89,31 @@ pub async fn api_shapes(
     shaped
 }
 
-/// Ollama endpoints this server does not offer yet, with what to do instead.
-const OLLAMA_UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "/api/push",
-        "rkllm-server does not push models to a registry",
-    ),
-    (
-        "/api/create",
-        "rkllm-server does not create models: convert one with Rockchip's rkllm-toolkit and add \
-         the .rkllm file to [[models]] in the configuration",
-    ),
-    (
-        "/api/copy",
-        "rkllm-server does not copy models: add another [[models]] entry with the same path",
-    ),
-];
-
-/// The answer to a path no route serves: 404 in the shape of the API the
-/// path belongs to, saying what to do instead where there is something.
-pub async fn not_found(method: Method, request: Request<Body>) -> Response {
-    let path = request.uri().path().to_owned();
-    let api = Api::of(&path);
-    let message = match OLLAMA_UNSUPPORTED.iter().find(|(p, _)| *p == path) {
-        Some((_, advice)) => format!("{path} is not supported: {advice}"),
-        None => format!(
-            "no endpoint {method} {path}: the OpenAI API is under /v1 (models, chat/completions, \
-             completions, embeddings), the Ollama API under /api (version, tags, ps, show, generate, chat, embed), \
-             JSON-RPC and MCP at /mcp and /ws; see docs/openai-ollama.md"
-        ),
+/// The JSON-RPC shape (for `/mcp`, `/ws`, `/metrics` and the plain
+/// endpoints): an error object with the code the status stands for.
+pub fn rpc_shape(status: StatusCode, message: &str) -> Response {
+    let code = match status {
+        StatusCode::UNAUTHORIZED => codes::UNAUTHORIZED,
+        StatusCode::PAYLOAD_TOO_LARGE => codes::TOO_LARGE,
+        StatusCode::NOT_FOUND => codes::METHOD_NOT_FOUND,
+        _ => codes::INVALID_REQUEST,
     };
-    api_error(api, StatusCode::NOT_FOUND, &message)
+    failure(status, &RpcError::new(code, message))
+}
+
+/// The answer to a path no route serves: a neutral 404 that says where
+/// each API lives (the API's shape layer writes it).
+pub async fn not_found(method: Method, uri: OriginalUri) -> Response {
+    let path = uri.path();
+    neutral(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no endpoint {method} {path}: the OpenAI API is under /v1 (models, chat/completions, \
+             completions, embeddings), the Ollama API under /api (version, tags, ps, show, \
+             generate, chat, embed, pull, delete), JSON-RPC and MCP at /mcp and /ws; see \
+             docs/openai-ollama.md"
+        ),
+    )
 }
 
 /// A JSON-RPC error in a non-200 response.

@@ -1,31 +1,26 @@
-//! Transports translate between a wire and the dispatcher (or, for the
-//! OpenAI and Ollama APIs, the engine); they hold no business logic.
-//! HTTP statuses and each API's error shape are chosen here.
+//! Transports translate between a wire and the dispatcher (JSON-RPC,
+//! MCP) or the generation service (the HTTP APIs, in `api/`); they hold
+//! no business logic. HTTP statuses and each API's error shape are chosen
+//! here.
 
-pub mod address_filter;
 pub mod agent;
+pub mod api;
 pub mod auth;
 pub mod chunked;
 pub mod clock;
-pub mod compat;
 pub mod errors;
 pub mod health;
 pub mod http;
-pub mod images;
 pub mod line_session;
 pub mod lines;
 pub mod mcp_http;
 pub mod mcp_session;
-pub mod ollama;
-pub mod ollama_store;
-pub mod openai;
 pub mod origin;
 pub mod serve;
 pub mod session;
 pub mod state;
 pub mod stdio;
 pub mod tcp;
-pub mod tools;
 pub mod ui;
 pub mod ws;
 

@@ -16,7 +16,7 @@
 //!   without a port matches any port; `"*"`: any).
 //!
 //! Everything else is 403 before any work, in the shape of the API the
-//! path belongs to.
+//! route belongs to.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -26,7 +26,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::errors::{Api, api_error};
+use super::errors::neutral;
 use super::state::{AppState, Settings};
 
 /// The host part of a `Host` value or of an origin's authority (brackets
@@ -158,11 +158,7 @@ pub async fn guard(State(state): State<Arc<AppState>>, request: Request, next: N
     match refusal {
         Some(message) => {
             crate::metrics::rejected("forbidden");
-            api_error(
-                Api::of(request.uri().path()),
-                StatusCode::FORBIDDEN,
-                &message,
-            )
+            neutral(StatusCode::FORBIDDEN, message)
         }
         None => next.run(request).await,
     }

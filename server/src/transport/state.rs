@@ -15,6 +15,7 @@ use super::lines::LineOptions;
 use super::mcp_session::McpSessions;
 use crate::engine::Engine;
 use crate::rpc::{Dispatcher, RpcLimits, Services};
+use crate::service::Service;
 use crate::stream::StreamManager;
 
 /// The transports' settings (config sections `[http]`, `[ui]`,
@@ -47,7 +48,7 @@ pub struct Settings {
     /// The line transports (stdio; TCP takes the same with its own name).
     pub line: LineOptions,
     /// Whether and how image URLs are fetched.
-    pub remote_images: super::images::RemoteImages,
+    pub remote_images: crate::service::RemoteImages,
 }
 
 /// Everything a request handler needs.
@@ -61,6 +62,8 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     /// What the JSON-RPC methods work with.
     pub rpc: Arc<Services>,
+    /// The generation service every API calls.
+    pub service: Arc<Service>,
     /// MCP sessions over HTTP.
     pub mcp_sessions: Arc<McpSessions>,
     /// API keys for the HTTP and WebSocket routes.
@@ -106,6 +109,11 @@ impl AppState {
     ) -> Arc<Self> {
         let engine = Arc::new(engine);
         let streams = Arc::clone(engine.streams());
+        let service = Arc::new(Service::new(
+            Arc::clone(&engine),
+            settings.remote_images.clone(),
+            rpc.max_embedding_inputs,
+        ));
         Arc::new(Self {
             api_keys: Arc::new(ApiKeys::new(&settings.api_keys)),
             started: std::time::SystemTime::now(),
@@ -114,8 +122,10 @@ impl AppState {
             rpc: Arc::new(Services {
                 engine: Arc::clone(&engine),
                 streams: Arc::clone(&streams),
+                service: Arc::clone(&service),
                 limits: rpc,
             }),
+            service,
             engine,
             streams,
             settings,

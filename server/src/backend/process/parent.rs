@@ -81,6 +81,10 @@ impl Backend for ProcessBackend {
         self.inner.preflight(model)
     }
 
+    fn context_length(&self, model: &ModelSpec) -> Option<u32> {
+        self.inner.context_length(model)
+    }
+
     fn load(&self, model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
         let load_error = |message: String| BackendError::Load {
             model: model.name.clone(),

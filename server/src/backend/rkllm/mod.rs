@@ -180,6 +180,10 @@ impl Backend for RkllmBackend {
         }
     }
 
+    fn context_length(&self, model: &ModelSpec) -> Option<u32> {
+        u32::try_from(self.init_for(model).max_context_len).ok()
+    }
+
     fn preflight(&self, model: &ModelSpec) -> Result<(), String> {
         super::api::files_present(model)?;
         if model.vision.is_some() {

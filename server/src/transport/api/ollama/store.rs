@@ -20,7 +20,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::state::AppState;
+use super::super::super::state::AppState;
+use super::error::shape;
 use crate::store::{Progress, PullError, PullRequest};
 
 /// Progress lines a pull may be ahead of its client. When the buffer is
@@ -29,7 +30,7 @@ use crate::store::{Progress, PullError, PullRequest};
 const PROGRESS_BUFFER: usize = 64;
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({"error": message.into()}))).into_response()
+    shape(status, &message.into())
 }
 
 fn switched_off() -> Response {
@@ -114,11 +115,32 @@ async fn run_pull(state: Arc<AppState>, request: PullRequest, events: mpsc::Send
     }
 }
 
+/// The HTTP status of a failed pull.
+fn pull_status(err: &PullError) -> StatusCode {
+    match err {
+        PullError::BadSource(_)
+        | PullError::BadName(_)
+        | PullError::Insecure(_)
+        | PullError::Ambiguous { .. } => StatusCode::BAD_REQUEST,
+        PullError::NotFound(_) | PullError::NoModelFile(_) => StatusCode::NOT_FOUND,
+        PullError::Denied { .. } => StatusCode::FORBIDDEN,
+        PullError::NeedsVisionRuntime { .. } => StatusCode::CONFLICT,
+        PullError::DiskFull { .. } | PullError::LowSpace { .. } | PullError::TooLarge { .. } => {
+            StatusCode::INSUFFICIENT_STORAGE
+        }
+        PullError::Transfer(_)
+        | PullError::Cut { .. }
+        | PullError::Checksum { .. }
+        | PullError::Oversize { .. }
+        | PullError::BadListing(_) => StatusCode::BAD_GATEWAY,
+        PullError::TooSlow { .. } | PullError::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
+        PullError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 /// Ollama's error answer for a failed pull.
 fn pull_error(err: &PullError) -> Response {
-    let status =
-        StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    error(status, err.to_string())
+    error(pull_status(err), err.to_string())
 }
 
 /// One NDJSON line.
@@ -162,7 +184,7 @@ pub async fn pull(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     if !service.api_pull {
         return switched_off();
     }
-    let request: PullBody = match super::ollama::parse(&body) {
+    let request: PullBody = match super::parse(&body) {
         Ok(r) => r,
         Err(response) => return *response,
     };
@@ -260,7 +282,7 @@ pub async fn delete(State(state): State<Arc<AppState>>, body: Bytes) -> Response
     if !state.store.api_pull {
         return switched_off();
     }
-    let request: DeleteBody = match super::ollama::parse(&body) {
+    let request: DeleteBody = match super::parse(&body) {
         Ok(r) => r,
         Err(response) => return *response,
     };

@@ -1,0 +1,217 @@
+//! The generation service: the one place every API calls to generate or
+//! embed. An API translates its request into a [`Generate`] (a
+//! conversation or a prompt, images, sampling, stop strings, tools and
+//! tool choice, LoRA, keep-alive, thinking, the answer's format), the
+//! service checks every option once — an option it cannot honour is
+//! refused with a [`ServiceError`] naming it, never ignored —, fetches the
+//! images, queues the request on its model and hands back a [`Running`]
+//! generation that yields thinking, text, tool calls and its end, or is
+//! collected to the end in one call.
+//!
+//! What is below stays below: the engine queues and validates ranges, the
+//! token sink separates thinking and applies stop strings (so the runtime
+//! stops at once), and this room parses tool calls. Each API only shapes
+//! the events and errors for its wire.
+
+pub mod address_filter;
+mod chat;
+mod embed;
+mod error;
+pub mod images;
+mod parse;
+mod request;
+mod running;
+mod tools;
+
+use std::sync::Arc;
+
+pub use chat::{Message, Part, Speaker, prompt_of, turns};
+pub use embed::{Embedded, embedding_inputs};
+pub use error::ServiceError;
+pub use images::{ImageSource, RemoteImages, parse_source};
+pub use parse::parse_body;
+pub use request::{Generate, Input, OutputFormat, ToolChoice};
+pub use running::{Batch, Completed, Ending, Event, Finish, Running};
+pub use tools::ToolCall;
+
+use crate::backend::IMAGE_TAG;
+use crate::engine::{Engine, KeepAlive, RunRequest};
+use crate::stream::PrivateStream;
+
+/// What the service works with: built once at start.
+#[derive(Debug)]
+pub struct Service {
+    engine: Arc<Engine>,
+    remote_images: RemoteImages,
+    max_embedding_inputs: usize,
+}
+
+/// A request ready for the engine.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The engine's request.
+    pub run: RunRequest,
+    /// How long the model stays loaded after it.
+    pub keep_alive: Option<KeepAlive>,
+    /// Whether its answer is read for tool calls.
+    pub reads_tool_calls: bool,
+}
+
+impl Service {
+    /// The service over `engine`; `remote_images` says whether and how
+    /// image URLs are fetched; `max_embedding_inputs` bounds one
+    /// embedding request.
+    pub fn new(
+        engine: Arc<Engine>,
+        remote_images: RemoteImages,
+        max_embedding_inputs: usize,
+    ) -> Self {
+        Self {
+            engine,
+            remote_images,
+            max_embedding_inputs,
+        }
+    }
+
+    /// The engine below (models, loading, queues).
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Checks `request`'s options, fetches its images and builds the
+    /// engine's request.
+    ///
+    /// # Errors
+    /// An option that is malformed or cannot be honoured, naming it; an
+    /// image that cannot be read or fetched.
+    pub async fn prepare(&self, request: Generate) -> Result<Prepared, ServiceError> {
+        if request.format != OutputFormat::Text {
+            let field = if request.format_field.is_empty() {
+                "format"
+            } else {
+                request.format_field
+            };
+            return Err(ServiceError::unsupported(
+                field,
+                format!(
+                    "`{field}`: structured output (a JSON object or a JSON schema) is not \
+                     supported yet; ask for text"
+                ),
+            ));
+        }
+        let names = request.tool_names();
+        match &request.tool_choice {
+            ToolChoice::Function(name) if !names.contains(&name.as_str()) => {
+                return Err(ServiceError::invalid(
+                    "tool_choice",
+                    format!(
+                        "`tool_choice` names the function {name:?}, which is not among the \
+                         tools ({})",
+                        names.join(", ")
+                    ),
+                ));
+            }
+            ToolChoice::Required if names.is_empty() => {
+                return Err(ServiceError::invalid(
+                    "tool_choice",
+                    "`tool_choice` asks for a tool call but no tools are given",
+                ));
+            }
+            ToolChoice::Required | ToolChoice::Function(_) => {
+                return Err(ServiceError::unsupported(
+                    "tool_choice",
+                    "a forced tool call (`tool_choice` required or a named function) is not \
+                     supported yet; use \"auto\" or \"none\"",
+                ));
+            }
+            ToolChoice::Auto | ToolChoice::None => {}
+        }
+        let offer_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
+        let (prompt, role, conversation, sources) = match request.input {
+            Input::Chat(messages) => {
+                let (prompt, role) =
+                    prompt_of(&messages).map_err(|m| ServiceError::invalid("messages", m))?;
+                let sources: Vec<ImageSource> =
+                    messages.iter().flat_map(Message::images).cloned().collect();
+                (prompt, role, Some(turns(&messages)), sources)
+            }
+            Input::Prompt {
+                text,
+                system,
+                role,
+                images,
+            } => {
+                // Without tags of their own, the images go before the text.
+                let text = if images.is_empty() || text.contains(IMAGE_TAG) {
+                    text
+                } else {
+                    IMAGE_TAG.repeat(images.len()) + &text
+                };
+                let prompt = match system.filter(|s| !s.is_empty()) {
+                    Some(system) => format!("{system}\n\n{text}"),
+                    None => text,
+                };
+                (prompt, role, None, images)
+            }
+        };
+        let images = if sources.is_empty() {
+            Vec::new()
+        } else {
+            images::load(sources, &self.remote_images)
+                .await
+                .map_err(|m| ServiceError::invalid("images", m))?
+        };
+        let run = RunRequest {
+            prompt,
+            model: request.model,
+            max_tokens: request.max_tokens,
+            sampling: request.sampling,
+            role,
+            enable_thinking: request.thinking,
+            conversation,
+            tools: offer_tools.then(|| serde_json::Value::Array(request.tools).to_string()),
+            images,
+            embed: false,
+            clear_cache: false,
+            lora: request.lora,
+            stop: request.stop,
+        };
+        Ok(Prepared {
+            run,
+            keep_alive: request.keep_alive,
+            reads_tool_calls: offer_tools,
+        })
+    }
+
+    /// Starts a generation only this request reads.
+    ///
+    /// # Errors
+    /// What [`Service::prepare`] refuses, and what the engine refuses
+    /// (unknown or failed model, full queue, a value out of range).
+    pub async fn start(&self, request: Generate) -> Result<Running, ServiceError> {
+        let prepared = self.prepare(request).await?;
+        let stream = self
+            .engine
+            .submit_with(prepared.run, false, prepared.keep_alive)?;
+        Ok(Running::new(
+            PrivateStream::new(self.engine.streams(), stream),
+            prepared.reads_tool_calls,
+        ))
+    }
+
+    /// The embeddings of `input` (a string or an array of strings) by
+    /// `model`, one run after another in the model's queue.
+    ///
+    /// # Errors
+    /// A malformed input, a refusal, or a failed run.
+    pub async fn embed(
+        &self,
+        model: Option<String>,
+        input: &serde_json::Value,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<Embedded, ServiceError> {
+        let inputs = embedding_inputs(input, self.max_embedding_inputs)
+            .map_err(|m| ServiceError::invalid("input", m))?;
+        embed::embed_all(&self.engine, model, inputs, keep_alive).await
+    }
+}

@@ -1,0 +1,275 @@
+//! [`Running`]: a generation as its request reads it, batch by batch:
+//! thinking, text, tool-call events and the end, in order. Streaming APIs
+//! frame each batch as it comes; the others [`Running::collect`] it, once,
+//! the same way. A batch holds what the stream had buffered: a client that
+//! keeps up gets each piece on its own, one that falls behind catches up
+//! in fewer, larger batches.
+
+use std::sync::Arc;
+
+use super::error::ServiceError;
+use super::tools::{Piece, ToolCall, ToolCallParser};
+use crate::stream::PrivateStream;
+use crate::vocab::{EndError, EndInfo, FinishReason, Timings, Usage};
+
+/// One thing a generation produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Thinking (reasoning models), before the answer.
+    Thinking(String),
+    /// Answer text.
+    Text(String),
+    /// A tool call starts: its index in the reply, id and name.
+    CallStart {
+        /// Index in the reply, from 0.
+        index: usize,
+        /// Its id.
+        id: String,
+        /// The function's name.
+        name: String,
+    },
+    /// More of a call's arguments (JSON text).
+    CallArguments {
+        /// Index of the call.
+        index: usize,
+        /// The fragment.
+        fragment: String,
+    },
+    /// A call is complete.
+    CallEnd(usize, ToolCall),
+}
+
+/// Why a generation ended, as the APIs tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// The model ended its answer, or a stop string did.
+    Stop,
+    /// The token cap.
+    Length,
+    /// The answer is tool calls.
+    ToolCalls,
+    /// Aborted (shutdown, expiry).
+    Abort,
+    /// The runtime failed.
+    Error,
+}
+
+/// The end of a generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ending {
+    /// Why it ended.
+    pub finish: Finish,
+    /// Tokens used.
+    pub usage: Usage,
+    /// How long each phase took, when it ran.
+    pub timings: Option<Timings>,
+    /// What failed, when it failed.
+    pub error: Option<EndError>,
+    /// The stream expired before its end chunk was read.
+    pub expired: bool,
+}
+
+/// What one read of the stream gave.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// The events, in order (adjacent texts merged).
+    pub events: Vec<Event>,
+    /// Benchmark mode: when the batch's oldest text was produced.
+    pub produced_ns: Option<u64>,
+    /// Tokens generated up to the batch's end.
+    pub tokens: u32,
+    /// The end, on the last batch.
+    pub end: Option<Ending>,
+}
+
+/// A generation whose stream only this request reads. Dropping it (the
+/// client left) aborts the generation.
+#[derive(Debug)]
+pub struct Running {
+    private: PrivateStream,
+    tools: Option<ToolCallParser>,
+    done: bool,
+}
+
+/// A whole generation, collected.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completed {
+    /// The model that ran it.
+    pub model: String,
+    /// The answer.
+    pub text: String,
+    /// The thinking.
+    pub thinking: String,
+    /// The calls it made.
+    pub calls: Vec<ToolCall>,
+    /// How it ended.
+    pub ending: Ending,
+}
+
+impl Completed {
+    /// The completion, or the failure it ended with.
+    ///
+    /// # Errors
+    /// [`ServiceError::Failed`] when the runtime failed.
+    pub fn ok(self) -> Result<Self, ServiceError> {
+        match &self.ending.error {
+            Some(error) => Err(ServiceError::Failed {
+                message: error.message.clone(),
+            }),
+            None => Ok(self),
+        }
+    }
+}
+
+fn push_event(events: &mut Vec<Event>, event: Event) {
+    match (events.last_mut(), event) {
+        (Some(Event::Text(last)), Event::Text(text))
+        | (Some(Event::Thinking(last)), Event::Thinking(text)) => last.push_str(&text),
+        (_, event) => events.push(event),
+    }
+}
+
+impl From<Piece> for Event {
+    fn from(piece: Piece) -> Self {
+        match piece {
+            Piece::Text(text) => Self::Text(text),
+            Piece::CallStart { index, id, name } => Self::CallStart { index, id, name },
+            Piece::CallArguments { index, fragment } => Self::CallArguments { index, fragment },
+            Piece::CallEnd(index, call) => Self::CallEnd(index, call),
+        }
+    }
+}
+
+impl Running {
+    /// Reads `private`, parsing tool calls out of the answer when `tools`.
+    pub fn new(private: PrivateStream, tools: bool) -> Self {
+        Self {
+            private,
+            tools: tools.then(ToolCallParser::default),
+            done: false,
+        }
+    }
+
+    /// The model generating.
+    pub fn model(&self) -> &str {
+        self.private.stream().model()
+    }
+
+    /// Whether this generation's answer is read for tool calls.
+    pub fn reads_tool_calls(&self) -> bool {
+        self.tools.is_some()
+    }
+
+    /// Waits for the stream's next batch. `None` once the end was given.
+    ///
+    /// A stream that expires before its end gives an end with
+    /// `Finish::Error`.
+    pub async fn next(&mut self) -> Option<Batch> {
+        if self.done {
+            return None;
+        }
+        let chunks = self.private.consumer.next_batch().await;
+        let mut batch = Batch::default();
+        if chunks.is_empty() {
+            self.done = true;
+            batch.end = Some(Ending {
+                finish: Finish::Error,
+                usage: Usage::default(),
+                timings: None,
+                error: Some(EndError {
+                    kind: crate::vocab::EndErrorKind::Internal,
+                    message: "the generation expired".into(),
+                }),
+                expired: true,
+            });
+            return Some(batch);
+        }
+        let mut pieces = Vec::new();
+        for chunk in chunks {
+            batch.tokens = batch.tokens.max(chunk.tokens);
+            if !chunk.delta.is_empty() {
+                batch.produced_ns = batch.produced_ns.or(chunk.produced_ns);
+                if chunk.thinking {
+                    push_event(&mut batch.events, Event::Thinking(chunk.delta.to_string()));
+                } else if let Some(parser) = &mut self.tools {
+                    parser.push(&chunk.delta, &mut pieces);
+                    for piece in pieces.drain(..) {
+                        push_event(&mut batch.events, piece.into());
+                    }
+                } else {
+                    push_event(&mut batch.events, Event::Text(chunk.delta.to_string()));
+                }
+            }
+            if let Some(end) = chunk.end {
+                self.done = true;
+                if end.error.is_none()
+                    && let Some(parser) = &mut self.tools
+                {
+                    parser.finish(&mut pieces);
+                    for piece in pieces.drain(..) {
+                        push_event(&mut batch.events, piece.into());
+                    }
+                }
+                let calls = self.tools.as_ref().map_or(0, ToolCallParser::calls);
+                batch.end = Some(ending(&end, calls));
+            }
+        }
+        Some(batch)
+    }
+
+    /// Reads the generation to its end.
+    ///
+    /// # Errors
+    /// [`ServiceError::Expired`] when its stream expired first.
+    pub async fn collect(mut self) -> Result<Completed, ServiceError> {
+        let mut completed = Completed {
+            model: self.model().to_owned(),
+            text: String::new(),
+            thinking: String::new(),
+            calls: Vec::new(),
+            ending: Ending {
+                finish: Finish::Error,
+                usage: Usage::default(),
+                timings: None,
+                error: None,
+                expired: false,
+            },
+        };
+        while let Some(batch) = self.next().await {
+            for event in batch.events {
+                match event {
+                    Event::Thinking(text) => completed.thinking.push_str(&text),
+                    Event::Text(text) => completed.text.push_str(&text),
+                    Event::CallEnd(_, call) => completed.calls.push(call),
+                    Event::CallStart { .. } | Event::CallArguments { .. } => {}
+                }
+            }
+            if let Some(end) = batch.end {
+                if end.expired {
+                    return Err(ServiceError::Expired);
+                }
+                completed.ending = end;
+            }
+        }
+        Ok(completed)
+    }
+}
+
+/// The end chunk as the APIs tell it.
+fn ending(end: &Arc<EndInfo>, calls: usize) -> Ending {
+    let finish = match end.finish_reason {
+        _ if end.error.is_some() => Finish::Error,
+        FinishReason::Stop if calls > 0 => Finish::ToolCalls,
+        FinishReason::Stop => Finish::Stop,
+        FinishReason::Length => Finish::Length,
+        FinishReason::Abort => Finish::Abort,
+        FinishReason::Error => Finish::Error,
+    };
+    Ending {
+        finish,
+        usage: end.usage,
+        timings: end.timings,
+        error: end.error.clone(),
+        expired: false,
+    }
+}
