@@ -14,7 +14,7 @@ mod decode;
 pub mod header;
 mod resize;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -36,17 +36,26 @@ impl std::fmt::Debug for ImageData {
 
 impl Serialize for ImageData {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&STANDARD.encode(&self.0))
+        // Encoded as it is written: no base64 copy of the file in between.
+        s.collect_str(&base64::display::Base64Display::new(&self.0, &STANDARD))
     }
 }
 
 impl<'de> Deserialize<'de> for ImageData {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        STANDARD
-            .decode(text)
-            .map(Self)
-            .map_err(serde::de::Error::custom)
+        /// Decodes the text where the deserializer has it (borrowed from
+        /// the input when there is nothing to unescape), not a copy.
+        struct Base64;
+        impl serde::de::Visitor<'_> for Base64 {
+            type Value = ImageData;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("base64 image data")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ImageData, E> {
+                STANDARD.decode(text).map(ImageData).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(Base64)
     }
 }
 

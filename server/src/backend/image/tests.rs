@@ -2,12 +2,13 @@ use std::io::Cursor;
 
 use flate2::{Compress, Compression, FlushCompress};
 use image::{DynamicImage, ImageFormat, RgbImage};
+use serde_json::json;
 
 use super::*;
 
 // A global allocator is an unsafe trait; this one only counts (test-only).
 #[allow(unsafe_code)]
-mod meter;
+pub(crate) mod meter;
 
 use meter::peak_of;
 
@@ -196,6 +197,23 @@ fn image_data_travels_as_base64() {
     let json = serde_json::to_string(&data).unwrap();
     assert_eq!(json, "\"AAEC/w==\"");
     assert_eq!(serde_json::from_str::<ImageData>(&json).unwrap(), data);
+}
+
+#[test]
+fn image_data_is_written_and_read_without_a_base64_copy_of_the_file() {
+    let data = ImageData(vec![7; 3 * MIB]);
+    let mut json = Vec::with_capacity(5 * MIB);
+    let ((), peak) = peak_of(|| serde_json::to_writer(&mut json, &data).unwrap());
+    assert!(peak < 64 * 1024, "writing held {peak}");
+    let (back, peak) = peak_of(|| serde_json::from_slice::<ImageData>(&json).unwrap());
+    assert!(peak < 3 * MIB as u64 + 64 * 1024, "reading held {peak}");
+    assert!(back == data);
+    // Escaped text (as another writer may send it) and an owned string
+    // read too.
+    let escaped: ImageData = serde_json::from_str(r#""\/\/\/\/""#).unwrap();
+    assert_eq!(escaped.0, [255; 3]);
+    let owned: ImageData = serde_json::from_value(json!("////")).unwrap();
+    assert_eq!(owned.0, [255; 3]);
 }
 
 #[test]
