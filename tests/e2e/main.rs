@@ -23,3 +23,4 @@ mod streaming;
 mod systemd;
 mod ui;
 mod vision;
+mod vision_bombs;

@@ -17,10 +17,10 @@ use serde_json::{Value, json};
 
 use crate::harness::{Fake, ScratchDir, Server, fake_rknn_runtime, fake_runtime, start_failure};
 
-const TEXT: &str = "A picture, described.";
+pub(crate) const TEXT: &str = "A picture, described.";
 
 /// The fake encoder: 64x64 input, 8 tokens of 12 floats (4 column bands).
-const ENCODER: &str =
+pub(crate) const ENCODER: &str =
     "fake-rknn width=64 height=64 channels=3 fmt=NHWC type=UINT8 tokens=8 dim=12 outputs=1";
 
 fn encode(picture: &RgbImage, format: ImageFormat) -> Vec<u8> {
@@ -32,16 +32,16 @@ fn encode(picture: &RgbImage, format: ImageFormat) -> Vec<u8> {
 /// A 200x150 picture of one colour: padded to 200x200 with grey (128) and
 /// resized to 64x64, it fills rows 8 to 55; the mean of a channel over
 /// the whole input is (48 × colour + 16 × 128) / 64.
-fn solid(colour: [u8; 3], format: ImageFormat) -> Vec<u8> {
+pub(crate) fn solid(colour: [u8; 3], format: ImageFormat) -> Vec<u8> {
     encode(&RgbImage::from_pixel(200, 150, image::Rgb(colour)), format)
 }
 
-fn b64(bytes: &[u8]) -> String {
+pub(crate) fn b64(bytes: &[u8]) -> String {
     STANDARD.encode(bytes)
 }
 
-struct Vision {
-    server: Server,
+pub(crate) struct Vision {
+    pub(crate) server: Server,
     rknn_log: PathBuf,
     _scratch: ScratchDir,
 }
@@ -53,7 +53,12 @@ impl Vision {
     }
 
     /// The same with another encoder description and more config.
-    fn start_with(fake: Fake, encoder_text: &str, vision_table: &str, more: &str) -> Self {
+    pub(crate) fn start_with(
+        fake: Fake,
+        encoder_text: &str,
+        vision_table: &str,
+        more: &str,
+    ) -> Self {
         let scratch = ScratchDir::new();
         let model = scratch.0.join("vl.rkllm");
         std::fs::write(&model, TEXT).unwrap();
@@ -97,14 +102,14 @@ impl Vision {
 }
 
 /// The `[image N: ...]` descriptions at the start of a reply.
-fn described(text: &str) -> Vec<String> {
+pub(crate) fn described(text: &str) -> Vec<String> {
     text.split("] ")
         .filter_map(|part| part.strip_prefix('[').map(|p| format!("[{p}]")))
         .filter(|p| p.starts_with("[image "))
         .collect()
 }
 
-fn field<'a>(description: &'a str, name: &str) -> &'a str {
+pub(crate) fn field<'a>(description: &'a str, name: &str) -> &'a str {
     let start = description.find(&format!("{name}=")).unwrap() + name.len() + 1;
     let rest = &description[start..];
     &rest[..rest.find([' ', ']']).unwrap()]
