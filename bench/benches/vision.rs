@@ -36,12 +36,30 @@ fn preprocessing(c: &mut Criterion) {
         group.bench_function(
             format!("prepare a 1024x768 JPEG for a {side}x{side} encoder"),
             |b| {
-                b.iter(|| prepare(black_box(&jpeg), side, side, [128, 128, 128], 1 << 26).unwrap());
+                b.iter(|| {
+                    prepare(
+                        black_box(&jpeg),
+                        side,
+                        side,
+                        [128, 128, 128],
+                        &ImageLimits::default(),
+                    )
+                    .unwrap()
+                });
             },
         );
     }
     group.bench_function("prepare a 1024x768 PNG for a 448x448 encoder", |b| {
-        b.iter(|| prepare(black_box(&png), 448, 448, [128, 128, 128], 1 << 26).unwrap());
+        b.iter(|| {
+            prepare(
+                black_box(&png),
+                448,
+                448,
+                [128, 128, 128],
+                &ImageLimits::default(),
+            )
+            .unwrap()
+        });
     });
     group.finish();
 }

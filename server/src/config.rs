@@ -369,6 +369,8 @@ pub struct VisionEntry {
     pub max_image_bytes: Option<usize>,
     /// Pixels per image.
     pub max_image_pixels: Option<u64>,
+    /// Bytes decoding one image may take.
+    pub max_image_decode_bytes: Option<u64>,
 }
 
 impl VisionEntry {
@@ -403,6 +405,9 @@ impl VisionEntry {
             max_image_pixels: self
                 .max_image_pixels
                 .unwrap_or(defaults.limits.max_image_pixels),
+            max_image_decode_bytes: self
+                .max_image_decode_bytes
+                .unwrap_or(defaults.limits.max_image_decode_bytes),
         };
         if !(1..=64).contains(&limits.max_images) {
             return Err(format!(
@@ -415,6 +420,12 @@ impl VisionEntry {
         }
         if !(1..=400_000_000).contains(&limits.max_image_pixels) {
             return Err("max_image_pixels must be between 1 and 400000000".into());
+        }
+        if !(2 << 20..=1 << 32).contains(&limits.max_image_decode_bytes) {
+            return Err(format!(
+                "max_image_decode_bytes must be between 2097152 and 4294967296, got {}",
+                limits.max_image_decode_bytes
+            ));
         }
         let img_content = self.img_content.clone().unwrap_or(defaults.img_content);
         if img_content.is_empty() {

@@ -26,3 +26,4 @@ mod streaming;
 mod systemd;
 mod ui;
 mod vision;
+mod vision_bombs;

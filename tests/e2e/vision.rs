@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{Fake, ScratchDir, Server, fake_rknn_runtime, fake_runtime};
 
-const TEXT: &str = "A picture, described.";
+pub(crate) const TEXT: &str = "A picture, described.";
 
 /// The fake encoder: 64x64 input, 8 tokens of 12 floats (4 column bands).
 pub(crate) const ENCODER: &str =

@@ -350,3 +350,31 @@ fn the_node_is_named_by_node_id_else_by_the_host_name() {
     assert!(!super::valid_node_id(&"x".repeat(64)));
     assert!(!super::valid_node_id("a/b"));
 }
+
+#[test]
+fn a_vision_models_decode_budget_is_read_and_checked() {
+    let config = |budget: &str| -> Config {
+        toml::from_str(&format!(
+            "backend = \"rkllm\"\n[[models]]\nname = \"vl\"\npath = \"/m/vl.rkllm\"\n\
+             vision_encoder = \"/m/vl.rknn\"\n[models.vision]\n{budget}\n"
+        ))
+        .unwrap()
+    };
+    let vision = |c: &Config| c.models[0].vision.clone().unwrap_or_default();
+    let spec = |c: &Config| vision(c).resolve("vl", "/m/vl.rknn".as_ref()).unwrap();
+    assert_eq!(
+        spec(&config("")).limits.max_image_decode_bytes,
+        crate::backend::image::DEFAULT_MAX_IMAGE_DECODE_BYTES
+    );
+    let raised = config("max_image_decode_bytes = 134217728");
+    assert_eq!(spec(&raised).limits.max_image_decode_bytes, 134_217_728);
+    let low = config("max_image_decode_bytes = 1000");
+    let err = vision(&low)
+        .resolve("vl", "/m/vl.rknn".as_ref())
+        .unwrap_err();
+    assert_eq!(
+        err,
+        "max_image_decode_bytes must be between 2097152 and 4294967296, got 1000"
+    );
+    assert_eq!(key_of(low.validate().unwrap_err()), "models.vision");
+}

@@ -47,13 +47,23 @@ pub fn id_frame(buf: &mut Vec<u8>, kind: u8, id: u64) {
 }
 
 /// Appends a frame of an optional id and a JSON body.
+///
+/// The JSON is written straight into `buf` and the length patched after,
+/// so a large body (a run order's images) is not held twice.
 pub fn json_frame(buf: &mut Vec<u8>, kind: u8, id: Option<u64>, value: &impl serde::Serialize) {
-    let body = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
-    header(buf, kind, body.len() + if id.is_some() { 8 } else { 0 });
+    let start = buf.len();
+    header(buf, kind, 0);
     if let Some(id) = id {
         buf.extend_from_slice(&id.to_le_bytes());
     }
-    buf.extend_from_slice(&body);
+    let body = buf.len();
+    if serde_json::to_writer(&mut *buf, value).is_err() {
+        buf.truncate(body);
+        buf.extend_from_slice(b"null");
+    }
+    // The length counts the kind, the id and the JSON.
+    let len = u32::try_from(buf.len() - start - 4).unwrap_or(u32::MAX);
+    buf[start..start + 4].copy_from_slice(&len.to_le_bytes());
 }
 
 /// Appends a `PROMPT` frame.
@@ -218,6 +228,21 @@ impl FrameReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_json_frame_is_written_in_place_whatever_its_size() {
+        let text = "x".repeat(4 << 20);
+        let mut buf = Vec::with_capacity(5 << 20);
+        let ((), peak) = crate::backend::image::tests::meter::peak_of(|| {
+            json_frame(&mut buf, RUN, Some(7), &text);
+        });
+        assert!(peak < 64 * 1024, "writing the frame held {peak} bytes");
+        let mut reader = FrameReader::default();
+        let (kind, body) = reader.read_frame(&mut &buf[..]).unwrap().unwrap();
+        assert_eq!(kind, RUN);
+        assert_eq!(u64::from_le_bytes(body[..8].try_into().unwrap()), 7);
+        assert_eq!(serde_json::from_slice::<String>(&body[8..]).unwrap(), text);
+    }
 
     #[test]
     fn frames_round_trip_and_tokens_merge() {

@@ -32,8 +32,8 @@ use self::handle::{CallbackSlot, ModelHandle};
 use self::prompt_cache::PromptCache;
 use self::runtime::{Api, shared_call};
 use crate::backend::{
-    ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, ModelSpec, Plan, Runner,
-    TokenSink, ValidRunRequest, VisionSpec,
+    ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, ImageLimits, ModelSpec,
+    Plan, Runner, TokenSink, ValidRunRequest, VisionSpec,
 };
 use crate::vocab::{FinishReason, Usage};
 
@@ -315,7 +315,7 @@ impl RkllmBackend {
             encoder,
             markers,
             background: spec.background,
-            max_pixels: spec.limits.max_image_pixels,
+            limits: spec.limits,
         })
     }
 }
@@ -326,7 +326,7 @@ struct Vision {
     /// Kept for the handle's life: ABI 1.2.x takes them at init.
     markers: ImageMarkers,
     background: [u8; 3],
-    max_pixels: u64,
+    limits: ImageLimits,
 }
 
 impl Vision {
@@ -339,7 +339,7 @@ impl Vision {
                 self.encoder.width,
                 self.encoder.height,
                 self.background,
-                self.max_pixels,
+                &self.limits,
             )
             .map_err(|e| runtime_error(None, format!("image {} {e}", i + 1)))?;
             self.encoder.encode(&pixels, &mut embed).map_err(|e| {
