@@ -1,16 +1,42 @@
 //! The HTTP/1.1 accept loop: hyper with a header read timeout (a client
 //! that sends its headers byte by byte is cut off), upgrades for
 //! WebSocket, and graceful shutdown of the open connections.
+//!
+//! Every accept loop of the server (HTTP, `--tcp`, the agent check) takes
+//! its connections through [`accept`], which pauses after a failure.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use super::state::AppState;
+
+/// How long an accept loop waits after a failed accept.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+
+/// Accepts one connection on `listener` (`what` names it in the log). A
+/// failure (out of file descriptors, mostly) is logged and followed by a
+/// pause, so that the loop around it waits for descriptors to come free
+/// instead of spinning; then `None`.
+pub async fn accept(listener: &TcpListener, what: &'static str) -> Option<(TcpStream, SocketAddr)> {
+    settle(listener.accept().await, what).await
+}
+
+async fn settle<T>(accepted: std::io::Result<T>, what: &'static str) -> Option<T> {
+    match accepted {
+        Ok(accepted) => Some(accepted),
+        Err(err) => {
+            tracing::warn!(error = %err, listener = what, "accept failed");
+            tokio::time::sleep(ACCEPT_PAUSE).await;
+            None
+        }
+    }
+}
 
 /// Serves `app` on `listener` until the server shuts down; then every
 /// connection finishes its current request and closes. Connections are
@@ -24,16 +50,8 @@ pub async fn serve(listener: TcpListener, app: Router, state: Arc<AppState>) {
     tokio::pin!(stop);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let (socket, _) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(err) => {
-                        // Out of descriptors and the like: wait, don't spin.
-                        tracing::warn!(error = %err, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
+            accepted = accept(&listener, "http") => {
+                let Some((socket, _)) = accepted else { continue };
                 let _ = socket.set_nodelay(true);
                 let service = TowerToHyperService::new(app.clone());
                 let connection = http.serve_connection(TokioIo::new(socket), service).with_upgrades();
@@ -56,5 +74,27 @@ pub async fn serve(listener: TcpListener, app: Router, state: Arc<AppState>) {
             }
             () = &mut stop => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_accept_pauses_before_the_loop_goes_on() {
+        let failed = settle::<()>(
+            Err(std::io::Error::from_raw_os_error(24)), // EMFILE
+            "test",
+        );
+        tokio::pin!(failed);
+        assert!(failed.as_mut().now_or_never().is_none());
+        tokio::time::advance(ACCEPT_PAUSE / 2).await;
+        assert!(failed.as_mut().now_or_never().is_none());
+        tokio::time::advance(ACCEPT_PAUSE).await;
+        assert_eq!(failed.await, None);
+        assert_eq!(settle(Ok(7), "test").await, Some(7));
     }
 }
