@@ -5,6 +5,7 @@ mod harness;
 
 mod accounting;
 mod cluster;
+mod connections;
 mod embeddings;
 mod errors;
 mod first_hour;

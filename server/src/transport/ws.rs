@@ -6,13 +6,16 @@
 //! request); every task writes to the socket itself, under one lock
 //! (no writer task in between). When the socket closes, the session
 //! ends, which aborts the generations only this connection consumed.
+//!
+//! A connection that sends a message over the size limit is closed with
+//! 1009. An idle connection costs about 10 KiB.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade, close_code};
 use axum::response::Response;
 use futures_util::future::BoxFuture;
 use futures_util::stream::SplitSink;
@@ -26,13 +29,35 @@ use crate::rpc::{Notifier, Outbox, RpcError};
 /// How long a closing connection waits for its pushers to send end chunks.
 const CLOSE_GRACE: Duration = Duration::from_millis(500);
 
+/// The read buffer a connection starts with. Requests are small; a larger
+/// message grows the buffer to its size. (The write buffer starts empty
+/// and grows to the largest batch written, so streaming is unaffected.)
+/// An idle connection costs little more than this.
+const READ_BUFFER_BYTES: usize = 4 * 1024;
+
 /// Handles `GET /ws` (subprotocol `mcp` accepted).
 pub async fn upgrade(State(state): State<Arc<AppState>>, ws: WebSocketUpgrade) -> Response {
     let limit = state.settings.max_request_bytes;
     ws.protocols(["mcp"])
         .max_message_size(limit)
         .max_frame_size(limit)
+        .read_buffer_size(READ_BUFFER_BYTES)
         .on_upgrade(move |socket| serve(socket, state))
+}
+
+/// The close frame for a connection whose reading failed with `err`: 1009
+/// for a message over `limit` (naming the setting), none otherwise.
+fn close_for(err: &axum::Error, limit: usize) -> Option<CloseFrame> {
+    let source = std::error::Error::source(err)?;
+    match source.downcast_ref::<tungstenite::Error>()? {
+        tungstenite::Error::Capacity(_) => Some(CloseFrame {
+            code: close_code::SIZE,
+            reason: Utf8Bytes::from(format!(
+                "message over the limit of {limit} bytes (limits.max_request_bytes)"
+            )),
+        }),
+        _ => None,
+    }
 }
 
 /// The sending half of a WebSocket, written by whichever task has
@@ -99,6 +124,7 @@ async fn serve(socket: WebSocket, state: Arc<AppState>) {
     let shutdown = state.shutdown_signal();
     tokio::pin!(shutdown);
     let mut shutting_down = false;
+    let mut close = None;
     // Anything the client sends (a message, a pong to our pings) shows it
     // is there; one silent for `idle_timeout_secs` is cut off.
     let mut last_seen = tokio::time::Instant::now();
@@ -116,7 +142,15 @@ async fn serve(socket: WebSocket, state: Arc<AppState>) {
                     }
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+                Some(Err(err)) => {
+                    close = close_for(&err, state.settings.max_request_bytes);
+                    if close.is_some() {
+                        crate::metrics::rejected("too_large");
+                        tracing::info!(limit = state.settings.max_request_bytes, "WebSocket closed: a message over limits.max_request_bytes");
+                    }
+                    break;
+                }
+                Some(Ok(Message::Close(_))) | None => break,
                 }
             }
             () = session.reap() => {}
@@ -142,5 +176,5 @@ async fn serve(socket: WebSocket, state: Arc<AppState>) {
         })
         .await;
     pinger.abort();
-    let _ = outbox.write(vec![Message::Close(None)]).await;
+    let _ = outbox.write(vec![Message::Close(close)]).await;
 }
