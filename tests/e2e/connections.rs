@@ -1,13 +1,16 @@
-//! Connection-level limits: what an idle WebSocket costs and a WebSocket
-//! message over the size limit.
+//! Connection-level limits: what an idle WebSocket costs, the cap on
+//! WebSocket connections and a WebSocket message over the size limit.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::{SinkExt, StreamExt};
-use serde_json::json;
-use tokio_tungstenite::tungstenite::Message;
+use serde_json::{Value, json};
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::harness::{LIVENESS, Server, Ws, emulated, mock_config};
 
@@ -66,7 +69,11 @@ async fn two_thousand_idle_websockets_cost_at_most_16_kib_each() {
         );
         return;
     }
-    let server = Server::start(&mock_config(0.0, 0, ""), &[]);
+    // All from 127.0.0.1: no limit per address.
+    let server = Server::start(
+        &mock_config(0.0, 0, "[websocket]\nmax_connections_per_ip = 0\n"),
+        &[],
+    );
     // Warm up what every connection shares (runtime threads, allocator
     // arenas), then measure from there.
     for _ in 0..4 {
@@ -140,4 +147,134 @@ async fn a_websocket_message_over_the_limit_closes_the_connection_with_1009() {
     let mut ws = Ws::connect(&server).await;
     let id = ws.request("ping", json!({})).await;
     assert_eq!(ws.response(id, &mut Vec::new()).await["result"], json!({}));
+}
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Opens `/ws` from the local address `from` (any 127.0.0.0/8 address is
+/// this machine): the server's answer to the upgrade, and the socket when
+/// it was accepted.
+async fn connect_from(
+    server: &Server,
+    from: &str,
+) -> Result<Socket, tungstenite::http::Response<Option<Vec<u8>>>> {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(from.parse().unwrap(), 0))
+        .unwrap();
+    let stream = socket.connect(server.addr).await.expect("TCP connect");
+    let connecting =
+        tokio_tungstenite::client_async(server.ws_url(), MaybeTlsStream::Plain(stream));
+    match tokio::time::timeout(LIVENESS, connecting)
+        .await
+        .expect("the upgrade is answered")
+    {
+        Ok((socket, _)) => Ok(socket),
+        Err(tungstenite::Error::Http(response)) => Err(*response),
+        Err(other) => panic!("the upgrade failed otherwise: {other}"),
+    }
+}
+
+/// A refusal: 503 with `Retry-After` and a JSON-RPC busy error whose
+/// message names `key`.
+fn check_refusal(response: &tungstenite::http::Response<Option<Vec<u8>>>, key: &str) {
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    let body: Value =
+        serde_json::from_slice(response.body().as_deref().expect("a body")).expect("JSON");
+    assert_eq!(body["error"]["code"], -32002, "{body}");
+    assert!(body["error"]["data"]["retry_after_ms"].is_u64(), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("{key};")) || message.contains(&format!("{key} ")),
+        "{message}"
+    );
+}
+
+async fn ping(socket: &mut Socket) {
+    let request = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    socket
+        .send(Message::Text(request.to_string().into()))
+        .await
+        .unwrap();
+    loop {
+        let frame = tokio::time::timeout(LIVENESS, socket.next())
+            .await
+            .expect("an answer")
+            .expect("open")
+            .expect("no error");
+        if let Message::Text(text) = frame {
+            let answer: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(answer["result"], json!({}), "{answer}");
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn websockets_over_the_cap_are_refused_with_503_and_the_open_ones_go_on() {
+    let server = Server::start(
+        &mock_config(
+            0.0,
+            0,
+            "[websocket]\nmax_connections = 3\nmax_connections_per_ip = 0\n",
+        ),
+        &[],
+    );
+    let mut open = Vec::new();
+    for from in ["127.0.0.1", "127.0.0.2", "127.0.0.3"] {
+        open.push(connect_from(&server, from).await.expect("under the cap"));
+    }
+    let refused = connect_from(&server, "127.0.0.4")
+        .await
+        .expect_err("over the cap");
+    check_refusal(&refused, "websocket.max_connections");
+    for socket in &mut open {
+        ping(socket).await;
+    }
+    // HTTP is not affected.
+    assert_eq!(server.ok("ping", json!({})).await, json!({}));
+    // A closed connection frees its slot (once the server has seen it go).
+    let mut first = open.remove(0);
+    first.close(None).await.unwrap();
+    let deadline = tokio::time::Instant::now() + LIVENESS;
+    let mut again = loop {
+        match connect_from(&server, "127.0.0.4").await {
+            Ok(socket) => break socket,
+            Err(refused) => check_refusal(&refused, "websocket.max_connections"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slot was never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    ping(&mut again).await;
+}
+
+#[tokio::test]
+async fn one_address_over_its_cap_is_refused_and_other_addresses_are_not() {
+    let server = Server::start(
+        &mock_config(
+            0.0,
+            0,
+            "[websocket]\nmax_connections = 10\nmax_connections_per_ip = 2\n",
+        ),
+        &[],
+    );
+    let mut mine = vec![
+        connect_from(&server, "127.0.0.5").await.unwrap(),
+        connect_from(&server, "127.0.0.5").await.unwrap(),
+    ];
+    let refused = connect_from(&server, "127.0.0.5")
+        .await
+        .expect_err("over the cap per address");
+    check_refusal(&refused, "websocket.max_connections_per_ip");
+    let mut other = connect_from(&server, "127.0.0.6")
+        .await
+        .expect("another address");
+    ping(&mut other).await;
+    for socket in &mut mine {
+        ping(socket).await;
+    }
 }

@@ -179,7 +179,7 @@ impl Default for UiSection {
     }
 }
 
-/// `[websocket]`: liveness of WebSocket connections.
+/// `[websocket]`: liveness and number of WebSocket connections.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WebSocketSection {
@@ -187,6 +187,11 @@ pub struct WebSocketSection {
     pub ping_interval_secs: u64,
     /// A connection that sends nothing (not even a pong) for this long is closed.
     pub idle_timeout_secs: u64,
+    /// WebSocket connections open at once; more are refused with 503.
+    pub max_connections: usize,
+    /// WebSocket connections open at once from one client address; 0: no
+    /// limit per address (behind a balancer, every client has its address).
+    pub max_connections_per_ip: usize,
 }
 
 impl Default for WebSocketSection {
@@ -194,6 +199,8 @@ impl Default for WebSocketSection {
         Self {
             ping_interval_secs: 30,
             idle_timeout_secs: 90,
+            max_connections: 4096,
+            max_connections_per_ip: 256,
         }
     }
 }

@@ -261,6 +261,8 @@ impl Config {
             mcp_session_idle: Duration::from_secs(self.mcp.session_idle_secs),
             ws_ping_interval: Duration::from_secs(self.websocket.ping_interval_secs),
             ws_idle_timeout: Duration::from_secs(self.websocket.idle_timeout_secs),
+            ws_max_connections: self.websocket.max_connections,
+            ws_max_connections_per_ip: self.websocket.max_connections_per_ip,
             api_keys: self.api_keys.clone(),
             line: self.line_options(),
             remote_images: crate::transport::images::RemoteImages {

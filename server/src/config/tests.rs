@@ -300,3 +300,23 @@ fn the_node_is_named_by_node_id_else_by_the_host_name() {
     assert!(!super::valid_node_id(&"x".repeat(64)));
     assert!(!super::valid_node_id("a/b"));
 }
+
+#[test]
+fn connection_limits_name_their_key() {
+    let ws = |max_connections, max_connections_per_ip| Config {
+        websocket: WebSocketSection {
+            max_connections,
+            max_connections_per_ip,
+            ..WebSocketSection::default()
+        },
+        ..Config::default()
+    };
+    for (config, key) in [
+        (ws(0, 0), "websocket.max_connections"),
+        (ws(10, 11), "websocket.max_connections_per_ip"),
+    ] {
+        assert_eq!(key_of(config.validate().unwrap_err()), key);
+    }
+    ws(10, 0).validate().unwrap();
+    ws(10, 10).validate().unwrap();
+}

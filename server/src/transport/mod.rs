@@ -26,6 +26,7 @@ pub mod tcp;
 pub mod tools;
 pub mod ui;
 pub mod ws;
+pub mod ws_slots;
 
 pub use state::{AppState, Settings};
 

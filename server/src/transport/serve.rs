@@ -1,15 +1,22 @@
 //! The HTTP/1.1 accept loop: hyper with a header read timeout (a client
 //! that sends its headers byte by byte is cut off), upgrades for
-//! WebSocket, and graceful shutdown of the open connections.
+//! WebSocket, and graceful shutdown of the open connections. Each request
+//! carries its client's address (`ConnectInfo`), for the WebSocket cap.
 //!
 //! Every accept loop of the server (HTTP, `--tcp`, the agent check) takes
 //! its connections through [`accept`], which pauses after a failure.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use axum::response::Response;
+use futures_util::future::BoxFuture;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
@@ -46,14 +53,15 @@ pub async fn serve(listener: TcpListener, app: Router, state: Arc<AppState>) {
     http.timer(TokioTimer::new())
         .header_read_timeout(state.settings.header_read_timeout)
         .keep_alive(true);
+    let app = TowerToHyperService::new(app);
     let stop = state.shutdown_signal();
     tokio::pin!(stop);
     loop {
         tokio::select! {
             accepted = accept(&listener, "http") => {
-                let Some((socket, _)) = accepted else { continue };
+                let Some((socket, peer)) = accepted else { continue };
                 let _ = socket.set_nodelay(true);
-                let service = TowerToHyperService::new(app.clone());
+                let service = ConnectionService { app: app.clone(), peer };
                 let connection = http.serve_connection(TokioIo::new(socket), service).with_upgrades();
                 let tracked = state.track_connection();
                 let stop = state.shutdown_signal();
@@ -74,6 +82,25 @@ pub async fn serve(listener: TcpListener, app: Router, state: Arc<AppState>) {
             }
             () = &mut stop => return,
         }
+    }
+}
+
+/// One connection's requests into the router, each with the client's
+/// address.
+#[derive(Debug, Clone)]
+struct ConnectionService {
+    app: TowerToHyperService<Router>,
+    peer: SocketAddr,
+}
+
+impl hyper::service::Service<Request<Incoming>> for ConnectionService {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(ConnectInfo(self.peer));
+        Box::pin(self.app.call(request))
     }
 }
 
