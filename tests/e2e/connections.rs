@@ -1,5 +1,6 @@
 //! Connection-level limits: what an idle WebSocket costs, the cap on
-//! WebSocket connections and a WebSocket message over the size limit.
+//! WebSocket connections, a WebSocket message over the size limit, and the
+//! open-file limit.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -277,4 +278,48 @@ async fn one_address_over_its_cap_is_refused_and_other_addresses_are_not() {
     for socket in &mut mine {
         ping(socket).await;
     }
+}
+
+/// The soft and hard "Max open files" of process `pid`.
+fn open_file_limits(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("process limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("a Max open files line");
+    let mut words = line["Max open files".len()..].split_whitespace();
+    (
+        words.next().unwrap().to_owned(),
+        words.next().unwrap().to_owned(),
+    )
+}
+
+#[test]
+fn the_open_file_limit_is_raised_to_the_hard_limit_at_start() {
+    use std::os::unix::process::CommandExt;
+
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    const LOW: u64 = 128;
+    let hard = getrlimit(Resource::Nofile).maximum;
+    if hard.is_some_and(|hard| hard <= LOW) {
+        eprintln!(
+            "skipped: the hard open-file limit is {hard:?}, nothing to raise a soft limit to"
+        );
+        return;
+    }
+    let low = Rlimit {
+        current: Some(LOW),
+        maximum: hard,
+    };
+    let server = Server::start_prepared(&mock_config(0.0, 0, ""), &[], &[], |command| {
+        // SAFETY: the closure runs in the child between fork and exec, where
+        // only async-signal-safe calls are allowed: it makes one system call
+        // (setrlimit) and allocates nothing.
+        unsafe {
+            command.pre_exec(move || setrlimit(Resource::Nofile, low).map_err(Into::into));
+        }
+    });
+    let (soft, hard) = open_file_limits(server.pid());
+    assert_ne!(soft, LOW.to_string(), "the soft limit was left at {soft}");
+    assert_eq!(soft, hard, "the soft limit is raised to the hard limit");
 }
