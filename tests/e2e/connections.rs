@@ -1,6 +1,6 @@
 //! Connection-level limits: what an idle WebSocket costs, the cap on
-//! WebSocket connections, a WebSocket message over the size limit, and the
-//! open-file limit.
+//! WebSocket connections, a WebSocket message over the size limit, a
+//! request body sent too slowly, and the open-file limit.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{self, Message};
@@ -322,4 +323,62 @@ fn the_open_file_limit_is_raised_to_the_hard_limit_at_start() {
     let (soft, hard) = open_file_limits(server.pid());
     assert_ne!(soft, LOW.to_string(), "the soft limit was left at {soft}");
     assert_eq!(soft, hard, "the soft limit is raised to the hard limit");
+}
+
+#[tokio::test]
+async fn a_request_body_sent_too_slowly_is_answered_408_and_others_are_served() {
+    let server = Server::start(
+        &mock_config(0.0, 0, "[http]\nbody_read_timeout_secs = 2\n"),
+        &[],
+    );
+    let mut socket = TcpStream::connect(server.addr).await.unwrap();
+    socket
+        .write_all(
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+              Content-Length: 1000\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+    // Others are served while the body trickles in.
+    assert_eq!(server.ok("ping", json!({})).await, json!({}));
+    // One byte a second (1000 would take 17 minutes) until the server
+    // answers.
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + LIVENESS;
+    loop {
+        tokio::select! {
+            read = socket.read(&mut buf) => {
+                let n = read.unwrap_or(0);
+                answer.extend_from_slice(&buf[..n]);
+                if n == 0 || answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            () = tokio::time::sleep(Duration::from_secs(1)) => {
+                assert!(tokio::time::Instant::now() < deadline, "the server never cut the body");
+                let _ = socket.write_all(b" ").await;
+            }
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    // The rest of the answer: a JSON-RPC error naming the setting, then
+    // the connection closes.
+    let mut rest = Vec::new();
+    tokio::time::timeout(LIVENESS, socket.read_to_end(&mut rest))
+        .await
+        .expect("the connection is closed")
+        .ok();
+    let text = format!("{answer}{}", String::from_utf8_lossy(&rest));
+    let body = &text[text.find("\r\n\r\n").unwrap() + 4..];
+    let body: Value = serde_json::from_str(body).expect("a JSON body");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("http.body_read_timeout_secs"),
+        "{body}"
+    );
+    assert_eq!(server.ok("ping", json!({})).await, json!({}));
 }

@@ -154,6 +154,9 @@ pub struct HttpSection {
     pub cors_origins: Vec<String>,
     /// Seconds a client may take to send a request's headers.
     pub header_read_timeout_secs: u64,
+    /// Seconds a client may take to send a request's body, counted from
+    /// its headers.
+    pub body_read_timeout_secs: u64,
 }
 
 impl Default for HttpSection {
@@ -161,6 +164,7 @@ impl Default for HttpSection {
         Self {
             cors_origins: Vec::new(),
             header_read_timeout_secs: 10,
+            body_read_timeout_secs: 30,
         }
     }
 }

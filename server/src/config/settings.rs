@@ -253,6 +253,7 @@ impl Config {
         Settings {
             max_request_bytes: self.limits.max_request_bytes,
             header_read_timeout: Duration::from_secs(self.http.header_read_timeout_secs),
+            body_read_timeout: Duration::from_secs(self.http.body_read_timeout_secs),
             cors_origins: self.http.cors_origins.clone(),
             ui: self.ui.enabled,
             node_id: self.node_name(),

@@ -311,9 +311,17 @@ fn connection_limits_name_their_key() {
         },
         ..Config::default()
     };
+    let body = Config {
+        http: HttpSection {
+            body_read_timeout_secs: 0,
+            ..HttpSection::default()
+        },
+        ..Config::default()
+    };
     for (config, key) in [
         (ws(0, 0), "websocket.max_connections"),
         (ws(10, 11), "websocket.max_connections_per_ip"),
+        (body, "http.body_read_timeout_secs"),
     ] {
         assert_eq!(key_of(config.validate().unwrap_err()), key);
     }

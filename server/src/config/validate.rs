@@ -46,6 +46,15 @@ impl Config {
                 ),
             ));
         }
+        if !(1..=3600).contains(&self.http.body_read_timeout_secs) {
+            return Err(invalid(
+                "http.body_read_timeout_secs",
+                format!(
+                    "must be between 1 and 3600, got {}",
+                    self.http.body_read_timeout_secs
+                ),
+            ));
+        }
         let ws = &self.websocket;
         if !(1..=1_000_000).contains(&ws.max_connections) {
             return Err(invalid(

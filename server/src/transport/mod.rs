@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod auth;
+pub mod body_deadline;
 pub mod chunked;
 pub mod clock;
 pub mod compat;

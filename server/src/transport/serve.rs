@@ -1,5 +1,6 @@
 //! The HTTP/1.1 accept loop: hyper with a header read timeout (a client
-//! that sends its headers byte by byte is cut off), upgrades for
+//! that sends its headers byte by byte is cut off) and a body read timeout
+//! (likewise for its body, see [`super::body_deadline`]), upgrades for
 //! WebSocket, and graceful shutdown of the open connections. Each request
 //! carries its client's address (`ConnectInfo`), for the WebSocket cap.
 //!
@@ -21,6 +22,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 
+use super::body_deadline::{too_slow, with_deadline};
+use super::errors::Api;
 use super::state::AppState;
 
 /// How long an accept loop waits after a failed accept.
@@ -61,7 +64,11 @@ pub async fn serve(listener: TcpListener, app: Router, state: Arc<AppState>) {
             accepted = accept(&listener, "http") => {
                 let Some((socket, peer)) = accepted else { continue };
                 let _ = socket.set_nodelay(true);
-                let service = ConnectionService { app: app.clone(), peer };
+                let service = ConnectionService {
+                    app: app.clone(),
+                    peer,
+                    body_timeout: state.settings.body_read_timeout,
+                };
                 let connection = http.serve_connection(TokioIo::new(socket), service).with_upgrades();
                 let tracked = state.track_connection();
                 let stop = state.shutdown_signal();
@@ -85,12 +92,14 @@ pub async fn serve(listener: TcpListener, app: Router, state: Arc<AppState>) {
     }
 }
 
-/// One connection's requests into the router, each with the client's
-/// address.
+/// One connection's requests into the router: each gets the client's
+/// address and a deadline for its body; a request whose body came too
+/// slowly is answered 408, whatever the handler made of the failed read.
 #[derive(Debug, Clone)]
 struct ConnectionService {
     app: TowerToHyperService<Router>,
     peer: SocketAddr,
+    body_timeout: Duration,
 }
 
 impl hyper::service::Service<Request<Incoming>> for ConnectionService {
@@ -98,9 +107,20 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<Response, Infallible>>;
 
-    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let api = Api::of(request.uri().path());
+        let timeout = self.body_timeout;
+        let (mut request, expired) = with_deadline(request, timeout);
         request.extensions_mut().insert(ConnectInfo(self.peer));
-        Box::pin(self.app.call(request))
+        let answer = self.app.call(request);
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(if expired.is_set() {
+                too_slow(api, timeout)
+            } else {
+                response
+            })
+        })
     }
 }
 

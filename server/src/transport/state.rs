@@ -27,6 +27,8 @@ pub struct Settings {
     pub max_request_bytes: usize,
     /// Time a client has to send a request's headers.
     pub header_read_timeout: Duration,
+    /// Time a client has to send a request's body, from its headers on.
+    pub body_read_timeout: Duration,
     /// Origins allowed by CORS.
     pub cors_origins: Vec<String>,
     /// Whether the chat page is served (`[ui] enabled`).
