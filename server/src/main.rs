@@ -86,6 +86,7 @@ async fn serve() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    rkllm_server::startup::raise_open_file_limit(config.websocket.max_connections);
     match &config.source {
         Some(file) => tracing::info!(file = %file.display(), "configuration read"),
         None => tracing::info!(

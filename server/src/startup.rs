@@ -209,3 +209,49 @@ pub fn check(config: &Config) -> Result<String, String> {
         config.listen
     ))
 }
+
+/// Raises the soft limit of open files to the hard limit: every client
+/// connection holds a descriptor, and the usual soft limit (1024) is below
+/// `websocket.max_connections`. (The systemd unit sets `LimitNOFILE`;
+/// started any other way, the server sets it itself.) The new limit is
+/// logged at debug; a failure, or a limit too low for `max_connections`,
+/// is a warning, never fatal.
+pub fn raise_open_file_limit(max_connections: usize) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let soft = match (limit.current, limit.maximum) {
+        (Some(soft), Some(hard)) if soft < hard => {
+            let raised = Rlimit {
+                current: Some(hard),
+                maximum: Some(hard),
+            };
+            match setrlimit(Resource::Nofile, raised) {
+                Ok(()) => {
+                    tracing::debug!(from = soft, to = hard, "open-file limit raised");
+                    Some(hard)
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, soft, hard, "cannot raise the open-file limit");
+                    Some(soft)
+                }
+            }
+        }
+        (soft, _) => {
+            tracing::debug!(limit = ?soft, "open-file limit already at its hard limit");
+            soft
+        }
+    };
+    // Beside the WebSockets: HTTP clients, runner pipes, model files.
+    let needed = u64::try_from(max_connections)
+        .unwrap_or(u64::MAX)
+        .saturating_add(256);
+    if let Some(soft) = soft.filter(|&soft| soft < needed) {
+        tracing::warn!(
+            limit = soft,
+            max_connections,
+            "the open-file limit is below websocket.max_connections plus room for the rest: \
+             connections past it cannot be accepted; raise the hard limit (ulimit -Hn, \
+             LimitNOFILE=) or lower websocket.max_connections"
+        );
+    }
+}

@@ -253,6 +253,17 @@ impl Server {
 
     /// Starts the server with a config file, extra flags and environment.
     pub fn start_env(config: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_prepared(config, args, env, |_| {})
+    }
+
+    /// Starts the server like [`Server::start_env`], with `prepare` applied
+    /// to its command first (to set a resource limit, say).
+    pub fn start_prepared(
+        config: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        prepare: impl Fn(&mut Command),
+    ) -> Self {
         let dir = ScratchDir::new();
         let path = dir.0.join("rkllm-server.toml");
         std::fs::write(&path, config).expect("write config");
@@ -269,6 +280,7 @@ impl Server {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped());
+            prepare(&mut command);
             let mut child = command.spawn().expect("spawn rkllm-server");
             let stderr = child.stderr.take().expect("stderr");
             let log = Arc::new(Mutex::new(Vec::new()));

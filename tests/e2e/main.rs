@@ -6,6 +6,7 @@ mod harness;
 mod accounting;
 mod browser_guard;
 mod cluster;
+mod connections;
 mod embeddings;
 mod errors;
 mod first_hour;

@@ -151,6 +151,9 @@ pub struct HttpSection {
     pub cors_origins: Vec<String>,
     /// Seconds a client may take to send a request's headers.
     pub header_read_timeout_secs: u64,
+    /// Seconds a client may take to send a request's body, counted from
+    /// its headers.
+    pub body_read_timeout_secs: u64,
     /// Host names (without port) accepted in `Host` besides IP literals,
     /// loopback names and this machine's host name; `"*"` accepts any.
     pub allowed_hosts: Vec<String>,
@@ -164,6 +167,7 @@ impl Default for HttpSection {
         Self {
             cors_origins: Vec::new(),
             header_read_timeout_secs: 10,
+            body_read_timeout_secs: 30,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
         }
@@ -184,7 +188,7 @@ impl Default for UiSection {
     }
 }
 
-/// `[websocket]`: liveness of WebSocket connections.
+/// `[websocket]`: liveness and number of WebSocket connections.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WebSocketSection {
@@ -192,6 +196,11 @@ pub struct WebSocketSection {
     pub ping_interval_secs: u64,
     /// A connection that sends nothing (not even a pong) for this long is closed.
     pub idle_timeout_secs: u64,
+    /// WebSocket connections open at once; more are refused with 503.
+    pub max_connections: usize,
+    /// WebSocket connections open at once from one client address; 0: no
+    /// limit per address (behind a balancer, every client has its address).
+    pub max_connections_per_ip: usize,
 }
 
 impl Default for WebSocketSection {
@@ -199,6 +208,8 @@ impl Default for WebSocketSection {
         Self {
             ping_interval_secs: 30,
             idle_timeout_secs: 90,
+            max_connections: 4096,
+            max_connections_per_ip: 256,
         }
     }
 }

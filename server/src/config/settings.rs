@@ -301,6 +301,7 @@ impl Config {
         Settings {
             max_request_bytes: self.limits.max_request_bytes,
             header_read_timeout: Duration::from_secs(self.http.header_read_timeout_secs),
+            body_read_timeout: Duration::from_secs(self.http.body_read_timeout_secs),
             cors_origins: self.http.cors_origins.clone(),
             ui: self.ui.enabled,
             node_id: self.node_name(),
@@ -313,6 +314,8 @@ impl Config {
             mcp_session_idle: Duration::from_secs(self.mcp.session_idle_secs),
             ws_ping_interval: Duration::from_secs(self.websocket.ping_interval_secs),
             ws_idle_timeout: Duration::from_secs(self.websocket.idle_timeout_secs),
+            ws_max_connections: self.websocket.max_connections,
+            ws_max_connections_per_ip: self.websocket.max_connections_per_ip,
             api_keys: self.api_keys.clone(),
             line: self.line_options(),
             remote_images: crate::service::RemoteImages {

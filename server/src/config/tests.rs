@@ -378,3 +378,31 @@ fn a_vision_models_decode_budget_is_read_and_checked() {
     );
     assert_eq!(key_of(low.validate().unwrap_err()), "models.vision");
 }
+
+#[test]
+fn connection_limits_name_their_key() {
+    let ws = |max_connections, max_connections_per_ip| Config {
+        websocket: WebSocketSection {
+            max_connections,
+            max_connections_per_ip,
+            ..WebSocketSection::default()
+        },
+        ..Config::default()
+    };
+    let body = Config {
+        http: HttpSection {
+            body_read_timeout_secs: 0,
+            ..HttpSection::default()
+        },
+        ..Config::default()
+    };
+    for (config, key) in [
+        (ws(0, 0), "websocket.max_connections"),
+        (ws(10, 11), "websocket.max_connections_per_ip"),
+        (body, "http.body_read_timeout_secs"),
+    ] {
+        assert_eq!(key_of(config.validate().unwrap_err()), key);
+    }
+    ws(10, 0).validate().unwrap();
+    ws(10, 10).validate().unwrap();
+}

@@ -46,7 +46,31 @@ impl Config {
                 ),
             ));
         }
+        if !(1..=3600).contains(&self.http.body_read_timeout_secs) {
+            return Err(invalid(
+                "http.body_read_timeout_secs",
+                format!(
+                    "must be between 1 and 3600, got {}",
+                    self.http.body_read_timeout_secs
+                ),
+            ));
+        }
         let ws = &self.websocket;
+        if !(1..=1_000_000).contains(&ws.max_connections) {
+            return Err(invalid(
+                "websocket.max_connections",
+                format!("must be between 1 and 1000000, got {}", ws.max_connections),
+            ));
+        }
+        if ws.max_connections_per_ip > ws.max_connections {
+            return Err(invalid(
+                "websocket.max_connections_per_ip",
+                format!(
+                    "must be at most websocket.max_connections ({}), or 0 for no limit per address; got {}",
+                    ws.max_connections, ws.max_connections_per_ip
+                ),
+            ));
+        }
         if ws.ping_interval_secs == 0 || ws.idle_timeout_secs <= ws.ping_interval_secs {
             return Err(invalid(
                 "websocket.idle_timeout_secs",

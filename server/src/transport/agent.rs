@@ -18,6 +18,7 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
+use super::serve::accept;
 use super::state::AppState;
 use crate::engine::NodeLoad;
 
@@ -35,13 +36,8 @@ pub fn reply(load: NodeLoad, shutting_down: bool) -> String {
 /// shutting down, when the answer is `drain`).
 pub async fn serve_agent(listener: TcpListener, state: Arc<AppState>) {
     loop {
-        let mut socket = match listener.accept().await {
-            Ok((socket, _)) => socket,
-            Err(err) => {
-                tracing::warn!(error = %err, "agent check: accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
+        let Some((mut socket, _)) = accept(&listener, "agent_listen").await else {
+            continue;
         };
         let line = reply(state.engine.node_load(), state.is_shutting_down());
         tokio::spawn(async move {

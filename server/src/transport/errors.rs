@@ -43,9 +43,18 @@ pub struct Shaping {
 /// The shape layer of an API's routes: a neutral error, or an error that
 /// is not JSON (axum's refusals), is written again in the API's shape,
 /// with the text it had (for 413, the limit and its key); its
-/// `Retry-After`, `Allow` and `WWW-Authenticate` headers are kept.
+/// `Retry-After`, `Allow`, `WWW-Authenticate` and `Connection` headers are kept.
 pub async fn shape(State(shaping): State<Shaping>, request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
+    let deadline = request
+        .extensions()
+        .get::<super::body_deadline::Expired>()
+        .cloned();
+    let mut response = next.run(request).await;
+    // A body that came too slowly is a 408, whatever the handler made of
+    // the failed read.
+    if let Some(late) = deadline.and_then(|d| d.answer()) {
+        response = late;
+    }
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
@@ -81,7 +90,12 @@ pub async fn shape(State(shaping): State<Shaping>, request: Request, next: Next)
         }
     };
     let mut shaped = (shaping.shape)(parts.status, &message);
-    for name in [header::RETRY_AFTER, header::ALLOW, header::WWW_AUTHENTICATE] {
+    for name in [
+        header::RETRY_AFTER,
+        header::ALLOW,
+        header::WWW_AUTHENTICATE,
+        header::CONNECTION,
+    ] {
         if let Some(value) = parts.headers.get(&name) {
             shaped.headers_mut().insert(name, value.clone());
         }

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod api;
 pub mod auth;
+pub mod body_deadline;
 pub mod chunked;
 pub mod clock;
 pub mod errors;
@@ -23,6 +24,7 @@ pub mod stdio;
 pub mod tcp;
 pub mod ui;
 pub mod ws;
+pub mod ws_slots;
 
 pub use state::{AppState, Settings};
 

@@ -1,7 +1,8 @@
 //! What every transport shares: the engine and stream manager below,
 //! the JSON-RPC services, the transports' own settings and state (API
-//! keys, MCP sessions, open connections) and the shutdown signal. Built
-//! once at start (see `startup`), from settings the configuration gives.
+//! keys, MCP sessions, open connections, the WebSocket cap) and the
+//! shutdown signal. Built once at start (see `startup`), from settings the
+//! configuration gives.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,6 +14,7 @@ use super::auth::ApiKeys;
 use super::clock::unix_now;
 use super::lines::LineOptions;
 use super::mcp_session::McpSessions;
+use super::ws_slots::WsSlots;
 use crate::engine::Engine;
 use crate::rpc::{Dispatcher, RpcLimits, Services};
 use crate::service::Service;
@@ -26,6 +28,8 @@ pub struct Settings {
     pub max_request_bytes: usize,
     /// Time a client has to send a request's headers.
     pub header_read_timeout: Duration,
+    /// Time a client has to send a request's body, from its headers on.
+    pub body_read_timeout: Duration,
     /// Origins allowed by CORS.
     pub cors_origins: Vec<String>,
     /// Whether the chat page is served (`[ui] enabled`).
@@ -43,6 +47,10 @@ pub struct Settings {
     pub ws_ping_interval: Duration,
     /// WebSocket silence after which the connection is closed.
     pub ws_idle_timeout: Duration,
+    /// WebSocket connections open at once.
+    pub ws_max_connections: usize,
+    /// WebSocket connections open at once from one address (0: no limit).
+    pub ws_max_connections_per_ip: usize,
     /// API keys; none: no authentication.
     pub api_keys: Vec<String>,
     /// The line transports (stdio; TCP takes the same with its own name).
@@ -74,6 +82,8 @@ pub struct AppState {
     pub started_unix: u64,
     /// The model store (`/api/pull`, `/api/delete`, store details).
     pub store: Arc<crate::store::Service>,
+    /// The open WebSocket connections, against their cap.
+    pub ws_slots: Arc<WsSlots>,
     shutdown: watch::Sender<bool>,
     connections: Arc<ConnectionCount>,
 }
@@ -128,8 +138,12 @@ impl AppState {
             service,
             engine,
             streams,
-            settings,
             store: Arc::new(store),
+            ws_slots: Arc::new(WsSlots::new(
+                settings.ws_max_connections,
+                settings.ws_max_connections_per_ip,
+            )),
+            settings,
             shutdown: watch::Sender::new(false),
             connections: Arc::default(),
         })

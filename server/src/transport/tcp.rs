@@ -6,6 +6,7 @@ use tokio::net::TcpListener;
 
 use super::line_session::{serve_lines, spawn_writer};
 use super::lines::LineOptions;
+use super::serve::accept;
 use super::state::AppState;
 
 /// Accepts connections until shutdown; each is served like stdio.
@@ -14,14 +15,8 @@ pub async fn serve_tcp(listener: TcpListener, state: Arc<AppState>, options: Lin
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let (socket, peer) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(err) => {
-                        tracing::warn!(error = %err, "TCP accept failed");
-                        continue;
-                    }
-                };
+            accepted = accept(&listener, "tcp") => {
+                let Some((socket, peer)) = accepted else { continue };
                 tracing::debug!(%peer, "TCP connection");
                 let state = Arc::clone(&state);
                 tokio::spawn(async move {

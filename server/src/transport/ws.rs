@@ -6,33 +6,93 @@
 //! request); every task writes to the socket itself, under one lock
 //! (no writer task in between). When the socket closes, the session
 //! ends, which aborts the generations only this connection consumed.
+//!
+//! A connection holds a slot of the cap ([`super::ws_slots`]) from its
+//! upgrade to its close; one that sends a message over the size limit is
+//! closed with 1009. An idle connection costs about 10 KiB.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade, close_code};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{StatusCode, header};
 use axum::response::Response;
 use futures_util::future::BoxFuture;
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use super::errors::failure;
 use super::session::Session;
 use super::state::AppState;
-use crate::rpc::{Notifier, Outbox, RpcError};
+use super::ws_slots::{Refusal, WsSlot};
+use crate::rpc::{Notifier, Outbox, RpcError, codes};
 
 /// How long a closing connection waits for its pushers to send end chunks.
 const CLOSE_GRACE: Duration = Duration::from_millis(500);
 
-/// Handles `GET /ws` (subprotocol `mcp` accepted).
-pub async fn upgrade(State(state): State<Arc<AppState>>, ws: WebSocketUpgrade) -> Response {
+/// The read buffer a connection starts with. Requests are small; a larger
+/// message grows the buffer to its size. (The write buffer starts empty
+/// and grows to the largest batch written, so streaming is unaffected.)
+/// An idle connection costs little more than this.
+const READ_BUFFER_BYTES: usize = 4 * 1024;
+
+/// A refused client may try again after this.
+const RETRY_AFTER_SECS: u64 = 1;
+
+/// Handles `GET /ws` (subprotocol `mcp` accepted). Over the connection cap
+/// (`[websocket] max_connections`, `max_connections_per_ip`) the upgrade is
+/// refused with 503 and a JSON-RPC error naming the limit.
+pub async fn upgrade(
+    State(state): State<Arc<AppState>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let peer = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
+    let slot = match state.ws_slots.acquire(peer) {
+        Ok(slot) => slot,
+        Err(refusal) => return refuse(&refusal),
+    };
     let limit = state.settings.max_request_bytes;
     ws.protocols(["mcp"])
         .max_message_size(limit)
         .max_frame_size(limit)
-        .on_upgrade(move |socket| serve(socket, state))
+        .read_buffer_size(READ_BUFFER_BYTES)
+        .on_upgrade(move |socket| serve(socket, state, slot))
+}
+
+/// The answer to an upgrade over the cap: 503, `Retry-After`, and -32002.
+fn refuse(refusal: &Refusal) -> Response {
+    // Not logged at info: a flood of refusals would flood the log too;
+    // the metric counts them.
+    tracing::debug!(%refusal, "WebSocket refused");
+    crate::metrics::rejected("connection_limit");
+    let error = RpcError::new(codes::SERVER_BUSY, refusal.to_string())
+        .with_data(json!({ "retry_after_ms": RETRY_AFTER_SECS * 1000 }));
+    let mut response = failure(StatusCode::SERVICE_UNAVAILABLE, &error);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, RETRY_AFTER_SECS.into());
+    response
+}
+
+/// The close frame for a connection whose reading failed with `err`: 1009
+/// for a message over `limit` (naming the setting), none otherwise.
+fn close_for(err: &axum::Error, limit: usize) -> Option<CloseFrame> {
+    let source = std::error::Error::source(err)?;
+    match source.downcast_ref::<tungstenite::Error>()? {
+        tungstenite::Error::Capacity(_) => Some(CloseFrame {
+            code: close_code::SIZE,
+            reason: Utf8Bytes::from(format!(
+                "message over the limit of {limit} bytes (limits.max_request_bytes)"
+            )),
+        }),
+        _ => None,
+    }
 }
 
 /// The sending half of a WebSocket, written by whichever task has
@@ -70,7 +130,8 @@ impl Outbox for SocketOutbox {
     }
 }
 
-async fn serve(socket: WebSocket, state: Arc<AppState>) {
+async fn serve(socket: WebSocket, state: Arc<AppState>, slot: WsSlot) {
+    let _slot = slot;
     let _tracked = state.track_connection();
     let (sink, mut incoming) = socket.split();
     let outbox = Arc::new(SocketOutbox {
@@ -99,6 +160,7 @@ async fn serve(socket: WebSocket, state: Arc<AppState>) {
     let shutdown = state.shutdown_signal();
     tokio::pin!(shutdown);
     let mut shutting_down = false;
+    let mut close = None;
     // Anything the client sends (a message, a pong to our pings) shows it
     // is there; one silent for `idle_timeout_secs` is cut off.
     let mut last_seen = tokio::time::Instant::now();
@@ -116,7 +178,15 @@ async fn serve(socket: WebSocket, state: Arc<AppState>) {
                     }
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+                Some(Err(err)) => {
+                    close = close_for(&err, state.settings.max_request_bytes);
+                    if close.is_some() {
+                        crate::metrics::rejected("too_large");
+                        tracing::info!(limit = state.settings.max_request_bytes, "WebSocket closed: a message over limits.max_request_bytes");
+                    }
+                    break;
+                }
+                Some(Ok(Message::Close(_))) | None => break,
                 }
             }
             () = session.reap() => {}
@@ -142,5 +212,5 @@ async fn serve(socket: WebSocket, state: Arc<AppState>) {
         })
         .await;
     pinger.abort();
-    let _ = outbox.write(vec![Message::Close(None)]).await;
+    let _ = outbox.write(vec![Message::Close(close)]).await;
 }
