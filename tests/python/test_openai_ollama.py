@@ -166,7 +166,10 @@ def test_openai_tool_call_round_trip(api_server):
 
     chunks = list(client.chat.completions.create(model="mock", messages=[ASK], tools=WEATHER, stream=True))
     streamed = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
-    assert streamed[0].function.name == "get_weather" and json.loads(streamed[0].function.arguments) == {"city": "test"}
+    # As OpenAI streams a call: id, type and name first, then the arguments in fragments.
+    assert streamed[0].id and streamed[0].type == "function" and streamed[0].function.name == "get_weather"
+    arguments = "".join(tc.function.arguments or "" for tc in streamed if tc.index == 0)
+    assert json.loads(arguments) == {"city": "test"}
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     assert not any("<tool_call>" in (c.choices[0].delta.content or "") for c in chunks if c.choices)
 

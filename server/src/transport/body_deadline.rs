@@ -12,12 +12,9 @@ use std::time::Duration;
 
 use axum::BoxError;
 use axum::body::{Bytes, HttpBody};
-use axum::http::{HeaderValue, Request, StatusCode, header};
-use axum::response::Response;
+use axum::http::Request;
 use hyper::body::{Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
-
-use super::errors::neutral;
 
 /// Why reading a body failed.
 #[derive(Debug, thiserror::Error)]
@@ -41,9 +38,9 @@ impl Expired {
         self.0.load(Ordering::Acquire)
     }
 
-    /// The answer when it was: [`too_slow`].
-    pub fn answer(&self) -> Option<Response> {
-        self.is_set().then(|| too_slow(self.1))
+    /// Why the request fails, when it was cut.
+    pub fn error(&self) -> Option<BodyError> {
+        self.is_set().then(|| BodyError::TooSlow(self.1.as_secs()))
     }
 }
 
@@ -109,20 +106,6 @@ where
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
-}
-
-/// The answer to a request whose body came too slowly: a neutral 408 (the
-/// API's shape layer writes it), and the connection closes (the rest of
-/// the body is not read).
-pub fn too_slow(timeout: Duration) -> Response {
-    crate::metrics::rejected("body_timeout");
-    let error = BodyError::TooSlow(timeout.as_secs());
-    tracing::debug!(%error, "request refused");
-    let mut response = neutral(StatusCode::REQUEST_TIMEOUT, error.to_string());
-    response
-        .headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    response
 }
 
 #[cfg(test)]

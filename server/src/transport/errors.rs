@@ -51,9 +51,15 @@ pub async fn shape(State(shaping): State<Shaping>, request: Request, next: Next)
         .cloned();
     let mut response = next.run(request).await;
     // A body that came too slowly is a 408, whatever the handler made of
-    // the failed read.
-    if let Some(late) = deadline.and_then(|d| d.answer()) {
-        response = late;
+    // the failed read, and its connection closes (the rest is not read).
+    if let Some(late) = deadline.and_then(|d| d.error()) {
+        crate::metrics::rejected("body_timeout");
+        tracing::debug!(error = %late, "request refused");
+        response = neutral(StatusCode::REQUEST_TIMEOUT, late.to_string());
+        response.headers_mut().insert(
+            header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
     }
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
