@@ -14,7 +14,10 @@
 //!   `@mock(length=N)` sets the natural length in tokens,
 //!   `@mock(error_after=N)` fails like a runtime error after N tokens,
 //!   `@mock(prefill_ms=N)` overrides the prefill delay,
-//!   `@mock(echo=1)` repeats the text after the directive; in a runner
+//!   `@mock(echo=1)` repeats the text after the directive,
+//!   `@mock(think=1)` opens the reply with a `<think>` block and
+//!   `@mock(think=2)` thinks without the opening tag (a template opened
+//!   it), both honouring the thinking switch; in a runner
 //!   process only, `@mock(crash_after=N)` aborts the process and
 //!   `@mock(stall_after=N)` stops producing (ignoring aborts) after N tokens.
 
@@ -84,10 +87,11 @@ impl Backend for MockBackend {
         Ok(())
     }
 
-    fn load(&self, _model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
+    fn load(&self, model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
         Ok(Box::new(MockRunner {
             config: self.config,
             conversation: ConversationState::default(),
+            reasoning: model.reasoning,
         }))
     }
 }
@@ -96,6 +100,8 @@ struct MockRunner {
     config: MockConfig,
     /// Like a runtime with `keep_history`: the chat it holds.
     conversation: ConversationState,
+    /// How the model's replies carry thinking (the history holds the answer).
+    reasoning: crate::backend::reasoning::ReasoningMode,
 }
 
 /// The mock model's context, in tokens, unless a `[[models]]` entry sets
@@ -151,6 +157,9 @@ struct Directives {
     stall_after: Option<u64>,
     /// `echo=1`: where the text to repeat starts (just after the directive).
     echo_from: Option<usize>,
+    /// `think=1`: the reply opens a `<think>` block; `think=2`: the
+    /// template opened it, the reply only closes it (`</think>`).
+    think: Option<u64>,
 }
 
 fn parse_directives(prompt: &str) -> Result<Directives, String> {
@@ -186,6 +195,8 @@ fn parse_directives(prompt: &str) -> Result<Directives, String> {
                 "crash_after" => found.crash_after = Some(value),
                 "stall_after" => found.stall_after = Some(value),
                 "echo" => found.echo_from = (value != 0).then_some(closed),
+                "think" if value <= 2 => found.think = (value != 0).then_some(value),
+                "think" => return Err("mock directive `think` must be 0, 1 or 2".into()),
                 other => return Err(format!("unknown mock directive `{other}`")),
             }
         }
@@ -345,7 +356,8 @@ impl Runner for MockRunner {
             (Some(conversation), Ok(g))
                 if g.finish_reason != FinishReason::Abort && sink.is_open() =>
             {
-                self.conversation.commit(conversation, sink.produced());
+                let answer = crate::backend::reasoning::answer_of(sink.produced(), self.reasoning);
+                self.conversation.commit(conversation, &answer);
             }
             _ => self.conversation.reset(),
         }
@@ -434,15 +446,29 @@ impl MockRunner {
         let mut pieces = Vec::new();
         let mut emitted: u64 = 0;
         let mut first = true;
-        let limit = natural.min(cap);
+        // A thinking block before the answer, in pieces as a model's
+        // tokens would cut it; its tokens count against the cap.
+        let mut thinking = directives
+            .think
+            .map(|shape| thinking_words(&mut rng, shape, request.enable_thinking))
+            .unwrap_or_default()
+            .into_iter();
+        let thinking_tokens = thinking.as_slice().iter().map(Vec::len).sum::<usize>() as u64;
+        let limit = natural.saturating_add(thinking_tokens).min(cap);
         let mut cut = false;
         loop {
-            match &mut echo {
-                None => next_word(&mut rng, first, &mut pieces),
-                Some([]) => break,
-                Some(text) => *text = next_echoed_word(&mut rng, text, &mut pieces),
+            match (thinking.next(), &mut echo) {
+                (Some(word), _) => pieces = word,
+                (None, None) => {
+                    next_word(&mut rng, first, &mut pieces);
+                    first = false;
+                }
+                (None, Some([])) => break,
+                (None, Some(text)) => {
+                    *text = next_echoed_word(&mut rng, text, &mut pieces);
+                    first = false;
+                }
             }
-            first = false;
             // At the cap the word is cut after the last token that fits;
             // that token takes the rest of a character it would split, so
             // the count is exact and the text stays whole characters.
@@ -493,6 +519,52 @@ impl MockRunner {
         };
         Ok(Generation::ended(finish_reason))
     }
+}
+
+/// The pieces of a thinking block's words: `shape` 1 opens it with
+/// `<think>`, 2 (the template opened it) only closes it. With thinking
+/// off, the block is empty, as a model emits it then.
+fn thinking_words(rng: &mut Rng, shape: u64, enabled: bool) -> Vec<Vec<Vec<u8>>> {
+    const THOUGHTS: &[&str] = &[
+        "Let",
+        "me",
+        "think.",
+        "The",
+        "user",
+        "asks",
+        "something;",
+        "the",
+        "NPU",
+        "answers",
+        "with",
+        "care",
+        "and",
+        "déjà-vu",
+        "🤔",
+    ];
+    let mut words = Vec::new();
+    let mut say = |text: &str, rng: &mut Rng| {
+        let mut pieces = Vec::new();
+        split_pieces(rng, text.as_bytes(), &mut pieces);
+        words.push(pieces);
+    };
+    if shape == 1 {
+        say("<think>\n", rng);
+    }
+    if enabled {
+        let count = 6 + rng.below(6);
+        for i in 0..count {
+            let word = THOUGHTS[rng.below(THOUGHTS.len() as u64) as usize];
+            let text = if i == 0 {
+                word.to_owned()
+            } else {
+                format!(" {word}")
+            };
+            say(&text, rng);
+        }
+    }
+    say("\n</think>\n\n", rng);
+    words
 }
 
 /// `crash_after` and `stall_after`, which `check` admits only when this
@@ -575,8 +647,11 @@ mod tests {
                 crash_after: None,
                 stall_after: None,
                 echo_from: None,
+                think: None,
             }
         );
+        assert_eq!(parse_directives("@mock(think=2)").unwrap().think, Some(2));
+        assert!(parse_directives("@mock(think=3)").is_err());
         let prompt = "say @mock(echo=1) <b>this</b>";
         let at = parse_directives(prompt).unwrap().echo_from.unwrap();
         assert_eq!(&prompt[at..], " <b>this</b>");

@@ -162,7 +162,12 @@ impl ThinkSplitter {
                         self.held = after.to_owned();
                         self.thought = false;
                         self.state = State::Thinking;
-                    } else if OPEN.starts_with(rest) {
+                    } else if let Some(after) = rest.strip_prefix(CLOSE) {
+                        // The end of a block the template opened (a model
+                        // of the implicit shape read as opened): empty.
+                        self.held = after.to_owned();
+                        self.state = State::AfterBlock;
+                    } else if OPEN.starts_with(rest) || CLOSE.starts_with(rest) {
                         return;
                     } else {
                         self.state = State::Answer;
@@ -199,12 +204,16 @@ impl ThinkSplitter {
                         self.thought = true;
                     }
                     if let Some(at) = self.held.find(CLOSE) {
-                        out.thinking.push_str(&self.held[..at]);
+                        out.thinking.push_str(self.held[..at].trim_end());
                         self.held.drain(..at + CLOSE.len());
                         self.state = State::AfterBlock;
                         continue;
                     }
-                    let keep = partial_tail(&self.held, CLOSE);
+                    // White space before the closing tag is dropped too:
+                    // hold it until something follows it.
+                    let tag = partial_tail(&self.held, CLOSE);
+                    let before = &self.held[..self.held.len() - tag];
+                    let keep = tag + (before.len() - before.trim_end().len());
                     let cut = self.held.len() - keep;
                     out.thinking.push_str(&self.held[..cut]);
                     self.held.drain(..cut);
@@ -286,7 +295,7 @@ mod tests {
         at_every_byte(
             ReasoningMode::Opened,
             "<think>\nLet me see: 2+2.\n</think>\n\nIt is 4.",
-            "Let me see: 2+2.\n",
+            "Let me see: 2+2.",
             "It is 4.",
         );
         at_every_byte(
@@ -302,7 +311,7 @@ mod tests {
         at_every_byte(
             ReasoningMode::Implicit,
             "Hmm, 2+2.\n</think>\n\nIt is 4.",
-            "Hmm, 2+2.\n",
+            "Hmm, 2+2.",
             "It is 4.",
         );
         // A model that opens it again anyway.
@@ -330,6 +339,12 @@ mod tests {
         );
         let (thinking, answer) = split(ReasoningMode::Opened, &["<think></think>Hi"]);
         assert_eq!((thinking.as_str(), answer.as_str()), ("", "Hi"));
+    }
+
+    #[test]
+    fn a_closing_tag_at_the_start_ends_an_empty_block_the_template_opened() {
+        at_every_byte(ReasoningMode::Opened, "\n</think>\n\nHello.", "", "Hello.");
+        at_every_byte(ReasoningMode::Opened, "</b> is a tag", "", "</b> is a tag");
     }
 
     #[test]

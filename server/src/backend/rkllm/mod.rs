@@ -293,6 +293,7 @@ impl Backend for RkllmBackend {
             history_dirty: false,
             tools_set: None,
             vision,
+            reasoning: model.reasoning,
         };
         if let Some(spec) = &model.prompt_cache {
             runner.prepare_prompt_cache(model, spec);
@@ -375,6 +376,8 @@ struct RkllmRunner {
     /// The vision encoder, for a vision model. Declared after `handle`, so
     /// the markers outlive the runtime handle that may point at them.
     vision: Option<Vision>,
+    /// How its replies carry thinking (the history holds the answer).
+    reasoning: crate::backend::reasoning::ReasoningMode,
 }
 
 impl RkllmRunner {
@@ -489,7 +492,8 @@ impl RkllmRunner {
             (Some(conversation), Ok(g))
                 if g.finish_reason != FinishReason::Abort && sink.is_open() =>
             {
-                self.conversation.commit(conversation, sink.produced());
+                let answer = crate::backend::reasoning::answer_of(sink.produced(), self.reasoning);
+                self.conversation.commit(conversation, &answer);
             }
             _ => self.conversation.reset(),
         }
