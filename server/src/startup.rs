@@ -42,7 +42,8 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
                 // the start with a clear message, and runners are told the
                 // ABI chosen here.
                 let rkllm = RkllmBackend::new(config.rkllm_settings())
-                    .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+                    .map_err(|e| BackendError::Unavailable(e.to_string()))?
+                    .decoding_in_server(config.rkllm.runner == RunnerKind::Thread);
                 let settings = BackendSettings::Rkllm(rkllm.settings());
                 runtime_version = rkllm.version();
                 (Arc::new(rkllm), settings, config.rkllm.runner)

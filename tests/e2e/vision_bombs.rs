@@ -165,3 +165,46 @@ async fn png_bombs_leave_the_servers_memory_and_health_alone() {
             .unwrap();
     }
 }
+
+/// A lossless WebP's decoder builds tables no memory limit reaches: with
+/// models on the server's own threads it is refused before it is queued;
+/// in runner processes (the default) it is decoded there.
+#[tokio::test]
+async fn a_lossless_webp_is_refused_only_where_it_would_be_decoded_in_the_server() {
+    let webp = solid([223, 32, 32], ImageFormat::WebP);
+    for runner in ["thread", "process"] {
+        let vision = Vision::start_with(
+            Fake::V1_3,
+            ENCODER,
+            "",
+            &format!("[rkllm]\nrunner = \"{runner}\"\n"),
+        );
+        let response = vision
+            .server
+            .call(
+                "run",
+                json!({"model": "vl", "prompt": "what is this?", "images": [b64(&webp)], "max_tokens": 4}),
+            )
+            .await;
+        if runner == "thread" {
+            assert_eq!(response["error"]["code"], -32602, "{response}");
+            let message = response["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains("lossless") && message.contains("runner"),
+                "{message}"
+            );
+        } else {
+            assert!(response["result"]["text"].is_string(), "{response}");
+        }
+        // A lossy picture goes through either way.
+        let png = solid([223, 32, 32], ImageFormat::Png);
+        let fine = vision
+            .server
+            .call(
+                "run",
+                json!({"model": "vl", "prompt": "what is this?", "images": [b64(&png)], "max_tokens": 4}),
+            )
+            .await;
+        assert!(fine["result"]["text"].is_string(), "{runner}: {fine}");
+    }
+}

@@ -60,6 +60,20 @@ pub struct ImageInfo {
     pub height: u32,
     /// The most memory decoding it takes, in bytes (see the module's notes).
     pub decode_bytes: u64,
+    /// A WebP that may hold lossless data (`VP8L`, or `VP8X` whose chunks
+    /// may be lossless or carry lossless alpha): its decoder builds tables
+    /// no limit reaches, so its memory has no bound from the headers.
+    pub lossless_webp: bool,
+}
+
+impl ImageInfo {
+    /// The same picture, marked as a possibly lossless WebP.
+    fn lossless(self) -> Self {
+        Self {
+            lossless_webp: true,
+            ..self
+        }
+    }
 }
 
 /// Reads an image's format, size and decoding cost from its headers.
@@ -113,6 +127,7 @@ fn info(format: Format, width: u32, height: u32, picture_bytes: u64) -> Result<I
         width,
         height,
         decode_bytes: picture_bytes.saturating_add(DECODER_OVERHEAD),
+        lossless_webp: false,
     })
 }
 
@@ -408,7 +423,7 @@ fn webp(bytes: &[u8]) -> Result<ImageInfo, String> {
             let height = ((fields >> 14) & 0x3FFF) + 1;
             let alpha = (fields >> 28) & 1 == 1;
             let pixels = u64::from(width) * u64::from(height);
-            info(format, width, height, pixels * if alpha { 4 } else { 7 })
+            info(format, width, height, pixels * if alpha { 4 } else { 7 }).map(ImageInfo::lossless)
         }
         b"VP8X" => {
             need(10)?;
@@ -425,6 +440,7 @@ fn webp(bytes: &[u8]) -> Result<ImageInfo, String> {
                 height,
                 pixels * per_pixel + yuv(width, height),
             )
+            .map(ImageInfo::lossless)
         }
         other => Err(invalid(
             format,

@@ -88,6 +88,9 @@ pub struct RkllmBackend {
     rknn_path: PathBuf,
     /// The RKNN runtime, loaded with the first vision model.
     rknn: parking_lot::Mutex<Option<Arc<RknnRuntime>>>,
+    /// Whether pictures are decoded in the server's own process (models
+    /// on its worker threads, `runner = "thread"`).
+    decodes_in_server: bool,
 }
 
 impl RkllmBackend {
@@ -103,7 +106,17 @@ impl RkllmBackend {
             next_run: Arc::new(AtomicU64::new(1)),
             rknn_path: settings.rknn_runtime,
             rknn: parking_lot::Mutex::new(None),
+            decodes_in_server: false,
         })
+    }
+
+    /// Says that pictures are decoded in the server's own process (models
+    /// run on its worker threads): a lossless WebP, whose decoding has no
+    /// memory bound, is then refused before it is queued.
+    #[must_use]
+    pub fn decoding_in_server(mut self, yes: bool) -> Self {
+        self.decodes_in_server = yes;
+        self
     }
 
     /// Loads the RKNN runtime (once) for vision encoders.
@@ -182,6 +195,21 @@ impl Backend for RkllmBackend {
 
     fn context_length(&self, model: &ModelSpec) -> Option<u32> {
         u32::try_from(self.init_for(model).max_context_len).ok()
+    }
+
+    fn check(&self, request: &ValidRunRequest) -> Result<(), String> {
+        if !self.decodes_in_server {
+            return Ok(());
+        }
+        for (i, image) in request.images.iter().enumerate() {
+            if crate::backend::image::header::read(&image.0).is_ok_and(|info| info.lossless_webp) {
+                return Err(format!(
+                    "image {} is a lossless or extended WebP, whose decoding has no memory bound;                      with runner = \"thread\" it would be decoded in the server itself: send it                      as PNG or JPEG, or run models in runner processes (the default)",
+                    i + 1
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn preflight(&self, model: &ModelSpec) -> Result<(), String> {
