@@ -105,8 +105,8 @@ struct MockRunner {
 }
 
 /// The mock model's context, in tokens, unless a `[[models]]` entry sets
-/// `max_context_len` (the runtime's default).
-pub const MOCK_CONTEXT_LEN: u32 = 4096;
+/// `max_context_len`: large, as an agent's prompts are.
+pub const MOCK_CONTEXT_LEN: u32 = 32_768;
 
 /// Longest natural length a directive may ask for.
 const MAX_LENGTH: u64 = 1_000_000;
@@ -521,6 +521,53 @@ impl MockRunner {
     }
 }
 
+/// A value that fits `schema` with as little as it takes: an object with
+/// its required properties only, each a placeholder in turn; an array
+/// empty; an enum its first value; strings "test", numbers 1, booleans
+/// true.
+fn placeholder(schema: &serde_json::Value) -> serde_json::Value {
+    use serde_json::{Value, json};
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    if let Some(value) = schema.get("const") {
+        return value.clone();
+    }
+    let kind = match schema.get("type") {
+        Some(Value::Array(kinds)) => kinds.iter().find_map(Value::as_str).unwrap_or("string"),
+        Some(Value::String(kind)) => kind.as_str(),
+        _ if schema.get("properties").is_some() => "object",
+        _ => "string",
+    };
+    match kind {
+        "object" => {
+            let required: Vec<&str> = schema
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let object: serde_json::Map<String, Value> = required
+                .iter()
+                .map(|key| {
+                    let property = properties.and_then(|p| p.get(*key)).unwrap_or(&Value::Null);
+                    ((*key).to_owned(), placeholder(property))
+                })
+                .collect();
+            Value::Object(object)
+        }
+        "array" => json!([]),
+        "number" | "integer" => json!(1),
+        "boolean" => json!(true),
+        "null" => Value::Null,
+        _ => json!("test"),
+    }
+}
+
 /// The pieces of a thinking block's words: `shape` 1 opens it with
 /// `<think>`, 2 (the template opened it) only closes it. With thinking
 /// off, the block is empty, as a model emits it then.
@@ -585,7 +632,8 @@ fn fail_process_if_asked(directives: &Directives, emitted: u64) {
 
 /// `@mock(tool_call=1)`: answers with a call of the first offered tool,
 /// in the `<tool_call>` form Qwen models use, with a value for each of its
-/// parameters (strings "test", numbers 1, booleans true).
+/// required parameters only (see [`placeholder`]), so that an agent's
+/// tools can be driven without looping.
 fn tool_call(
     request: &ValidRunRequest,
     sink: &mut TokenSink<'_>,
@@ -605,20 +653,11 @@ fn tool_call(
         .get("name")
         .and_then(serde_json::Value::as_str)
         .unwrap_or("tool");
-    let mut arguments = serde_json::Map::new();
-    if let Some(properties) = function
-        .pointer("/parameters/properties")
-        .and_then(serde_json::Value::as_object)
-    {
-        for (key, schema) in properties {
-            let value = match schema.get("type").and_then(serde_json::Value::as_str) {
-                Some("number" | "integer") => serde_json::json!(1),
-                Some("boolean") => serde_json::json!(true),
-                _ => serde_json::json!("test"),
-            };
-            arguments.insert(key.clone(), value);
-        }
-    }
+    let parameters = function
+        .get("parameters")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    let arguments = placeholder(&parameters);
     let text = format!(
         "<tool_call>\n{}\n</tool_call>",
         serde_json::json!({"name": name, "arguments": arguments})
@@ -651,6 +690,14 @@ mod tests {
             }
         );
         assert_eq!(parse_directives("@mock(think=2)").unwrap().think, Some(2));
+        let schema = serde_json::json!({"type": "object", "required": ["cmd", "mode", "args", "opts"],
+            "properties": {"cmd": {"type": "string"}, "mode": {"enum": ["fast", "slow"]},
+                           "args": {"type": "array"}, "timeout": {"type": "integer"},
+                           "opts": {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}}});
+        assert_eq!(
+            placeholder(&schema),
+            serde_json::json!({"cmd": "test", "mode": "fast", "args": [], "opts": {"n": 1}})
+        );
         assert!(parse_directives("@mock(think=3)").is_err());
         let prompt = "say @mock(echo=1) <b>this</b>";
         let at = parse_directives(prompt).unwrap().echo_from.unwrap();

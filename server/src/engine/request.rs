@@ -223,6 +223,41 @@ impl RunRequest {
     }
 }
 
+/// Bytes of text per token, for estimating a prompt's tokens when nothing
+/// counts them: about four in English text and code, fewer tokens per
+/// byte in scripts of several bytes a character. The estimate errs low,
+/// so only a prompt that surely does not fit is refused.
+pub const BYTES_PER_TOKEN: usize = 4;
+
+/// Checks that a request's prompt fits the model's context (`context`
+/// tokens, when the backend knows it): a prompt that does not is refused
+/// with both sizes, never cut.
+///
+/// # Errors
+/// A [`ValidationError::TooLarge`] on `prompt`, naming the sizes.
+pub fn check_context(
+    request: &ValidRunRequest,
+    context: Option<u32>,
+) -> Result<(), ValidationError> {
+    let Some(context) = context else {
+        return Ok(());
+    };
+    let tokens = request.prompt.len().div_ceil(BYTES_PER_TOKEN);
+    if tokens <= context as usize {
+        return Ok(());
+    }
+    Err(ValidationError::TooLarge {
+        field: "prompt",
+        message: format!(
+            "the prompt is about {tokens} tokens (estimated from its {} bytes), more than the \
+             {context} tokens the context of model `{}` holds (max_context_len): shorten the \
+             conversation, or use a model with a larger context",
+            request.prompt.len(),
+            request.model
+        ),
+    })
+}
+
 /// Checks that a requested LoRA adapter is one of the model's.
 ///
 /// # Errors

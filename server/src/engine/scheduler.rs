@@ -499,6 +499,7 @@ impl Engine {
         super::check_images(&request, slot.spec.vision.as_ref())?;
         let request = super::check_embedding(request, slot.spec.embedding, wants_embedding)?;
         super::check_lora(&request, &slot.spec.lora)?;
+        super::check_context(&request, self.shared.backend.context_length(&slot.spec))?;
         self.shared
             .backend
             .check(&request)

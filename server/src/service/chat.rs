@@ -114,7 +114,27 @@ pub fn turns(messages: &[Message]) -> Vec<Turn> {
         .collect()
 }
 
-/// The prompt and role to send for a conversation.
+/// A conversation with its system messages first: instructions may come
+/// anywhere (an agent appends one after the first user message), and are
+/// gathered, in order, into one system message before the turns.
+pub fn system_first(messages: Vec<Message>) -> Vec<Message> {
+    let (system, turns): (Vec<Message>, Vec<Message>) = messages
+        .into_iter()
+        .partition(|m| m.speaker == Speaker::System);
+    if system.len() <= 1 && turns.is_empty() {
+        return system;
+    }
+    let mut out = Vec::with_capacity(turns.len() + 1);
+    if !system.is_empty() {
+        let text: Vec<String> = system.iter().map(Message::rendered).collect();
+        out.push(Message::text(Speaker::System, text.join("\n\n")));
+    }
+    out.extend(turns);
+    out
+}
+
+/// The prompt and role to send for a conversation (its system messages
+/// first, see [`system_first`]).
 ///
 /// # Errors
 /// When there is no message, or the last one is not from the user or a tool.
@@ -172,6 +192,26 @@ mod tests {
         );
         assert!(prompt_of(&[]).is_err());
         assert!(prompt_of(&[Message::text(Speaker::Assistant, "x")]).is_err());
+    }
+
+    #[test]
+    fn system_messages_anywhere_are_gathered_first() {
+        let messages = system_first(vec![
+            Message::text(Speaker::System, "a"),
+            Message::text(Speaker::User, "q"),
+            Message::text(Speaker::System, "b"),
+        ]);
+        assert_eq!(
+            messages,
+            vec![
+                Message::text(Speaker::System, "a\n\nb"),
+                Message::text(Speaker::User, "q")
+            ]
+        );
+        assert_eq!(
+            prompt_of(&messages).unwrap(),
+            ("a\n\nb\n\nq".into(), Role::User)
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ mod tools;
 
 use std::sync::Arc;
 
-pub use chat::{Message, Part, Speaker, prompt_of, turns};
+pub use chat::{Message, Part, Speaker, prompt_of, system_first, turns};
 pub use embed::{Embedded, embedding_inputs};
 pub use error::ServiceError;
 pub use images::{ImageSource, RemoteImages, parse_source};
@@ -129,6 +129,7 @@ impl Service {
         let offer_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
         let (prompt, role, conversation, sources) = match request.input {
             Input::Chat(messages) => {
+                let messages = system_first(messages);
                 let (prompt, role) =
                     prompt_of(&messages).map_err(|m| ServiceError::invalid("messages", m))?;
                 let sources: Vec<ImageSource> =
