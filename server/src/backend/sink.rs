@@ -31,6 +31,8 @@ pub trait TokenOutput: Sync {
 struct StopFilter {
     stops: Vec<String>,
     held: String,
+    /// The stop string that ended the text.
+    stopped_by: Option<usize>,
     stopped: bool,
 }
 
@@ -51,13 +53,15 @@ impl StopFilter {
             return text.to_owned();
         }
         self.held.push_str(text);
-        if let Some(at) = self
+        if let Some((at, which)) = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
+            .enumerate()
+            .filter_map(|(i, s)| self.held.find(s.as_str()).map(|at| (at, i)))
             .min()
         {
             self.stopped = true;
+            self.stopped_by = Some(which);
             self.held.truncate(at);
             return std::mem::take(&mut self.held);
         }
@@ -141,6 +145,12 @@ impl<'a> TokenSink<'a> {
     /// Whether a stop string ended the generation.
     pub fn hit_stop(&self) -> bool {
         self.template_stop.stopped || self.answer_stop.stopped
+    }
+
+    /// The request's stop string that ended the answer, when one did.
+    pub fn stop_sequence(&self) -> Option<&str> {
+        let filter = &self.answer_stop;
+        filter.stopped_by.map(|i| filter.stops[i].as_str())
     }
 
     /// The text generated so far (only for requests with a conversation),

@@ -84,6 +84,7 @@ pub(super) fn run_job(
     let (measured_prefill, measured_generate) = sink.measured();
     let cancelled = stream.cancel_token().is_cancelled();
     let hit_stop = sink.hit_stop();
+    let stop_sequence = sink.stop_sequence().map(str::to_owned);
     match result {
         Ok(Ok(generation)) => {
             kv_cache_tokens.store(
@@ -122,6 +123,7 @@ pub(super) fn run_job(
                 EndInfo {
                     timings: Some(timings),
                     embedding: generation.embedding.as_deref().map(Into::into),
+                    stop_sequence: stop_sequence.clone(),
                     ..EndInfo::new(finish_reason, usage)
                 }
             });

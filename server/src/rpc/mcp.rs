@@ -127,6 +127,7 @@ pub(super) async fn tools_call(
             timings: None,
             error: None,
             expired: false,
+            stop_sequence: None,
         },
     };
     let mut progress: u64 = 0;

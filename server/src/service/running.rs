@@ -67,6 +67,8 @@ pub struct Ending {
     pub error: Option<EndError>,
     /// The stream expired before its end chunk was read.
     pub expired: bool,
+    /// The request's stop string that ended the answer, when one did.
+    pub stop_sequence: Option<String>,
 }
 
 /// What one read of the stream gave.
@@ -181,6 +183,7 @@ impl Running {
                     message: "the generation expired".into(),
                 }),
                 expired: true,
+                stop_sequence: None,
             });
             return Some(batch);
         }
@@ -233,6 +236,7 @@ impl Running {
                 timings: None,
                 error: None,
                 expired: false,
+                stop_sequence: None,
             },
         };
         while let Some(batch) = self.next().await {
@@ -271,5 +275,6 @@ fn ending(end: &Arc<EndInfo>, calls: usize) -> Ending {
         timings: end.timings,
         error: end.error.clone(),
         expired: false,
+        stop_sequence: end.stop_sequence.clone(),
     }
 }

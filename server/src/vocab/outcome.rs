@@ -117,6 +117,8 @@ pub struct EndInfo {
     /// The input's embedding, when the run computed one (embedding models
     /// produce no text).
     pub embedding: Option<std::sync::Arc<[f32]>>,
+    /// The request's stop string that ended the answer, when one did.
+    pub stop_sequence: Option<String>,
 }
 
 impl EndInfo {
@@ -128,6 +130,7 @@ impl EndInfo {
             timings: None,
             error: None,
             embedding: None,
+            stop_sequence: None,
         }
     }
 
@@ -155,6 +158,7 @@ impl EndInfo {
             usage,
             timings: None,
             embedding: None,
+            stop_sequence: None,
             error: Some(EndError {
                 kind,
                 message: message.into(),
