@@ -258,7 +258,7 @@ async fn openai_refusals_have_the_tables_status_param_code_and_label() {
     let (answer, raised) = counted(&state, post(path, &long)).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
     let error = openai_error(&answer);
-    assert_eq!(error["param"], "prompt", "{error}");
+    assert_eq!(error["param"], "messages", "{error}");
     assert_eq!(error["code"], "context_length_exceeded", "{error}");
     assert!(says(error, "limits.max_prompt_bytes"), "{error}");
     assert_eq!(raised, one("too_large"));
@@ -564,9 +564,6 @@ async fn neutral_refusals_come_in_each_apis_own_shape() {
 /// a WebSocket message over it is (counted `too_large`): each API's 413
 /// counts it the same way.
 #[tokio::test]
-#[ignore = "an HTTP body over limits.max_request_bytes (413) raises no \
-            rkllm_rejected_requests_total series on any API, while a WebSocket \
-            message over it raises `too_large`"]
 async fn a_body_over_the_limit_is_counted_as_too_large() {
     let _turn = SERIAL.lock().await;
     let state = build(&config());

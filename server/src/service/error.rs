@@ -85,6 +85,23 @@ impl ServiceError {
         }
     }
 
+    /// The same error about `to` where it named the field `from` (an API
+    /// whose request calls the prompt by another name).
+    #[must_use]
+    pub fn renamed(self, from: &str, to: &str) -> Self {
+        match self {
+            Self::Invalid { field, message } if field == from => Self::Invalid {
+                field: to.into(),
+                message,
+            },
+            Self::TooLarge { field, message } if field == from => Self::TooLarge {
+                field: to.into(),
+                message,
+            },
+            other => other,
+        }
+    }
+
     /// The request field the error is about, if one.
     pub fn field(&self) -> Option<&str> {
         match self {

@@ -77,10 +77,14 @@ pub async fn shape(State(shaping): State<Shaping>, request: Request, next: Next)
     let (parts, body) = response.into_parts();
     let message = match marked {
         Some(Neutral(message)) => message,
-        None if parts.status == StatusCode::PAYLOAD_TOO_LARGE => format!(
-            "request body over the limit of {} bytes (limits.max_request_bytes)",
-            shaping.max_request_bytes
-        ),
+        None if parts.status == StatusCode::PAYLOAD_TOO_LARGE => {
+            // The body limit's own refusal: counted here, where it is known.
+            crate::metrics::rejected("too_large");
+            format!(
+                "request body over the limit of {} bytes (limits.max_request_bytes)",
+                shaping.max_request_bytes
+            )
+        }
         None => {
             let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
             let text = String::from_utf8_lossy(&text).trim().to_owned();

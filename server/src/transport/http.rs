@@ -69,6 +69,7 @@ pub async fn post_mcp(
     let body = match body {
         Ok(body) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            crate::metrics::rejected("too_large");
             let limit = state.settings.max_request_bytes;
             let error = RpcError::new(
                 codes::TOO_LARGE,

@@ -91,7 +91,15 @@ async fn respond(state: Arc<AppState>, body: &[u8], kind: Kind) -> Result<Respon
         // Text completions have no tools.
         generate.tools.clear();
     }
-    let running = state.service.start(generate).await?;
+    let running = state
+        .service
+        .start(generate)
+        .await
+        .map_err(|err| match kind {
+            // A chat's prompt is its `messages`.
+            Kind::Chat => err.renamed("prompt", "messages"),
+            Kind::Completion => err,
+        })?;
     let ids = Ids {
         id: match kind {
             Kind::Chat => format!("chatcmpl-{}", new_stream_id()),
