@@ -50,18 +50,8 @@ pub const WORKER_GRACE: Duration = Duration::from_millis(6000);
 pub fn app(state: Arc<AppState>) -> Router {
     use transport::api::{ollama, openai, with_layers};
     use transport::errors::{not_found, rpc_shape};
-    let v1 = with_layers(
-        openai::routes().fallback(not_found),
-        &state,
-        openai::shape,
-        true,
-    );
-    let ollama = with_layers(
-        ollama::routes().fallback(ollama::not_found),
-        &state,
-        ollama::shape,
-        true,
-    );
+    let v1 = with_layers(openai::routes(), &state, openai::shape, true);
+    let ollama = with_layers(ollama::routes(), &state, ollama::shape, true);
     let rpc = Router::new()
         .route(
             "/mcp",
@@ -79,8 +69,8 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/ready", get(transport::health::ready))
         .fallback(not_found);
     let router = Router::new()
-        .nest("/v1", v1)
-        .nest("/api", ollama)
+        .merge(v1)
+        .merge(ollama)
         .merge(with_layers(rpc, &state, rpc_shape, true))
         .merge(with_layers(open, &state, rpc_shape, false));
     // Every answer names the node that gave it (a balancer's user can tell

@@ -19,8 +19,8 @@ pub use crate::backend::{
 pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};
 pub use request::{
-    RequestLimits, RunRequest, ValidationError, check_context, check_embedding, check_images,
-    check_lora,
+    BYTES_PER_TOKEN, RequestLimits, RunRequest, ValidationError, check_context, check_embedding,
+    check_images, check_lora,
 };
 pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo, NodeLoad, Readiness};
 

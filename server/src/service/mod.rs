@@ -184,6 +184,35 @@ impl Service {
         })
     }
 
+    /// The tokens `request`'s input would take, estimated as the engine
+    /// does when it checks a prompt against a model's context (its text,
+    /// as it would be sent, at [`crate::engine::BYTES_PER_TOKEN`] bytes a
+    /// token), without fetching its images or running anything.
+    ///
+    /// # Errors
+    /// A conversation that cannot be sent (empty, not ending with a user or
+    /// tool message).
+    pub fn estimate_tokens(&self, request: &Generate) -> Result<u32, ServiceError> {
+        let prompt_bytes = match &request.input {
+            Input::Chat(messages) => prompt_of(&system_first(messages.clone()))
+                .map_err(|m| ServiceError::invalid("messages", m))?
+                .0
+                .len(),
+            Input::Prompt { text, system, .. } => {
+                text.len() + system.as_ref().map_or(0, |s| s.len() + 2)
+            }
+        };
+        let tools = if request.tools.is_empty() || request.tool_choice == ToolChoice::None {
+            0
+        } else {
+            serde_json::Value::Array(request.tools.clone())
+                .to_string()
+                .len()
+        };
+        let tokens = (prompt_bytes + tools).div_ceil(crate::engine::BYTES_PER_TOKEN);
+        Ok(u32::try_from(tokens).unwrap_or(u32::MAX))
+    }
+
     /// Starts a generation only this request reads.
     ///
     /// # Errors

@@ -20,7 +20,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -38,19 +38,20 @@ pub const OLLAMA_VERSION: &str = "0.9.0";
 
 type Result<T> = std::result::Result<T, OllamaError>;
 
-/// The routes, relative to `/api`.
+/// The routes, and the answer to any other path under `/api`.
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
-        .route("/version", get(version))
-        .route("/tags", get(tags))
-        .route("/ps", get(ps))
-        .route("/show", post(show))
-        .route("/generate", post(generate))
-        .route("/chat", post(chat))
-        .route("/embed", post(embed))
-        .route("/embeddings", post(embeddings))
-        .route("/pull", post(store::pull))
-        .route("/delete", delete(store::delete))
+        .route("/api/version", get(version))
+        .route("/api/tags", get(tags))
+        .route("/api/ps", get(ps))
+        .route("/api/show", post(show))
+        .route("/api/generate", post(generate))
+        .route("/api/chat", post(chat))
+        .route("/api/embed", post(embed))
+        .route("/api/embeddings", post(embeddings))
+        .route("/api/pull", post(store::pull))
+        .route("/api/delete", delete(store::delete))
+        .route("/api/{*rest}", any(not_found))
 }
 
 /// Ollama endpoints this server does not offer, with what to do instead.
@@ -71,7 +72,7 @@ const UNSUPPORTED: &[(&str, &str)] = &[
 ];
 
 /// The answer to a path under `/api` that no route serves.
-pub async fn not_found(method: Method, uri: axum::extract::OriginalUri) -> Response {
+async fn not_found(method: Method, uri: axum::extract::OriginalUri) -> Response {
     let path = uri.path();
     match UNSUPPORTED.iter().find(|(p, _)| *p == path) {
         Some((_, advice)) => neutral(

@@ -19,7 +19,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use base64::Engine as _;
 use futures_util::StreamExt;
 use serde::Deserialize;
@@ -29,6 +29,7 @@ pub use error::{OpenAiError, shape};
 use stream::{Ids, Kind, call_value, finish_reason, usage};
 
 use super::super::clock::unix_now;
+use super::super::errors::not_found;
 use super::super::state::AppState;
 use crate::engine::ModelInfo;
 use crate::service::{Running, ServiceError, parse_body};
@@ -36,14 +37,16 @@ use crate::stream::new_stream_id;
 
 type Result<T> = std::result::Result<T, OpenAiError>;
 
-/// The routes, relative to `/v1`.
+/// The routes, and the answer to any other path under `/v1` (another
+/// API's routes there, with their own shape, take precedence).
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
-        .route("/models", get(models))
-        .route("/models/{*id}", get(model))
-        .route("/chat/completions", post(chat_completions))
-        .route("/completions", post(completions))
-        .route("/embeddings", post(embeddings))
+        .route("/v1/models", get(models))
+        .route("/v1/models/{*id}", get(model))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/{*rest}", any(not_found))
 }
 
 fn model_entry(state: &AppState, m: &ModelInfo) -> Value {
