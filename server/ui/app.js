@@ -437,7 +437,8 @@ async function streamReply(body, view, signal) {
 
 /** Ends a turn: the meta line, any error, and the chat's history: the
  * answer, without its thinking; a question that got no answer is left out
- * of the chat. */
+ * of the chat. A turn that New chat cut short is no longer in the chat and
+ * leaves the new one alone. */
 function finishTurn(model, turn, userView, view, reply) {
   view.meta.textContent = formatMeta(model, reply);
   if (reply.failure) {
@@ -448,6 +449,7 @@ function finishTurn(model, turn, userView, view, reply) {
     view.body.append(problem);
   }
   view.item.dataset.finish = reply.failure ? 'error' : (reply.finish ?? 'stop');
+  if (state.history.at(-1) !== turn) return;
   if (reply.content) {
     state.history.push({ role: 'assistant', content: reply.content });
   } else {

@@ -300,6 +300,24 @@ def test_stop_ends_the_generation_on_the_server(browser, server):
     assert console_errors(browser) == []
 
 
+def test_new_chat_while_a_reply_streams_starts_an_empty_chat(browser, server):
+    open_page(browser, server)
+    type_message(browser, "Go on for a long time. @mock(length=5000)")
+    wait(browser, lambda d: replies(d) and len(replies(d)[0].find_element(By.CSS_SELECTOR, ".body").text) > 20,
+         what="some text")
+    browser.find_element(By.ID, "new-chat").click()
+    wait(browser, lambda d: d.find_element(By.ID, "send").is_displayed(), what="the stream to end")
+    assert replies(browser) == []
+    # The cut reply ended after the chat was emptied: it is not in the new one.
+    browser.execute_script(RECORD_REQUESTS)
+    question = "After a new chat. @mock(length=12)"
+    type_message(browser, question)
+    reply = wait_reply(browser, 1)
+    assert browser.execute_script("return window.sent")[0]["messages"] == [{"role": "user", "content": question}]
+    assert text_of(reply) == words(api_reply(server, [{"role": "user", "content": question}], "qwen-mock", 0.8, 512))
+    assert console_errors(browser) == []
+
+
 def test_html_in_a_reply_is_shown_as_text_and_markdown_is_rendered(browser, server):
     open_page(browser, server)
     said = ("Look: <script>window.pwned = 1</script> <img src=x onerror=\"window.pwned = 2\"> "
