@@ -22,6 +22,8 @@ const ui = {
   temperature: $('temperature'),
   temperatureValue: $('temperature-value'),
   maxTokens: $('max-tokens'),
+  think: $('think'),
+  thinkField: $('think-field'),
   settings: $('settings'),
   settingsToggle: $('settings-toggle'),
   keyDialog: $('key-dialog'),
@@ -129,8 +131,14 @@ function modelLabel(model) {
   const parts = [model.id];
   if (model.state) parts.push(model.state);
   if (model.capabilities?.includes('vision')) parts.push('vision');
+  if (model.capabilities?.includes('thinking')) parts.push('thinking');
   if (!model.capabilities?.includes('completion')) parts.push('embeddings only');
   return parts.join(' · ');
+}
+
+/** Whether a model thinks (it gets the thinking switch). */
+function thinks(model) {
+  return state.models.get(model)?.capabilities?.includes('thinking') ?? false;
 }
 
 async function loadModels() {
@@ -161,6 +169,7 @@ function modelChanged() {
   const vision = state.models.get(ui.model.value)?.capabilities?.includes('vision') ?? false;
   ui.attach.hidden = !vision;
   if (!vision) clearImage();
+  ui.thinkField.hidden = !thinks(ui.model.value);
 }
 
 /** The series called `name` in a Prometheus text: labels and value. */
@@ -232,7 +241,7 @@ function addMessage(role) {
   who.className = 'who';
   who.textContent = role === 'user' ? 'You' : 'Model';
   const body = document.createElement('div');
-  body.className = 'body';
+  body.className = 'body md';
   const meta = document.createElement('p');
   meta.className = 'meta';
   item.append(who, body, meta);
@@ -286,9 +295,16 @@ function setBusy(busy) {
   if (!busy && document.activeElement === ui.stop) ui.prompt.focus();
 }
 
-function formatMeta(model, started, first, ended, tokens, exact, finish) {
+/** The line under a reply: model, tokens (thinking included), rate, first
+ * token, and how it ended. */
+function formatMeta(model, reply) {
+  const { started, first, ended, usage, finish } = reply;
+  const tokens = usage?.completion_tokens ?? reply.pieces;
   const parts = [model];
-  parts.push(`${exact ? '' : '~'}${tokens} token${tokens === 1 ? '' : 's'}`);
+  let count = `${usage ? '' : '~'}${tokens} token${tokens === 1 ? '' : 's'}`;
+  const thought = usage?.completion_tokens_details?.reasoning_tokens;
+  if (reply.thinking.trim() && thought) count += ` (${thought} thinking)`;
+  parts.push(count);
   if (first && tokens > 0) {
     const seconds = (ended - first) / 1000;
     // The decode rate: the tokens after the first over the time after it.
@@ -298,6 +314,148 @@ function formatMeta(model, started, first, ended, tokens, exact, finish) {
   if (finish === 'stopped') parts.push('stopped');
   if (finish === 'length') parts.push('cut at max tokens');
   return parts.join(' · ');
+}
+
+/** The request for the chat so far. The thinking switch is sent only to
+ * models that think. */
+function payload(model, maxTokens) {
+  const body = {
+    model,
+    messages: apiMessages(),
+    stream: true,
+    stream_options: { include_usage: true },
+    temperature: Number(ui.temperature.value),
+    max_tokens: maxTokens,
+  };
+  if (thinks(model)) body.reasoning_effort = ui.think.checked ? 'medium' : 'none';
+  return body;
+}
+
+/** The folded "Thinking" section above a reply's answer, made when the
+ * first thinking arrives (empty thinking shows none). Open while the model
+ * thinks; folded once the answer starts. */
+function thinkingSection(view) {
+  const section = document.createElement('details');
+  section.className = 'thinking';
+  section.open = true;
+  section.dataset.live = '';
+  const summary = document.createElement('summary');
+  summary.textContent = 'Thinking';
+  const text = document.createElement('div');
+  text.className = 'text md';
+  section.append(summary, text);
+  view.body.before(section);
+  return { section, summary, text, drawn: 0 };
+}
+
+/** Draws a reply into `view` as it grows: thinking into its section, the
+ * answer into the body. `done` ends the thinking's live state. */
+function painter(view) {
+  let thinking = null;
+  return (reply, done = false) => {
+    if (!thinking && reply.thinking.trim()) thinking = thinkingSection(view);
+    if (thinking) {
+      // Thinking is drawn again only when it grew (not for each piece of
+      // the answer below it).
+      if (thinking.drawn !== reply.thinking.length) {
+        renderMarkdown(reply.thinking, thinking.text);
+        thinking.drawn = reply.thinking.length;
+      }
+      const live = thinking.section.dataset.live !== undefined;
+      if (live && reply.content) {
+        thinking.section.open = false;
+        const seconds = (reply.answered - reply.first) / 1000;
+        thinking.summary.textContent = `Thought for ${seconds.toFixed(1)} s`;
+      }
+      if (live && (reply.content || done)) delete thinking.section.dataset.live;
+    }
+    renderMarkdown(reply.content, view.body);
+    scrollToEnd(false);
+  };
+}
+
+/** Streams one reply into `view`; resolves with what came back once the
+ * stream ends (or was stopped, or failed). */
+async function streamReply(body, view, signal) {
+  const reply = {
+    started: performance.now(),
+    first: 0,
+    answered: 0,
+    ended: 0,
+    thinking: '',
+    content: '',
+    pieces: 0,
+    usage: null,
+    finish: null,
+    failure: null,
+  };
+  const paint = painter(view);
+  let pending = null;
+  const draw = () => {
+    pending = null;
+    paint(reply);
+  };
+  try {
+    const response = await request('/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+      signal,
+    });
+    if (!response.ok) throw new Error(await errorText(response));
+    for await (const data of sseData(response.body)) {
+      if (data === '[DONE]') break;
+      const chunk = JSON.parse(data);
+      if (chunk.error) {
+        reply.failure = chunk.error.message;
+        break;
+      }
+      const choice = chunk.choices?.[0];
+      const thought = choice?.delta?.reasoning_content;
+      const said = choice?.delta?.content;
+      if (thought || said) {
+        const now = performance.now();
+        if (!reply.first) reply.first = now;
+        if (said && !reply.answered) reply.answered = now;
+        reply.thinking += thought ?? '';
+        reply.content += said ?? '';
+        reply.pieces += 1;
+        pending ??= setTimeout(draw, 30);
+      }
+      if (choice?.finish_reason) reply.finish = choice.finish_reason;
+      if (chunk.usage) reply.usage = chunk.usage;
+    }
+  } catch (error) {
+    if (error.name === 'AbortError') reply.finish = 'stopped';
+    else reply.failure = error.message;
+  }
+  reply.ended = performance.now();
+  clearTimeout(pending);
+  paint(reply, true);
+  return reply;
+}
+
+/** Ends a turn: the meta line, any error, and the chat's history: the
+ * answer, without its thinking; a question that got no answer is left out
+ * of the chat. A turn that New chat cut short is no longer in the chat and
+ * leaves the new one alone. */
+function finishTurn(model, turn, userView, view, reply) {
+  view.meta.textContent = formatMeta(model, reply);
+  if (reply.failure) {
+    const problem = document.createElement('p');
+    problem.className = 'error';
+    problem.setAttribute('role', 'alert');
+    problem.textContent = reply.failure;
+    view.body.append(problem);
+  }
+  view.item.dataset.finish = reply.failure ? 'error' : (reply.finish ?? 'stop');
+  if (state.history.at(-1) !== turn) return;
+  if (reply.content) {
+    state.history.push({ role: 'assistant', content: reply.content });
+  } else {
+    state.history.pop();
+    userView.meta.textContent = 'not answered';
+  }
 }
 
 async function send() {
@@ -320,87 +478,15 @@ async function send() {
   ui.prompt.value = '';
   clearImage();
 
-  const reply = addMessage('assistant');
-  reply.item.setAttribute('aria-busy', 'true');
-  const payload = {
-    model,
-    messages: apiMessages(),
-    stream: true,
-    stream_options: { include_usage: true },
-    temperature: Number(ui.temperature.value),
-    max_tokens: maxTokens,
-  };
-  const controller = new AbortController();
-  state.controller = controller;
+  const view = addMessage('assistant');
+  view.item.setAttribute('aria-busy', 'true');
+  state.controller = new AbortController();
   setBusy(true);
-
-  const started = performance.now();
-  let first = 0;
-  let content = '';
-  let pieces = 0;
-  let usage = null;
-  let finish = null;
-  let failure = null;
-  let pending = null;
-  const draw = () => {
-    pending = null;
-    renderMarkdown(content, reply.body);
-    scrollToEnd(false);
-  };
-  try {
-    const response = await request('/v1/chat/completions', {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify(payload),
-      signal: controller.signal,
-    });
-    if (!response.ok) throw new Error(await errorText(response));
-    for await (const data of sseData(response.body)) {
-      if (data === '[DONE]') break;
-      const chunk = JSON.parse(data);
-      if (chunk.error) {
-        failure = chunk.error.message;
-        break;
-      }
-      const choice = chunk.choices?.[0];
-      const delta = choice?.delta?.content;
-      if (delta) {
-        if (!first) first = performance.now();
-        content += delta;
-        pieces += 1;
-        pending ??= setTimeout(draw, 30);
-      }
-      if (choice?.finish_reason) finish = choice.finish_reason;
-      if (chunk.usage) usage = chunk.usage;
-    }
-  } catch (error) {
-    if (error.name === 'AbortError') finish = 'stopped';
-    else failure = error.message;
-  }
-  const ended = performance.now();
-  clearTimeout(pending);
-  draw();
+  const reply = await streamReply(payload(model, maxTokens), view, state.controller.signal);
   state.controller = null;
-  reply.item.removeAttribute('aria-busy');
+  view.item.removeAttribute('aria-busy');
   setBusy(false);
-
-  const tokens = usage?.completion_tokens ?? pieces;
-  reply.meta.textContent = formatMeta(model, started, first, ended, tokens, usage !== null, finish);
-  if (failure) {
-    const problem = document.createElement('p');
-    problem.className = 'error';
-    problem.setAttribute('role', 'alert');
-    problem.textContent = failure;
-    reply.body.append(problem);
-  }
-  if (content) {
-    state.history.push({ role: 'assistant', content });
-  } else {
-    // Nothing came back: the question is not part of the chat.
-    state.history.pop();
-    userView.meta.textContent = 'not answered';
-  }
-  reply.item.dataset.finish = failure ? 'error' : (finish ?? 'stop');
+  finishTurn(model, turn, userView, view, reply);
   refreshStatus().catch(() => {});
 }
 

@@ -65,9 +65,12 @@ def browser():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """Two mock models at 40 tokens/s."""
+    """Three mock models at 40 tokens/s; qwen3-mock thinks (the `thinking`
+    capability, from its name)."""
     config = tmp_path_factory.mktemp("ui") / "config.toml"
-    config.write_text('[[models]]\nname = "qwen-mock"\n[[models]]\nname = "llama-mock"\n')
+    config.write_text(
+        '[[models]]\nname = "qwen-mock"\n[[models]]\nname = "llama-mock"\n[[models]]\nname = "qwen3-mock"\n'
+    )
     proc, base = start_server("--config", str(config), "--mock-tokens-per-second", "40")
     yield base
     stop_server(proc)
@@ -131,12 +134,51 @@ def text_of(element):
     return " ".join(element.find_element(By.CSS_SELECTOR, ".body").text.split())
 
 
-def api_reply(base, messages, model, temperature, max_tokens, key="none"):
+def api_completion(base, messages, model, temperature, max_tokens, key="none", **extra):
     client = openai.OpenAI(base_url=base + "/v1", api_key=key)
-    reply = client.chat.completions.create(
-        model=model, messages=messages, temperature=temperature, max_tokens=max_tokens
+    return client.chat.completions.create(
+        model=model, messages=messages, temperature=temperature, max_tokens=max_tokens, **extra
     )
-    return reply.choices[0].message.content
+
+
+def api_reply(base, messages, model, temperature, max_tokens, key="none", **extra):
+    return api_completion(base, messages, model, temperature, max_tokens, key, **extra).choices[0].message.content
+
+
+def words(text):
+    return " ".join(text.split())
+
+
+# Keeps the body of every chat request the page sends, in window.sent.
+RECORD_REQUESTS = """
+window.sent = [];
+const fetchFirst = window.fetch;
+window.fetch = (path, init) => {
+  if (path === '/v1/chat/completions') window.sent.push(JSON.parse(init.body));
+  return fetchFirst(path, init);
+};
+"""
+
+# Notes the state of the last reply after every change to the conversation,
+# in window.phases: whether it has a thinking section, whether that is open,
+# and how much thinking and answer it shows.
+WATCH_REPLY = """
+window.phases = [];
+new MutationObserver(() => {
+  const reply = [...document.querySelectorAll('#messages .message.assistant')].at(-1);
+  if (!reply) return;
+  const section = reply.querySelector('details.thinking');
+  const body = reply.querySelector('.body');
+  window.phases.push({
+    section: section !== null,
+    open: section?.open ?? false,
+    thinking: section?.querySelector('.text').textContent.length ?? 0,
+    answer: body.textContent.length,
+    answerShown: body.checkVisibility(),
+  });
+}).observe(document.getElementById('messages'),
+           {childList: true, subtree: true, characterData: true, attributes: true});
+"""
 
 
 def metric(base, name, labels="", key=None):
@@ -154,7 +196,7 @@ def metric(base, name, labels="", key=None):
 def test_the_page_loads_without_console_errors_and_lists_the_models(browser, server):
     open_page(browser, server)
     options = [o.text for o in Select(browser.find_element(By.ID, "model")).options]
-    assert options == ["qwen-mock · available", "llama-mock · available"]
+    assert options == ["qwen-mock · available", "llama-mock · available", "qwen3-mock · available · thinking"]
     assert browser.find_element(By.ID, "status").text == "ready · queue 0 · streams 0 · loaded: none"
     # Every control has a name a screen reader can say.
     unnamed = browser.execute_script(
@@ -255,6 +297,24 @@ def test_stop_ends_the_generation_on_the_server(browser, server):
         assert time.monotonic() < deadline, "the stream is still active"
         time.sleep(0.05)
     shot(browser, "05-stopped")
+    assert console_errors(browser) == []
+
+
+def test_new_chat_while_a_reply_streams_starts_an_empty_chat(browser, server):
+    open_page(browser, server)
+    type_message(browser, "Go on for a long time. @mock(length=5000)")
+    wait(browser, lambda d: replies(d) and len(replies(d)[0].find_element(By.CSS_SELECTOR, ".body").text) > 20,
+         what="some text")
+    browser.find_element(By.ID, "new-chat").click()
+    wait(browser, lambda d: d.find_element(By.ID, "send").is_displayed(), what="the stream to end")
+    assert replies(browser) == []
+    # The cut reply ended after the chat was emptied: it is not in the new one.
+    browser.execute_script(RECORD_REQUESTS)
+    question = "After a new chat. @mock(length=12)"
+    type_message(browser, question)
+    reply = wait_reply(browser, 1)
+    assert browser.execute_script("return window.sent")[0]["messages"] == [{"role": "user", "content": question}]
+    assert text_of(reply) == words(api_reply(server, [{"role": "user", "content": question}], "qwen-mock", 0.8, 512))
     assert console_errors(browser) == []
 
 
@@ -381,4 +441,103 @@ def test_a_picture_for_a_vision_model(browser, vision_server, tmp_path):  # noqa
     assert user.find_element(By.TAG_NAME, "img").get_attribute("src").startswith("data:image/png;base64,")
     assert not browser.find_element(By.ID, "attachment").is_displayed()
     shot(browser, "11-vision")
+    assert console_errors(browser) == []
+
+
+def test_a_thinking_reply_shows_its_thinking_folded_above_the_answer(browser, server):
+    open_page(browser, server)
+    switch = browser.find_element(By.ID, "think")
+    assert not switch.is_displayed()
+    Select(browser.find_element(By.ID, "model")).select_by_value("qwen3-mock")
+    assert switch.is_displayed() and switch.is_selected()
+    browser.execute_script(RECORD_REQUESTS + WATCH_REPLY)
+    question = "Why is the sky blue? @mock(think=1)"
+    type_message(browser, question)
+    reply = wait_reply(browser, 1)
+    assert reply.get_attribute("data-finish") == "stop"
+    assert browser.execute_script("return window.sent")[0]["reasoning_effort"] == "medium"
+    expected = api_completion(server, [{"role": "user", "content": question}], "qwen3-mock", 0.8, 512,
+                              reasoning_effort="medium")
+    thought = expected.choices[0].message.model_extra["reasoning_content"]
+    answer = expected.choices[0].message.content
+    assert thought and answer
+
+    # Folded above the answer once the answer has come, its text rendered.
+    section = reply.find_element(By.CSS_SELECTOR, "details.thinking")
+    body = reply.find_element(By.CSS_SELECTOR, ".body")
+    assert browser.execute_script(
+        "return arguments[0].nextElementSibling === arguments[1]", section, body)
+    assert section.get_attribute("open") is None
+    summary = section.find_element(By.TAG_NAME, "summary")
+    assert re.fullmatch(r"Thought for \d+\.\d s", summary.text), summary.text
+    text = section.find_element(By.CSS_SELECTOR, ".text")
+    assert not text.is_displayed()
+    assert words(text.get_attribute("textContent")) == words(thought)
+    # The answer alone, without the tags or the thinking.
+    assert text_of(reply) == words(answer)
+    assert "think>" not in reply.get_attribute("textContent")
+
+    # While the model thought the section was open and the answer hidden;
+    # it folded when the answer started.
+    phases = browser.execute_script("return window.phases")
+    thinking = [p for p in phases if p["thinking"] and not p["answer"]]
+    assert thinking and all(p["open"] and not p["answerShown"] for p in thinking), phases
+    answering = [p for p in phases if p["answer"]]
+    assert answering and all(p["section"] and not p["open"] and p["answerShown"] for p in answering), phases
+    assert phases.index(thinking[0]) < phases.index(answering[0])
+
+    # The token count and rate include the thinking.
+    meta = reply.find_element(By.CSS_SELECTOR, ".meta").text
+    found = re.fullmatch(r"qwen3-mock · (\d+) tokens \((\d+) thinking\) · [\d.]+ tokens/s · first token \d+ ms", meta)
+    assert found, meta
+    usage = expected.usage
+    assert int(found[1]) == usage.completion_tokens > usage.completion_tokens_details.reasoning_tokens
+    assert int(found[2]) == usage.completion_tokens_details.reasoning_tokens
+    shot(browser, "12-thinking")
+
+    summary.click()
+    assert section.get_attribute("open") is not None and text.is_displayed()
+
+    # The next turn sends the answer without its thinking; each reply keeps
+    # its own thinking.
+    second_question = "And at sunset? @mock(think=1)"
+    type_message(browser, second_question)
+    second = wait_reply(browser, 2)
+    history = [{"role": "user", "content": question}, {"role": "assistant", "content": answer},
+               {"role": "user", "content": second_question}]
+    assert browser.execute_script("return window.sent")[1]["messages"] == history
+    expected = api_completion(server, history, "qwen3-mock", 0.8, 512, reasoning_effort="medium").choices[0].message
+    assert text_of(second) == words(expected.content)
+    second_text = second.find_element(By.CSS_SELECTOR, "details.thinking .text")
+    assert words(second_text.get_attribute("textContent")) == words(expected.model_extra["reasoning_content"])
+    assert words(text.get_attribute("textContent")) == words(thought)
+    assert section.get_attribute("open") is not None
+    shot(browser, "13-thinking-open")
+    assert console_errors(browser) == []
+
+
+def test_with_the_think_switch_off_no_thinking_is_shown(browser, server):
+    open_page(browser, server)
+    Select(browser.find_element(By.ID, "model")).select_by_value("qwen3-mock")
+    browser.execute_script(RECORD_REQUESTS)
+    switch = browser.find_element(By.ID, "think")
+    switch.click()
+    assert not switch.is_selected()
+    question = "Quick, no thinking. @mock(think=1)"
+    type_message(browser, question)
+    reply = wait_reply(browser, 1)
+    assert browser.execute_script("return window.sent")[0]["reasoning_effort"] == "none"
+    assert reply.find_elements(By.CSS_SELECTOR, "details.thinking") == []
+    assert text_of(reply) == words(api_reply(server, [{"role": "user", "content": question}], "qwen3-mock",
+                                             0.8, 512, reasoning_effort="none"))
+    assert "thinking" not in reply.find_element(By.CSS_SELECTOR, ".meta").text
+    shot(browser, "14-thinking-off")
+
+    # A model that does not think gets no switch and no reasoning_effort.
+    Select(browser.find_element(By.ID, "model")).select_by_value("qwen-mock")
+    assert not switch.is_displayed()
+    type_message(browser, "Plain model. @mock(think=1)")
+    reply = wait_reply(browser, 2)
+    assert "reasoning_effort" not in browser.execute_script("return window.sent")[1]
+    assert reply.find_elements(By.CSS_SELECTOR, "details.thinking") == []
     assert console_errors(browser) == []
