@@ -5,10 +5,12 @@
 //! block the template opened), thinking switched off reaches the runtime
 //! as `enable_thinking = 0` and its empty block shows nothing, and a stop
 //! string ends the answer right before it and aborts the runtime, whose
-//! run ends short of the text's end.
-//! Through the mock backend: thinking chunks of their own, with their own
-//! seq, over polling and WebSocket push.
+//! run ends short of the text's end (`stops`); a chat goes on after a
+//! thinking reply with only its new message (`chat`). Through the mock
+//! backend: thinking chunks of their own, with their own seq, over polling
+//! and WebSocket push (`mock`).
 
+mod chat;
 mod mock;
 mod stops;
 
@@ -417,71 +419,6 @@ async fn thinking_arrives_apart_from_the_answer_on_every_api_in_both_shapes_on_b
             assert_eq!(asked.len(), 7, "{at}: {since}");
             let wanted = format!("think={shape} enable_thinking=1");
             assert!(asked.iter().all(|l| *l == wanted), "{at}: {asked:?}");
-        }
-    }
-}
-
-/// A chat that goes on after a thinking reply: the runtime holds the
-/// answer (not the thinking) as the reply, so a client that sends back the
-/// answer it was shown (OpenAI), or the answer with its thinking (Ollama),
-/// continues the held chat and only its new message is prefilled.
-#[tokio::test]
-async fn a_chat_continues_after_a_thinking_reply_with_only_its_new_message() {
-    for (fake, abi) in ABIS {
-        let board = Board::start(fake, ANSWER, thinking_models);
-        for (model, marker) in SHAPES {
-            for api in ["openai", "ollama"] {
-                let at = format!("ABI {abi}, model {model}, {api}");
-                let first = json!({"role": "user", "content": format!("why? {marker}")});
-                let next = format!("and then? {marker} {api}");
-                let (path, think, reply) = match api {
-                    "openai" => (
-                        "/v1/chat/completions",
-                        json!({"reasoning_effort": "high"}),
-                        json!({"role": "assistant", "content": ANSWER}),
-                    ),
-                    _ => (
-                        "/api/chat",
-                        json!({"think": true, "stream": false}),
-                        json!({"role": "assistant", "content": ANSWER, "thinking": THINKING}),
-                    ),
-                };
-                let body = |messages: Value| {
-                    let mut body = json!({"model": model, "messages": messages});
-                    for (key, value) in think.as_object().unwrap() {
-                        body[key] = value.clone();
-                    }
-                    body
-                };
-                let before = board.log().len();
-                let one = board.server.post_json(path, body(json!([first]))).await;
-                let two = board
-                    .server
-                    .post_json(
-                        path,
-                        body(json!([first, reply, {"role": "user", "content": next}])),
-                    )
-                    .await;
-                for answer in [&one, &two] {
-                    let message = match api {
-                        "openai" => &answer["choices"][0]["message"],
-                        _ => &answer["message"],
-                    };
-                    assert_eq!(message["content"], ANSWER, "{at}: {answer}");
-                }
-                let log = board.log();
-                let runs: Vec<&str> = log[before..]
-                    .lines()
-                    .skip_while(|l| !l.starts_with("run "))
-                    .filter(|l| l.starts_with("run ") || l.starts_with("clear-kv"))
-                    .collect();
-                assert_eq!(runs.len(), 2, "{at}: two runs, no clear between: {runs:?}");
-                assert!(
-                    runs[1].contains("keep_history=1")
-                        && runs[1].ends_with(&format!("prompt={next}")),
-                    "{at}: only the new message: {runs:?}"
-                );
-            }
         }
     }
 }
