@@ -16,6 +16,7 @@ mod mcp;
 mod production;
 mod prompt_cache;
 mod queueing;
+mod reasoning;
 mod remote_images;
 mod rkllm;
 mod runners;

@@ -11,7 +11,8 @@
  * README.md beside this file): token size, WAITING or split-character
  * mode, pace, abort delay and what follows an abort, callbacks from a
  * runtime thread, and an event log for the tests. A prompt containing
- * "@fake-error=N" fails that run after N tokens.
+ * "@fake-error=N" fails that run after N tokens; one containing
+ * "@fake-think=1" or "=2" makes a reasoning model's reply, thinking first.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -634,6 +635,31 @@ static int hidden_layer_run(fake_handle *h, const char *prompt, RKLLMInferParam 
     return 0;
 }
 
+/* The thinking of a reasoning model's reply ("@fake-think=N"). */
+#define FAKE_THINKING "The user asked; 東京 is far, so 🤔 I weigh it step by step."
+
+/* "@fake-think=1" in the prompt: the reply thinks first, in a block it
+ * opens itself (Qwen3's shape); "@fake-think=2": the template opened the
+ * block, so the reply only closes it (DeepSeek-R1's). With the input's
+ * enable_thinking off the block is empty, as the runtime's templates make
+ * it. The block goes before everything else the run "generates". Returns
+ * the shape (0: no marker, or not 1 or 2). */
+static int think_prefix(fake_handle *h, run_args *a, const char *prompt, int enable_thinking) {
+    const char *marker = strstr(prompt, "@fake-think=");
+    int shape = marker ? atoi(marker + strlen("@fake-think=")) : 0;
+    if (shape != 1 && shape != 2) return 0;
+    char head[256];
+    int n = snprintf(head, sizeof head, "%s%s\n</think>\n\n", shape == 1 ? "<think>\n" : "",
+                     enable_thinking ? FAKE_THINKING : "");
+    char *text = malloc((size_t)n + a->text_len + 1);
+    memcpy(text, head, (size_t)n);
+    memcpy(text + n, a->text, a->text_len + 1);
+    if (a->text != h->text) free(a->text);
+    a->text = text;
+    a->text_len = (size_t)n + a->text_len;
+    return shape;
+}
+
 static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params, void *userdata, int async) {
     if (!h) return -1;
     int idle = 0;
@@ -705,6 +731,7 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
         a->text_len = (size_t)head + a->text_len;
         fake_log(h, "run-lora name=%s", lora);
     }
+    int think_shape = think_prefix(h, a, prompt, input->enable_thinking);
 #if defined(FAKE_ABI_V1_3)
     a->userdata = userdata ? userdata : h->default_userdata;
     a->cap = (params && params->max_new_tokens > 0) ? params->max_new_tokens : h->max_new_tokens;
@@ -718,6 +745,7 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
     fake_log(h, "run role=%s thinking=%d max_new_tokens=%d keep_history=%d prompt=%s", input->role,
              input->enable_thinking, a->cap, params ? params->keep_history : 0, prompt);
 #endif
+    if (think_shape) fake_log(h, "think=%d enable_thinking=%d", think_shape, input->enable_thinking ? 1 : 0);
     a->keep_history = params ? params->keep_history : 0;
     /* Error injection for one request: "@fake-error=N" in the prompt fails
      * the run with an ERROR callback after N tokens. */
