@@ -33,6 +33,7 @@ impl Config {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
             return vec![ModelSpec {
+                reasoning: ReasoningMode::resolve("auto", &name).unwrap_or_default(),
                 name,
                 path: Some(path.clone()),
                 template: self.chat_template.resolve().unwrap_or_default(),
@@ -41,7 +42,6 @@ impl Config {
                 embedding: None,
                 lora: Vec::new(),
                 prompt_cache: None,
-                reasoning: ReasoningMode::default(),
             }];
         }
         if self.models.is_empty() {
