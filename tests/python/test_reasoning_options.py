@@ -634,6 +634,9 @@ def test_openai_refused_options_name_their_field(base, extra, field, stream):
 @pytest.mark.parametrize("extra,field", [
     ({"n": 2}, "n"),
     ({"logprobs": 2}, "logprobs"),
+    ({"echo": True}, "echo"),
+    ({"suffix": "and then"}, "suffix"),
+    ({"best_of": 3}, "best_of"),
     ({"stop": 5}, "stop"),
     ({"seed": "x"}, "seed"),
 ])

@@ -417,8 +417,10 @@ impl MockRunner {
                 code: None,
                 message,
             })?;
-        // A tool's result (role `tool`) is answered with text, not another call.
-        if directives.tool_call && request.role == crate::backend::Role::User {
+        // A tool's result (role `tool`) is answered with text, not another
+        // call; so is a request that offers no tools.
+        let offers_tools = request.tools.is_some();
+        if directives.tool_call && request.role == crate::backend::Role::User && offers_tools {
             return tool_call(request, sink);
         }
         let seed = seed_of(request);

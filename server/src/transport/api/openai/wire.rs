@@ -48,8 +48,15 @@ pub struct Request {
     pub user: Option<String>,
     pub stop: Option<Value>,
     pub n: Option<u32>,
-    pub logprobs: Option<bool>,
+    /// Chat: a boolean; text completions: a number of log probabilities.
+    pub logprobs: Option<Value>,
     pub top_logprobs: Option<u32>,
+    /// Text completions: the prompt repeated before the answer.
+    pub echo: Option<bool>,
+    /// Text completions: text after the insertion point.
+    pub suffix: Option<String>,
+    /// Text completions: answers to choose the best of.
+    pub best_of: Option<u32>,
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
     /// Read for its type; the model decides how many calls it makes.
@@ -337,18 +344,49 @@ impl Request {
                 "only `n: 1` is supported: one answer per request",
             ));
         }
-        if self.logprobs == Some(true) || self.top_logprobs.is_some_and(|n| n > 0) {
-            let field = if self.logprobs == Some(true) {
-                "logprobs"
-            } else {
-                "top_logprobs"
-            };
+        let logprobs = match &self.logprobs {
+            None | Some(Value::Null | Value::Bool(false)) => false,
+            Some(Value::Bool(true)) => true,
+            Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64() != Some(0),
+            Some(_) => {
+                return Err(invalid(
+                    "logprobs",
+                    "`logprobs` must be a boolean (chat) or a number (text completions)",
+                ));
+            }
+        };
+        if logprobs || self.top_logprobs.is_some_and(|n| n > 0) {
+            let field = if logprobs { "logprobs" } else { "top_logprobs" };
             return Err(ServiceError::unsupported(
                 field,
                 format!(
                     "`{field}` is not supported: the runtime does not report token probabilities"
                 ),
             ));
+        }
+        for (field, given, why) in [
+            (
+                "echo",
+                self.echo == Some(true),
+                "the answer does not repeat the prompt",
+            ),
+            (
+                "suffix",
+                self.suffix.as_deref().is_some_and(|s| !s.is_empty()),
+                "text is not inserted between a prompt and a suffix",
+            ),
+            (
+                "best_of",
+                self.best_of.is_some_and(|n| n > 1),
+                "one answer is made per request",
+            ),
+        ] {
+            if given {
+                return Err(ServiceError::unsupported(
+                    field,
+                    format!("`{field}` is not supported: {why}"),
+                ));
+            }
         }
         let _ = (self.seed, &self.user, self.parallel_tool_calls);
         let input = if chat {
