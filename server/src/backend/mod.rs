@@ -8,6 +8,7 @@
 //! Below the engine: it knows nothing of streams, queues or transports.
 
 mod api;
+pub mod constraint;
 mod conversation;
 pub mod image;
 pub mod mock;

@@ -1,0 +1,273 @@
+//! Constrained generation: an answer held, token by token, to a grammar —
+//! any JSON object, a JSON schema, or a call of one of the offered tools
+//! with arguments valid against its schema. The engine is llguidance (the
+//! one behind llama.cpp's and vLLM's JSON schemas), over the model's own
+//! vocabulary read from its Hugging Face `tokenizer.json`.
+//!
+//! A runner that owns the sampling of a constrained request ([`Guide`])
+//! asks, at each step, which tokens the grammar allows; it checks the
+//! runtime's own pick against them and, when the pick is not allowed,
+//! samples an allowed one from the step's logits with the request's
+//! sampling settings ([`sample`]). Tokens the grammar forces are known in
+//! advance and can be fed in one go ([`Guide::forced`]).
+//!
+//! Compiling a grammar costs milliseconds to tens of them; compiled parsers
+//! are kept per vocabulary and grammar (a few dozen, least recently used
+//! dropped), so a schema sent again starts at once.
+
+mod sampler;
+mod vocabulary;
+
+use std::sync::Arc;
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, TokenParser};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use toktrie::SimpleVob;
+
+pub use sampler::{SamplingParams, sample};
+pub use vocabulary::{MOCK_TOKENIZER, TokenizerSource, Vocabulary};
+
+/// A function tool a forced call may name: its name and the JSON schema of
+/// its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSchema {
+    /// The function's name.
+    pub name: String,
+    /// Its parameters' schema (an object schema; absent: any object).
+    pub parameters: Value,
+}
+
+/// What the answer must be.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Constraint {
+    /// Any JSON object.
+    JsonObject,
+    /// JSON valid against this schema.
+    JsonSchema(Value),
+    /// One call of one of these tools, written as the model writes calls
+    /// (`<tool_call>{"name": …, "arguments": …}</tool_call>`), its
+    /// arguments valid against the tool's schema.
+    ToolCall(Vec<ToolSchema>),
+}
+
+/// JSON written one way: `", "` between items, `": "` after keys, no
+/// other white space, so that a model cannot wander off into white space
+/// and every answer reads the same.
+fn compact(schema: &Value) -> Value {
+    let mut schema = if schema.is_object() {
+        schema.clone()
+    } else {
+        // `true` and the like: any JSON value.
+        json!({})
+    };
+    if let Some(object) = schema.as_object_mut() {
+        object.insert(
+            "x-guidance".into(),
+            json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+        );
+    }
+    schema
+}
+
+impl Constraint {
+    /// The grammar llguidance compiles.
+    pub fn grammar(&self) -> TopLevelGrammar {
+        match self {
+            Self::JsonObject => {
+                TopLevelGrammar::from_json_schema(compact(&json!({"type": "object"})))
+            }
+            Self::JsonSchema(schema) => TopLevelGrammar::from_json_schema(compact(schema)),
+            Self::ToolCall(tools) => {
+                let calls: Vec<Value> = tools
+                    .iter()
+                    .map(|tool| {
+                        let arguments = if tool.parameters.is_object() {
+                            tool.parameters.clone()
+                        } else {
+                            json!({"type": "object"})
+                        };
+                        json!({
+                            "type": "object",
+                            "properties": {"name": {"const": tool.name}, "arguments": arguments},
+                            "required": ["name", "arguments"],
+                            "additionalProperties": false
+                        })
+                    })
+                    .collect();
+                let call = compact(&if calls.len() == 1 {
+                    calls[0].clone()
+                } else {
+                    json!({"anyOf": calls})
+                });
+                TopLevelGrammar::from_lark(format!(
+                    "start: \"<tool_call>\\n\" call \"\\n</tool_call>\"\ncall: %json {call}\n"
+                ))
+            }
+        }
+    }
+
+    /// The key compiled parsers are kept under.
+    fn key(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// Compiled parsers, per vocabulary and constraint.
+struct Compiled {
+    entries: Vec<(u64, String, TokenParser)>,
+}
+
+/// Parsers kept.
+const COMPILED_KEPT: usize = 32;
+
+static COMPILED: Mutex<Compiled> = Mutex::new(Compiled {
+    entries: Vec::new(),
+});
+
+/// A fresh parser of `constraint` over `vocabulary`, compiled once and
+/// then cloned.
+fn parser(vocabulary: &Arc<Vocabulary>, constraint: &Constraint) -> Result<TokenParser, String> {
+    let key = constraint.key();
+    let id = vocabulary.id();
+    {
+        // A short critical section: a lookup and a clone, no compiling.
+        let mut compiled = COMPILED.lock();
+        if let Some(at) = compiled
+            .entries
+            .iter()
+            .position(|(v, k, _)| *v == id && *k == key)
+        {
+            let entry = compiled.entries.remove(at);
+            let parser = entry.2.clone();
+            compiled.entries.push(entry);
+            return Ok(parser);
+        }
+    }
+    let parser = vocabulary
+        .factory()
+        .create_parser(constraint.grammar())
+        .map_err(|e| e.to_string())?;
+    let mut compiled = COMPILED.lock();
+    if compiled.entries.len() >= COMPILED_KEPT {
+        compiled.entries.remove(0);
+    }
+    compiled.entries.push((id, key, parser.clone()));
+    Ok(parser)
+}
+
+/// Compiles `constraint` over `vocabulary` (kept for the generation that
+/// follows): what a request is checked with before it is queued.
+///
+/// # Errors
+/// What the engine cannot compile, in its words (the part of the schema).
+pub fn check(vocabulary: &Arc<Vocabulary>, constraint: &Constraint) -> Result<(), String> {
+    parser(vocabulary, constraint).map(drop)
+}
+
+/// One constrained answer being generated.
+pub struct Guide {
+    matcher: Matcher,
+    vocabulary: Arc<Vocabulary>,
+    mask: Option<SimpleVob>,
+    tokens: Vec<u32>,
+}
+
+impl std::fmt::Debug for Guide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guide")
+            .field("tokens", &self.tokens.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Guide {
+    /// Starts an answer held to `constraint`.
+    ///
+    /// # Errors
+    /// A constraint the engine cannot compile.
+    pub fn new(vocabulary: &Arc<Vocabulary>, constraint: &Constraint) -> Result<Self, String> {
+        let parser = parser(vocabulary, constraint)?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(err) = matcher.get_error() {
+            return Err(err);
+        }
+        Ok(Self {
+            matcher,
+            vocabulary: Arc::clone(vocabulary),
+            mask: None,
+            tokens: Vec::new(),
+        })
+    }
+
+    /// The vocabulary it works over.
+    pub fn vocabulary(&self) -> &Arc<Vocabulary> {
+        &self.vocabulary
+    }
+
+    /// The tokens allowed next (computed once per step).
+    ///
+    /// # Errors
+    /// The engine's failure.
+    pub fn mask(&mut self) -> Result<&SimpleVob, String> {
+        if self.mask.is_none() {
+            let mask = self
+                .matcher
+                .compute_mask_or_eos()
+                .map_err(|e| e.to_string())?;
+            self.mask = Some(mask);
+        }
+        Ok(self.mask.get_or_insert_with(SimpleVob::new))
+    }
+
+    /// Whether `token` may come next.
+    ///
+    /// # Errors
+    /// The engine's failure.
+    pub fn allows(&mut self, token: u32) -> Result<bool, String> {
+        let size = self.vocabulary.len();
+        let mask = self.mask()?;
+        Ok((token as usize) < size && mask.is_allowed(token))
+    }
+
+    /// Takes `token` as the next of the answer.
+    ///
+    /// # Errors
+    /// A token the grammar does not allow here.
+    pub fn accept(&mut self, token: u32) -> Result<(), String> {
+        self.mask = None;
+        self.tokens.push(token);
+        self.matcher.consume_token(token).map_err(|e| e.to_string())
+    }
+
+    /// The tokens the grammar forces next (none when it leaves a choice);
+    /// not yet taken.
+    pub fn forced(&mut self) -> Vec<u32> {
+        self.matcher.compute_ff_tokens()
+    }
+
+    /// Whether the answer is complete (nothing may follow it).
+    pub fn is_done(&self) -> bool {
+        self.matcher.is_stopped()
+    }
+
+    /// Whether the answer may end here (its end-of-text token is allowed).
+    ///
+    /// # Errors
+    /// The engine's failure.
+    pub fn may_end(&mut self) -> Result<bool, String> {
+        let eos = self.vocabulary.eos();
+        self.allows(eos)
+    }
+
+    /// The answer's tokens so far (for repetition penalties).
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,178 @@
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn mock() -> Arc<Vocabulary> {
+    Vocabulary::load(&TokenizerSource::Mock).unwrap()
+}
+
+/// Logits that end what is open soonest: the end token first, then a
+/// lone quote (closing a string), then `}` and `]`, then a comma (to the
+/// next required member), then digits, then shorter tokens. A walk over
+/// them makes a small instance.
+fn closing_logits(vocabulary: &Vocabulary) -> Vec<f32> {
+    (0..vocabulary.len() as u32)
+        .map(|t| {
+            let bytes = vocabulary.bytes(t);
+            match bytes {
+                _ if t == vocabulary.eos() => 100.0,
+                b"\"" => 50.0,
+                b"}" | b"]" => 40.0,
+                _ if bytes.contains(&b',') => -3.0,
+                [b'0'..=b'9', ..] => -5.0,
+                _ => -5.0 - bytes.len() as f32,
+            }
+        })
+        .collect()
+}
+
+/// The answer a guide makes, greedily, from `logits`.
+fn walk(constraint: &Constraint, temperature: f32) -> String {
+    let vocabulary = mock();
+    let logits = closing_logits(&vocabulary);
+    let mut guide = Guide::new(&vocabulary, constraint).unwrap();
+    let params = SamplingParams {
+        temperature,
+        ..SamplingParams::default()
+    };
+    let mut rng = 7;
+    let mut out = Vec::new();
+    for _ in 0..400 {
+        if guide.is_done() {
+            break;
+        }
+        let history = guide.tokens().to_vec();
+        let mask = guide.mask().unwrap().clone();
+        let token = sample(&logits, &mask, &params, &history, &mut rng).unwrap();
+        if token == vocabulary.eos() {
+            break;
+        }
+        guide.accept(token).unwrap();
+        out.extend_from_slice(vocabulary.bytes(token));
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn the_mock_vocabulary_loads_with_its_end_token() {
+    let vocabulary = mock();
+    assert_eq!(vocabulary.len(), 308);
+    assert_eq!(vocabulary.bytes(vocabulary.eos()), b"<|endoftext|>");
+    assert!(vocabulary.is_special(vocabulary.eos()));
+    assert_eq!(vocabulary.bytes(u32::from(b'{')), b"{");
+    assert!(
+        Arc::ptr_eq(&vocabulary, &mock()),
+        "loaded once while in use"
+    );
+}
+
+#[test]
+fn a_schema_walk_gives_a_valid_instance() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "age": {"type": "integer", "minimum": 0},
+            "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 1},
+            "ok": {"type": "boolean"}
+        },
+        "required": ["name", "age", "tags", "ok"],
+        "additionalProperties": false
+    });
+    for temperature in [0.0, 0.7] {
+        let text = walk(&Constraint::JsonSchema(schema.clone()), temperature);
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert!(value["name"].is_string(), "{value}");
+        assert!(value["age"].as_u64().is_some(), "{value}");
+        let tags = value["tags"].as_array().unwrap();
+        assert!(
+            !tags.is_empty() && tags.iter().all(|t| t == "a" || t == "b"),
+            "{value}"
+        );
+        assert!(value["ok"].is_boolean(), "{value}");
+        assert_eq!(value.as_object().unwrap().len(), 4, "{value}");
+    }
+    let any: Value = serde_json::from_str(&walk(&Constraint::JsonObject, 0.0)).unwrap();
+    assert!(any.is_object());
+}
+
+#[test]
+fn a_forced_call_names_a_tool_and_fits_its_schema() {
+    let tools = vec![
+        ToolSchema {
+            name: "get_weather".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}},
+                               "required": ["city"]}),
+        },
+        ToolSchema {
+            name: "noop".into(),
+            parameters: Value::Null,
+        },
+    ];
+    let text = walk(&Constraint::ToolCall(tools), 0.0);
+    let body = text
+        .strip_prefix("<tool_call>\n")
+        .and_then(|t| t.strip_suffix("\n</tool_call>"))
+        .unwrap_or_else(|| panic!("{text:?}"));
+    let call: Value = serde_json::from_str(body).unwrap();
+    match call["name"].as_str() {
+        Some("get_weather") => assert!(call["arguments"]["city"].is_string(), "{call}"),
+        Some("noop") => assert!(call["arguments"].is_object(), "{call}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_schema_the_engine_cannot_compile_is_refused_with_why() {
+    let bad = Constraint::JsonSchema(
+        json!({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}),
+    );
+    let err = check(&mock(), &bad).unwrap_err();
+    assert!(!err.is_empty());
+    assert!(check(&mock(), &Constraint::JsonObject).is_ok());
+}
+
+#[test]
+fn sampling_keeps_to_the_allowed_tokens_and_the_settings() {
+    let mut allowed = toktrie::SimpleVob::alloc(8);
+    allowed.allow_token(2);
+    allowed.allow_token(5);
+    let logits = [9.0, 0.0, 1.0, 0.0, 0.0, 3.0, 0.0, 0.0];
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let mut rng = 1;
+    assert_eq!(sample(&logits, &allowed, &greedy, &[], &mut rng), Some(5));
+    // A strong repetition penalty turns the choice.
+    let penalised = SamplingParams {
+        presence_penalty: 5.0,
+        ..greedy
+    };
+    assert_eq!(
+        sample(&logits, &allowed, &penalised, &[5], &mut rng),
+        Some(2)
+    );
+    // Drawn at temperature 1, both come, token 5 more often.
+    let warm = SamplingParams {
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: 0,
+        ..SamplingParams::default()
+    };
+    let picks: Vec<u32> = (0..400)
+        .filter_map(|_| sample(&logits, &allowed, &warm, &[], &mut rng))
+        .collect();
+    let fives = picks.iter().filter(|&&t| t == 5).count();
+    assert!(picks.iter().all(|&t| t == 2 || t == 5));
+    assert!(fives > 300 && fives < 400, "{fives}");
+    // top_k 1 is greedy.
+    let one = SamplingParams { top_k: 1, ..warm };
+    assert_eq!(sample(&logits, &allowed, &one, &[], &mut rng), Some(5));
+    assert_eq!(
+        sample(&logits, &toktrie::SimpleVob::alloc(8), &warm, &[], &mut rng),
+        None
+    );
+}

@@ -1,0 +1,186 @@
+//! A model's vocabulary: the bytes of each token, read from its Hugging
+//! Face `tokenizer.json`, with the token trie and the parser factory the
+//! constraint engine works over. Loaded once per process and source, and
+//! shared.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+
+use llguidance::ParserFactory;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
+
+/// The mock model's tokenizer (a small byte-level BPE vocabulary, see
+/// `server/assets/make_mock_tokenizer.py`), also the runtime test double's.
+pub const MOCK_TOKENIZER: &str = include_str!("../../../assets/mock-tokenizer.json");
+
+/// Where a model's tokenizer comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenizerSource {
+    /// A `tokenizer.json` file.
+    File(PathBuf),
+    /// The mock model's own, built in.
+    Mock,
+}
+
+/// End-of-answer tokens, in order of preference, by their text.
+const EOS_NAMES: &[&str] = &[
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|end|>",
+    "<｜end▁of▁sentence｜>",
+    "<|endoftext|>",
+    "</s>",
+    "<eos>",
+];
+
+/// A vocabulary with what the constraint engine needs of it.
+pub struct Vocabulary {
+    /// Unique in the process (what compiled parsers are kept under).
+    id: u64,
+    tokens: Vec<Vec<u8>>,
+    eos: u32,
+    factory: ParserFactory,
+    memory: usize,
+}
+
+impl std::fmt::Debug for Vocabulary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vocabulary")
+            .field("tokens", &self.tokens.len())
+            .field("eos", &self.eos)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Vocabularies loaded in this process, by source (dropped with their last
+/// user).
+static LOADED: Mutex<Option<HashMap<TokenizerSource, Weak<Vocabulary>>>> = Mutex::new(None);
+
+impl Vocabulary {
+    /// The vocabulary of `source`, loaded once per process while in use.
+    ///
+    /// # Errors
+    /// A file that cannot be read, or is not a byte-level or byte-fallback
+    /// tokenizer.json.
+    pub fn load(source: &TokenizerSource) -> Result<Arc<Self>, String> {
+        if let Some(loaded) = LOADED
+            .lock()
+            .as_ref()
+            .and_then(|l| l.get(source))
+            .and_then(Weak::upgrade)
+        {
+            return Ok(loaded);
+        }
+        let text = match source {
+            TokenizerSource::Mock => MOCK_TOKENIZER.to_owned(),
+            TokenizerSource::File(path) => std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the tokenizer {}: {e}", path.display()))?,
+        };
+        let vocabulary = Arc::new(Self::parse(&text).map_err(|e| match source {
+            TokenizerSource::Mock => e,
+            TokenizerSource::File(path) => format!("the tokenizer {}: {e}", path.display()),
+        })?);
+        LOADED
+            .lock()
+            .get_or_insert_with(HashMap::new)
+            .insert(source.clone(), Arc::downgrade(&vocabulary));
+        Ok(vocabulary)
+    }
+
+    /// A vocabulary from the text of a `tokenizer.json`.
+    ///
+    /// # Errors
+    /// Text that is not JSON, or a tokenizer the engine cannot read.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let json: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let tokens = llguidance::token_bytes_from_tokenizer_json(&json)
+            .map_err(|e| format!("not a tokenizer the constraint engine reads: {e}"))?;
+        Self::from_tokens(tokens)
+    }
+
+    /// A vocabulary from each token's bytes (special tokens marked with
+    /// [`TokTrie::SPECIAL_TOKEN_MARKER`] first).
+    ///
+    /// # Errors
+    /// An empty vocabulary, or one without an end-of-text token.
+    pub fn from_tokens(tokens: Vec<Vec<u8>>) -> Result<Self, String> {
+        if tokens.is_empty() {
+            return Err("it has no tokens".into());
+        }
+        let special = |t: &Vec<u8>| t.first() == Some(&TokTrie::SPECIAL_TOKEN_MARKER);
+        let eos = EOS_NAMES
+            .iter()
+            .find_map(|name| {
+                tokens
+                    .iter()
+                    .position(|t| special(t) && &t[1..] == name.as_bytes())
+            })
+            .or_else(|| tokens.iter().rposition(special))
+            .ok_or("it has no special end-of-text token")?;
+        let size = u32::try_from(tokens.len()).map_err(|_| "it has too many tokens")?;
+        let info = TokRxInfo::new(size, eos as u32);
+        let trie = TokTrie::from(&info, &tokens);
+        let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
+        let factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+        let memory = tokens.iter().map(|t| t.len() + 24).sum::<usize>() * 3;
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Ok(Self {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            tokens,
+            eos: eos as u32,
+            factory,
+            memory,
+        })
+    }
+
+    /// Tokens in it.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether it has no tokens (never, once loaded).
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The text of `token` as bytes (a special token's name, without its
+    /// marker; nothing for an id outside it).
+    pub fn bytes(&self, token: u32) -> &[u8] {
+        match self.tokens.get(token as usize) {
+            Some(t) if t.first() == Some(&TokTrie::SPECIAL_TOKEN_MARKER) => &t[1..],
+            Some(t) => t,
+            None => &[],
+        }
+    }
+
+    /// Whether `token` is a special token (end of text and the like).
+    pub fn is_special(&self, token: u32) -> bool {
+        self.tokens
+            .get(token as usize)
+            .is_some_and(|t| t.first() == Some(&TokTrie::SPECIAL_TOKEN_MARKER))
+    }
+
+    /// The end-of-text token an answer ends with.
+    pub fn eos(&self) -> u32 {
+        self.eos
+    }
+
+    /// About how much memory it holds (the bytes, the trie, the parser
+    /// factory's tables), for `models`.
+    pub fn memory_bytes(&self) -> usize {
+        self.memory
+    }
+
+    pub(super) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(super) fn factory(&self) -> &ParserFactory {
+        &self.factory
+    }
+}
