@@ -134,6 +134,12 @@ impl ThinkSplitter {
         }
     }
 
+    /// Whether text pushed now would pass through as answer, unchanged (the
+    /// thinking, if any, is over and nothing is held back).
+    pub fn passes_through(&self) -> bool {
+        self.state == State::Answer && self.held.is_empty()
+    }
+
     /// Whether text pushed now would be thinking (for counting tokens).
     pub fn thinking(&self) -> bool {
         self.state == State::Thinking

@@ -79,6 +79,11 @@ impl StopFilter {
         self.held.drain(..cut).collect()
     }
 
+    /// Whether text passes through it unchanged (no stop strings).
+    fn is_idle(&self) -> bool {
+        self.stops.is_empty() && !self.stopped
+    }
+
     /// At the end, without a stop: what was held back is text.
     fn finish(&mut self) -> String {
         if self.stopped {
@@ -208,6 +213,21 @@ impl<'a> TokenSink<'a> {
     /// output; `tokens` are counted with it (as thinking when the splitter
     /// was inside the block).
     fn emit(&mut self, text: &str, tokens: u32, produced_ns: Option<u64>) {
+        // The token path of most requests: no stop string held back, no
+        // thinking left to separate. The text goes out as it is.
+        let plain = self.template_stop.is_idle()
+            && self.answer_stop.is_idle()
+            && self
+                .splitter
+                .as_ref()
+                .is_none_or(ThinkSplitter::passes_through);
+        if plain {
+            if let Some(produced) = &mut self.produced {
+                produced.push_str(text);
+            }
+            self.write(text, false, tokens, produced_ns);
+            return;
+        }
         let text = self.template_stop.push(text);
         if let Some(produced) = &mut self.produced {
             produced.push_str(&text);

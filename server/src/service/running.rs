@@ -123,6 +123,18 @@ impl Completed {
     }
 }
 
+/// Appends text (or thinking) to the batch, merged into the event before it
+/// when that is of the same kind: one string per run of text, not one per
+/// chunk.
+fn push_text(events: &mut Vec<Event>, text: &str, thinking: bool) {
+    match events.last_mut() {
+        Some(Event::Thinking(last)) if thinking => last.push_str(text),
+        Some(Event::Text(last)) if !thinking => last.push_str(text),
+        _ if thinking => events.push(Event::Thinking(text.to_owned())),
+        _ => events.push(Event::Text(text.to_owned())),
+    }
+}
+
 fn push_event(events: &mut Vec<Event>, event: Event) {
     match (events.last_mut(), event) {
         (Some(Event::Text(last)), Event::Text(text))
@@ -193,14 +205,14 @@ impl Running {
             if !chunk.delta.is_empty() {
                 batch.produced_ns = batch.produced_ns.or(chunk.produced_ns);
                 if chunk.thinking {
-                    push_event(&mut batch.events, Event::Thinking(chunk.delta.to_string()));
+                    push_text(&mut batch.events, &chunk.delta, true);
                 } else if let Some(parser) = &mut self.tools {
                     parser.push(&chunk.delta, &mut pieces);
                     for piece in pieces.drain(..) {
                         push_event(&mut batch.events, piece.into());
                     }
                 } else {
-                    push_event(&mut batch.events, Event::Text(chunk.delta.to_string()));
+                    push_text(&mut batch.events, &chunk.delta, false);
                 }
             }
             if let Some(end) = chunk.end {
