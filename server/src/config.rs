@@ -107,6 +107,9 @@ pub struct Cli {
     /// Model file; its file name (without extension) becomes the model name.
     #[arg(long, env = "RKLLM_SERVER_MODEL", value_name = "PATH")]
     pub model: Option<PathBuf>,
+    /// The Hugging Face tokenizer.json of --model (structured output).
+    #[arg(long, env = "RKLLM_SERVER_TOKENIZER", value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
     /// RKLLM runtime library (default: librkllmrt.so, found by the loader).
     #[arg(long, env = "RKLLM_SERVER_RUNTIME", value_name = "PATH")]
     pub runtime: Option<PathBuf>,
@@ -340,6 +343,9 @@ pub struct ModelEntry {
     /// `implicit` or `off`.
     #[serde(default)]
     pub reasoning: Option<String>,
+    /// Its Hugging Face `tokenizer.json`, which structured output needs.
+    #[serde(default)]
+    pub tokenizer: Option<PathBuf>,
     /// Init settings of this model, over `[rkllm]`.
     #[serde(flatten)]
     pub settings: crate::engine::ModelSettings,
@@ -485,6 +491,9 @@ pub struct Config {
     pub backend: BackendKind,
     /// One model file (shorthand for a single `[[models]]` entry).
     pub model: Option<PathBuf>,
+    /// The tokenizer.json of `model` (structured output).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<PathBuf>,
     /// Models; the first is the default.
     pub models: Vec<ModelEntry>,
     /// Chat template of `model` and the default of `[[models]]` entries.
@@ -544,6 +553,7 @@ impl Default for Config {
             listen: DEFAULT_LISTEN.to_owned(),
             backend: BackendKind::default(),
             model: None,
+            tokenizer: None,
             models: Vec::new(),
             chat_template: TemplateSetting::Named("builtin".into()),
             runtime: PathBuf::from(DEFAULT_RUNTIME),
@@ -767,6 +777,9 @@ impl Config {
         }
         if let Some(backend) = cli.backend {
             self.backend = backend;
+        }
+        if let Some(tokenizer) = cli.tokenizer {
+            self.tokenizer = Some(tokenizer);
         }
         if let Some(model) = cli.model {
             self.model = Some(model);

@@ -66,6 +66,9 @@ pub struct ModelSpec {
     /// How its replies carry a reasoning model's thinking.
     #[serde(default)]
     pub reasoning: super::reasoning::ReasoningMode,
+    /// Its Hugging Face tokenizer, for structured output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<super::constraint::TokenizerSource>,
 }
 
 /// A model's prompt cache (config `system_prompt_cache`): the prefill of
@@ -363,6 +366,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// A message for the client, about the prompt.
     fn check(&self, _request: &ValidRunRequest) -> Result<(), String> {
         Ok(())
+    }
+
+    /// The tokenizer structured output works over for `model`: its own
+    /// (`tokenizer`), or one the backend brings (the mock's).
+    fn tokenizer(&self, model: &ModelSpec) -> Option<super::constraint::TokenizerSource> {
+        model.tokenizer.clone()
     }
 
     /// Tokens `model`'s context holds, when the backend knows.

@@ -69,6 +69,16 @@ impl Backend for MockBackend {
         Some(model.settings.max_context_len.unwrap_or(MOCK_CONTEXT_LEN))
     }
 
+    fn tokenizer(&self, model: &ModelSpec) -> Option<crate::backend::constraint::TokenizerSource> {
+        // The mock speaks its own small vocabulary unless given another.
+        Some(
+            model
+                .tokenizer
+                .clone()
+                .unwrap_or(crate::backend::constraint::TokenizerSource::Mock),
+        )
+    }
+
     fn lanes(&self) -> usize {
         self.config.lanes
     }
@@ -440,6 +450,9 @@ impl MockRunner {
         if !prefill.is_zero() && cancel.wait_timeout(prefill) {
             return Ok(Generation::ended(FinishReason::Abort));
         }
+        if let Some(constrained) = &request.constraint {
+            return self.constrained(request, sink, constrained, &directives, seed);
+        }
 
         let interval = (self.config.tokens_per_second > 0.0)
             .then(|| Duration::from_secs_f64(1.0 / self.config.tokens_per_second));
@@ -614,6 +627,108 @@ fn thinking_words(rng: &mut Rng, shape: u64, enabled: bool) -> Vec<Vec<Vec<u8>>>
     }
     say("\n</think>\n\n", rng);
     words
+}
+
+impl MockRunner {
+    /// A constrained answer: thinking first when asked (`@mock(think=…)`),
+    /// then tokens of the mock's vocabulary chosen among those the
+    /// constraint allows, from logits of a model that wants to be done
+    /// (see [`mock_logits`]), with the request's sampling (greedy unless
+    /// it sets a temperature). The answer is a small valid instance.
+    fn constrained(
+        &self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+        constrained: &crate::backend::Constrained,
+        directives: &Directives,
+        seed: u64,
+    ) -> Result<Generation, BackendError> {
+        use crate::backend::constraint::{Guide, SamplingParams, Vocabulary, sample};
+        let failed = |message: String| BackendError::Runtime {
+            code: None,
+            message,
+        };
+        let vocabulary = Vocabulary::load(&constrained.tokenizer).map_err(failed)?;
+        let mut guide = Guide::new(&vocabulary, &constrained.constraint).map_err(failed)?;
+        let logits = mock_logits(&vocabulary, seed);
+        let s = &request.sampling;
+        let params = SamplingParams {
+            temperature: s.temperature.unwrap_or(0.0) as f32,
+            top_p: s.top_p.unwrap_or(1.0) as f32,
+            top_k: s.top_k.unwrap_or(0) as usize,
+            repeat_penalty: s.repeat_penalty.unwrap_or(1.0) as f32,
+            frequency_penalty: s.frequency_penalty.unwrap_or(0.0) as f32,
+            presence_penalty: s.presence_penalty.unwrap_or(0.0) as f32,
+        };
+        let cap = u64::from(request.max_tokens);
+        let interval = (self.config.tokens_per_second > 0.0)
+            .then(|| Duration::from_secs_f64(1.0 / self.config.tokens_per_second));
+        let cancel = sink.cancel_token().clone();
+        let started = Instant::now();
+        let mut emitted: u64 = 0;
+        // Paced like any reply; false when it should stop.
+        let mut emit = |bytes: &[u8], sink: &mut TokenSink<'_>| -> Option<FinishReason> {
+            if emitted == cap {
+                return Some(FinishReason::Length);
+            }
+            if let Some(interval) = interval {
+                let due = started + interval.mul_f64((emitted + 1) as f64);
+                let wait = due.saturating_duration_since(Instant::now());
+                if !wait.is_zero() && cancel.wait_timeout(wait) {
+                    return Some(FinishReason::Abort);
+                }
+            }
+            emitted += 1;
+            (!sink.token_bytes(bytes)).then_some(FinishReason::Abort)
+        };
+        let mut rng = Rng::new(seed);
+        if let Some(shape) = directives.think {
+            for word in thinking_words(&mut rng, shape, request.enable_thinking) {
+                for piece in word {
+                    if let Some(end) = emit(&piece, sink) {
+                        return Ok(Generation::ended(end));
+                    }
+                }
+            }
+        }
+        let mut state = seed | 1;
+        while !guide.is_done() {
+            let mask = guide.mask().map_err(failed)?.clone();
+            let token = sample(&logits, &mask, &params, guide.tokens(), &mut state)
+                .ok_or_else(|| failed("the constraint allows no token".into()))?;
+            if token == vocabulary.eos() {
+                break;
+            }
+            guide.accept(token).map_err(failed)?;
+            if let Some(end) = emit(vocabulary.bytes(token), sink) {
+                return Ok(Generation::ended(end));
+            }
+        }
+        Ok(Generation::ended(FinishReason::Stop))
+    }
+}
+
+/// The mock model's logits for a constrained answer: a model that wants to
+/// be done. The end token first, then a lone quote (closing a string), `}`
+/// and `]`, then a comma (on to the next required member), then digits,
+/// then shorter tokens; a little of the request's own noise on each, so
+/// that requests differ where the constraint leaves a choice.
+fn mock_logits(vocabulary: &crate::backend::constraint::Vocabulary, seed: u64) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..vocabulary.len() as u32)
+        .map(|token| {
+            let bytes = vocabulary.bytes(token);
+            let base = match bytes {
+                _ if token == vocabulary.eos() => 100.0,
+                b"\"" => 50.0,
+                b"}" | b"]" => 40.0,
+                _ if bytes.contains(&b',') => -3.0,
+                [b'0'..=b'9', ..] => -5.0,
+                _ => -5.0 - bytes.len() as f32,
+            };
+            base + (rng.below(1000) as f32 / 2000.0)
+        })
+        .collect()
 }
 
 /// `crash_after` and `stall_after`, which `check` admits only when this

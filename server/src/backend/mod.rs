@@ -28,7 +28,7 @@ pub use api::{
 pub use conversation::{ConversationState, Plan, Turn};
 pub use image::{IMAGE_TAG, ImageData, ImageLimits};
 pub use mock::{MockBackend, MockConfig};
-pub use request::{Role, Sampling, ValidRunRequest};
+pub use request::{Constrained, Role, Sampling, ValidRunRequest};
 pub use rkllm::{InitSettings, RkllmBackend, RkllmSettings, SamplingValues};
 pub use sink::{TokenOutput, TokenSink};
 pub use template::{ChatTemplate, CustomTemplate};

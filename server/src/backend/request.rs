@@ -80,4 +80,17 @@ pub struct ValidRunRequest {
     /// Strings that end the answer (applied by the server's sink).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
+    /// What the answer must be (structured output, a forced tool call),
+    /// with the tokenizer to hold it to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<Constrained>,
+}
+
+/// A request's constraint with the tokenizer of its model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Constrained {
+    /// What the answer must be.
+    pub constraint: super::constraint::Constraint,
+    /// The model's tokenizer.
+    pub tokenizer: super::constraint::TokenizerSource,
 }

@@ -42,6 +42,10 @@ impl Config {
                 embedding: None,
                 lora: Vec::new(),
                 prompt_cache: None,
+                tokenizer: self
+                    .tokenizer
+                    .clone()
+                    .map(crate::backend::constraint::TokenizerSource::File),
             }];
         }
         if self.models.is_empty() {
@@ -59,6 +63,7 @@ impl Config {
                 lora: Vec::new(),
                 prompt_cache: None,
                 reasoning: ReasoningMode::default(),
+                tokenizer: None,
             }];
         }
         // The default model goes first.
@@ -78,6 +83,10 @@ impl Config {
                 settings: m.settings.clone(),
                 lora: m.lora.clone(),
                 prompt_cache: m.system_prompt_cache.clone(),
+                tokenizer: m
+                    .tokenizer
+                    .clone()
+                    .map(crate::backend::constraint::TokenizerSource::File),
                 reasoning: ReasoningMode::resolve(
                     m.reasoning.as_deref().unwrap_or("auto"),
                     &m.name,

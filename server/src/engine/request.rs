@@ -39,6 +39,8 @@ pub struct RunRequest {
     pub lora: Option<String>,
     /// Strings that end the answer (not shown); the generation stops at once.
     pub stop: Vec<String>,
+    /// What the answer must be (structured output, a forced tool call).
+    pub constraint: Option<crate::backend::constraint::Constraint>,
 }
 
 /// The most stop strings a request may give, and the longest one.
@@ -219,6 +221,7 @@ impl RunRequest {
             clear_cache: self.clear_cache,
             lora: self.lora,
             stop: self.stop,
+            constraint: None,
         })
     }
 }

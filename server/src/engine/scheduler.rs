@@ -209,6 +209,51 @@ impl Engine {
         Ok(())
     }
 
+    /// The tokenizer structured output works over for `slot`'s model.
+    fn tokenizer_of(
+        &self,
+        slot: &ModelSlot,
+    ) -> Result<crate::backend::constraint::TokenizerSource, ValidationError> {
+        self.shared
+            .backend
+            .tokenizer(&slot.spec)
+            .ok_or_else(|| ValidationError::Invalid {
+                field: "format",
+                message: format!(
+                    "model `{}` has no tokenizer, which a format or a forced tool call needs: set \
+                     `tokenizer` (its Hugging Face tokenizer.json) in its [[models]] entry, or pull \
+                     it with a repository that has one",
+                    slot.name()
+                ),
+            })
+    }
+
+    /// Checks that `constraint` can hold an answer of `model` (the default
+    /// when `None`): the model has a tokenizer, and the engine compiles the
+    /// constraint over it (kept for the generation). Blocks: a first use
+    /// loads the tokenizer and compiles.
+    ///
+    /// # Errors
+    /// An unknown model; a [`ValidationError::Invalid`] on `format` naming
+    /// the model and the setting to add, or what in the schema the engine
+    /// cannot take.
+    pub fn check_constraint(
+        &self,
+        model: Option<&str>,
+        constraint: &crate::backend::constraint::Constraint,
+    ) -> Result<(), ValidationError> {
+        let slot = self.slot(model)?;
+        let source = self.tokenizer_of(&slot)?;
+        let invalid = |message: String| ValidationError::Invalid {
+            field: "format",
+            message,
+        };
+        let vocabulary = crate::backend::constraint::Vocabulary::load(&source)
+            .map_err(|e| invalid(format!("model `{}`: {e}", slot.name())))?;
+        crate::backend::constraint::check(&vocabulary, constraint)
+            .map_err(|e| invalid(format!("the format cannot be followed: {e}")))
+    }
+
     /// Marks a model failed when the backend can tell, without loading it,
     /// that it cannot be served (a missing file or runtime library).
     fn preflight(&self, spec: &ModelSpec) {
@@ -495,7 +540,15 @@ impl Engine {
             stop = template.stop_strings();
         }
         let wants_embedding = request.embed;
-        let request = request.validate(slot.name().to_owned(), &self.limits.request)?;
+        let constraint = request.constraint.take();
+        let mut request = request.validate(slot.name().to_owned(), &self.limits.request)?;
+        if let Some(constraint) = constraint {
+            let tokenizer = self.tokenizer_of(&slot)?;
+            request.constraint = Some(crate::backend::Constrained {
+                constraint,
+                tokenizer,
+            });
+        }
         super::check_images(&request, slot.spec.vision.as_ref())?;
         let request = super::check_embedding(request, slot.spec.embedding, wants_embedding)?;
         super::check_lora(&request, &slot.spec.lora)?;

@@ -20,6 +20,7 @@ fn spec(name: &str) -> ModelSpec {
         lora: Vec::new(),
         prompt_cache: None,
         reasoning: Default::default(),
+        tokenizer: None,
     }
 }
 

@@ -35,6 +35,7 @@ pub use running::{Batch, Completed, Ending, Event, Finish, Running};
 pub use tools::ToolCall;
 
 use crate::backend::IMAGE_TAG;
+use crate::backend::constraint::{Constraint, ToolSchema};
 use crate::engine::{Engine, KeepAlive, RunRequest};
 use crate::stream::PrivateStream;
 
@@ -85,48 +86,14 @@ impl Service {
     /// An option that is malformed or cannot be honoured, naming it; an
     /// image that cannot be read or fetched.
     pub async fn prepare(&self, request: Generate) -> Result<Prepared, ServiceError> {
-        if request.format != OutputFormat::Text {
-            let field = if request.format_field.is_empty() {
-                "format"
-            } else {
-                request.format_field
-            };
-            return Err(ServiceError::unsupported(
-                field,
-                format!(
-                    "`{field}`: structured output (a JSON object or a JSON schema) is not \
-                     supported yet; ask for text"
-                ),
-            ));
-        }
-        let names = request.tool_names();
-        match &request.tool_choice {
-            ToolChoice::Function(name) if !names.contains(&name.as_str()) => {
-                return Err(ServiceError::invalid(
-                    "tool_choice",
-                    format!(
-                        "`tool_choice` names the function {name:?}, which is not among the \
-                         tools ({})",
-                        names.join(", ")
-                    ),
-                ));
-            }
-            ToolChoice::Required if names.is_empty() => {
-                return Err(ServiceError::invalid(
-                    "tool_choice",
-                    "`tool_choice` asks for a tool call but no tools are given",
-                ));
-            }
-            ToolChoice::Required | ToolChoice::Function(_) => {
-                return Err(ServiceError::unsupported(
-                    "tool_choice",
-                    "a forced tool call (`tool_choice` required or a named function) is not \
-                     supported yet; use \"auto\" or \"none\"",
-                ));
-            }
-            ToolChoice::Auto | ToolChoice::None => {}
-        }
+        let constraint = self.constraint(&request).await?;
         let offer_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
+        // An answer held to a JSON format has no calls to read.
+        let reads_tool_calls = offer_tools
+            && !matches!(
+                constraint,
+                Some(Constraint::JsonObject | Constraint::JsonSchema(_))
+            );
         let (prompt, role, conversation, sources) = match request.input {
             Input::Chat(messages) => {
                 let messages = system_first(messages);
@@ -176,11 +143,12 @@ impl Service {
             clear_cache: false,
             lora: request.lora,
             stop: request.stop,
+            constraint,
         };
         Ok(Prepared {
             run,
             keep_alive: request.keep_alive,
-            reads_tool_calls: offer_tools,
+            reads_tool_calls,
         })
     }
 
@@ -211,6 +179,91 @@ impl Service {
         };
         let tokens = (prompt_bytes + tools).div_ceil(crate::engine::BYTES_PER_TOKEN);
         Ok(u32::try_from(tokens).unwrap_or(u32::MAX))
+    }
+
+    /// The constraint a request's answer is held to (its format, or a
+    /// forced tool call), checked against its model: the model must have a
+    /// tokenizer and the engine must compile the schema (done off the
+    /// async workers: a first use loads the tokenizer).
+    ///
+    /// # Errors
+    /// A forced call of a tool that is not offered, a format and a forced
+    /// call together, a model without a tokenizer, a schema the engine
+    /// cannot compile; each naming the field.
+    async fn constraint(&self, request: &Generate) -> Result<Option<Constraint>, ServiceError> {
+        let format_field = if request.format_field.is_empty() {
+            "format"
+        } else {
+            request.format_field
+        };
+        let names = request.tool_names();
+        let tools = |only: Option<&str>| -> Vec<ToolSchema> {
+            request
+                .tools
+                .iter()
+                .filter_map(|tool| {
+                    let function = tool.get("function").unwrap_or(tool);
+                    let name = function.get("name")?.as_str()?;
+                    (only.is_none() || only == Some(name)).then(|| ToolSchema {
+                        name: name.to_owned(),
+                        parameters: function
+                            .get("parameters")
+                            .cloned()
+                            .unwrap_or(serde_json::Value::Null),
+                    })
+                })
+                .collect()
+        };
+        let forced = match &request.tool_choice {
+            ToolChoice::Function(name) if !names.contains(&name.as_str()) => {
+                return Err(ServiceError::invalid(
+                    "tool_choice",
+                    format!(
+                        "`tool_choice` names the function {name:?}, which is not among the \
+                         tools ({})",
+                        names.join(", ")
+                    ),
+                ));
+            }
+            ToolChoice::Required if names.is_empty() => {
+                return Err(ServiceError::invalid(
+                    "tool_choice",
+                    "`tool_choice` asks for a tool call but no tools are given",
+                ));
+            }
+            ToolChoice::Required => Some(Constraint::ToolCall(tools(None))),
+            ToolChoice::Function(name) => Some(Constraint::ToolCall(tools(Some(name)))),
+            ToolChoice::Auto | ToolChoice::None => None,
+        };
+        let format = match &request.format {
+            OutputFormat::Text => None,
+            OutputFormat::JsonObject => Some(Constraint::JsonObject),
+            OutputFormat::JsonSchema { schema, .. } => Some(Constraint::JsonSchema(schema.clone())),
+        };
+        let (constraint, field) = match (forced, format) {
+            (Some(_), Some(_)) => {
+                return Err(ServiceError::invalid(
+                    "tool_choice",
+                    format!(
+                        "a forced tool call and `{format_field}` cannot both shape one answer: \
+                         ask for one of them"
+                    ),
+                ));
+            }
+            (Some(forced), None) => (forced, "tool_choice"),
+            (None, Some(format)) => (format, format_field),
+            (None, None) => return Ok(None),
+        };
+        let engine = Arc::clone(&self.engine);
+        let model = request.model.clone();
+        let checked = constraint.clone();
+        tokio::task::spawn_blocking(move || engine.check_constraint(model.as_deref(), &checked))
+            .await
+            .map_err(|_| ServiceError::Failed {
+                message: "the format's check failed".into(),
+            })?
+            .map_err(|e| ServiceError::from(e).renamed("format", field))?;
+        Ok(Some(constraint))
     }
 
     /// Starts a generation only this request reads.

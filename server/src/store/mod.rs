@@ -257,6 +257,7 @@ impl Store {
             prompt_cache: None,
             reasoning: crate::engine::ReasoningMode::resolve("auto", &manifest.name)
                 .unwrap_or_default(),
+            tokenizer: None,
             // Defaults for its family (from its name); a `[[models]]`
             // entry of the same name can set every vision key.
             vision: manifest.vision_encoder.as_ref().and_then(|encoder| {

@@ -85,6 +85,10 @@ impl Backend for ProcessBackend {
         self.inner.context_length(model)
     }
 
+    fn tokenizer(&self, model: &ModelSpec) -> Option<crate::backend::constraint::TokenizerSource> {
+        self.inner.tokenizer(model)
+    }
+
     fn load(&self, model: &ModelSpec) -> Result<Box<dyn Runner>, BackendError> {
         let load_error = |message: String| BackendError::Load {
             model: model.name.clone(),

@@ -198,6 +198,13 @@ impl Backend for RkllmBackend {
     }
 
     fn check(&self, request: &ValidRunRequest) -> Result<(), String> {
+        if request.constraint.is_some() {
+            return Err(
+                "a format or a forced tool call is not supported on the rkllm backend yet: ask \
+                 for text (the mock backend holds answers to a format)"
+                    .into(),
+            );
+        }
         if !self.decodes_in_server {
             return Ok(());
         }

@@ -534,6 +534,7 @@ impl RkllmRunner {
             embed: None,
             clear_cache: false,
             stop: Vec::new(),
+            constraint: None,
             lora: None,
         };
         let null = NullOutput(cancel.clone());
