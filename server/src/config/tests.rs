@@ -185,6 +185,7 @@ fn invalid_values_name_their_key() {
                         lora: Vec::new(),
                         system_prompt_cache: None,
                         reasoning: None,
+                        tokenizer: None,
                         settings: crate::engine::ModelSettings::default(),
                     },
                     ModelEntry {
@@ -200,6 +201,7 @@ fn invalid_values_name_their_key() {
                         lora: Vec::new(),
                         system_prompt_cache: None,
                         reasoning: None,
+                        tokenizer: None,
                         settings: crate::engine::ModelSettings::default(),
                     },
                 ],
