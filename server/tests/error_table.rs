@@ -150,12 +150,13 @@ fn openai_error(answer: &Answer) -> &Value {
     let object = answer.body.as_object().expect("an object");
     assert_eq!(object.len(), 1, "only `error`: {}", answer.body);
     let error = &answer.body["error"];
-    let fields: Vec<&str> = error
+    let mut fields: Vec<&str> = error
         .as_object()
         .unwrap_or_else(|| panic!("`error` is an object: {}", answer.body))
         .keys()
         .map(String::as_str)
         .collect();
+    fields.sort_unstable();
     assert_eq!(
         fields,
         ["code", "message", "param", "type"],
@@ -293,10 +294,11 @@ async fn ollama_refusals_have_the_tables_status_and_label() {
     assert!(message.contains("`options.temperature`"), "{message}");
     assert_eq!(raised, one("invalid_params"));
 
-    let (answer, raised) = counted(&state, post(path, &chat(json!({"format": "json"})))).await;
+    let raw = json!({"model": "mock", "prompt": "hi", "raw": true, "stream": false});
+    let (answer, raised) = counted(&state, post("/api/generate", &raw)).await;
     assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
     let message = ollama_error(&answer);
-    assert!(message.contains("`format`"), "{message}");
+    assert!(message.contains("`raw`"), "{message}");
     assert_eq!(raised, one("unsupported"));
 
     let long = chat(json!({"messages": [{"role": "user", "content": too_long()}]}));
@@ -328,12 +330,18 @@ async fn json_rpc_refusals_have_the_tables_code_data_and_label() {
     assert_eq!(error["data"]["field"], "max_tokens", "{error}");
     assert_eq!(raised, one("invalid_params"));
 
-    let (answer, raised) = counted(&state, run(&json!({"prompt": "hi", "format": "json"}))).await;
+    let unfollowable = json!({"type": "object", "$ref": "#/$defs/missing"});
+    let (answer, raised) = counted(
+        &state,
+        run(&json!({"prompt": "hi", "format": unfollowable})),
+    )
+    .await;
     assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
     let error = rpc_error(&answer);
     assert_eq!(error["code"], -32602, "{error}");
     assert_eq!(error["data"]["field"], "format", "{error}");
-    assert_eq!(raised, one("unsupported"));
+    assert!(says(error, "cannot be followed"), "{error}");
+    assert_eq!(raised, one("invalid_params"));
 
     let (answer, raised) = counted(&state, run(&json!({"prompt": too_long()}))).await;
     assert_eq!(answer.status, StatusCode::OK, "{answer:?}");

@@ -507,8 +507,8 @@ TOOLS = [{
         },
     },
 }]
-# What the mock fills in: strings "test", numbers 1, booleans true.
-ARGUMENTS = {"city": "test", "days": 1, "metric": True}
+# What the mock fills in: the required parameters only, strings as "test".
+ARGUMENTS = {"city": "test"}
 CALL = {"model": "mock", "messages": user("What is the weather in Paris? @mock(tool_call=1)"), "tools": TOOLS}
 
 
@@ -593,11 +593,13 @@ def test_thinking_then_a_tool_call(base):
 CHAT = {"model": "mock", "messages": user("Hello")}
 # (fields of a chat completion over CHAT's, the field the 400 names)
 OPENAI_REFUSED = [
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}}}},
+    # Structured output the server cannot follow (it follows the rest:
+    # tests/python/test_structured_output.py).
+    ({"response_format": {"type": "xml"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"$ref": "#/nowhere"}}}},
      "response_format"),
-    ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice"),
-    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
     ({"n": 2}, "n"),
     ({"logprobs": True}, "logprobs"),
     ({"top_logprobs": 3}, "top_logprobs"),
@@ -668,9 +670,8 @@ OLLAMA_REFUSED = [
     ("generate", {"suffix": "end"}, "suffix"),
     ("generate", {"template": "{{ .Prompt }}"}, "template"),
     ("generate", {"context": [1, 2, 3]}, "context"),
-    ("generate", {"format": "json"}, "format"),
-    ("chat", {"format": "json"}, "format"),
-    ("chat", {"format": {"type": "object", "properties": {"a": {"type": "string"}}}}, "format"),
+    ("generate", {"format": {"$ref": "#/nowhere"}}, "format"),
+    ("chat", {"format": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}, "format"),
     ("chat", {"think": "maybe"}, "think"),
     ("chat", {"options": {"temperature": "hot"}}, "options.temperature"),
     ("generate", {"options": {"stop": "x"}}, "options.stop"),
@@ -702,6 +703,7 @@ def test_ollama_neighbours_of_refused_options_are_accepted(base):
 # values the ollama client's own types refuse or change.
 @pytest.mark.parametrize("path,body,field", [
     ("/api/generate", {"prompt": "Hello", "think": 1}, "think"),
+    ("/api/generate", {"prompt": "Hello", "format": "yaml"}, "format"),
     ("/api/chat", {"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
     ("/api/chat", {"messages": [{"role": "user", "content": "Hello", "images": "x"}]}, "messages[0].images"),
 ])

@@ -251,7 +251,7 @@ impl Engine {
         let vocabulary = crate::backend::constraint::Vocabulary::load(&source)
             .map_err(|e| invalid(format!("model `{}`: {e}", slot.name())))?;
         crate::backend::constraint::check(&vocabulary, constraint)
-            .map_err(|e| invalid(format!("the format cannot be followed: {e}")))
+            .map_err(|e| invalid(format!("`format` cannot be followed: {e}")))
     }
 
     /// Marks a model failed when the backend can tell, without loading it,

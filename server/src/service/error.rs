@@ -86,17 +86,19 @@ impl ServiceError {
     }
 
     /// The same error about `to` where it named the field `from` (an API
-    /// whose request calls the prompt by another name).
+    /// whose request calls the prompt by another name); the message's
+    /// mentions of `` `from` `` name `to` too.
     #[must_use]
     pub fn renamed(self, from: &str, to: &str) -> Self {
+        let rename = |message: String| message.replace(&format!("`{from}`"), &format!("`{to}`"));
         match self {
             Self::Invalid { field, message } if field == from => Self::Invalid {
                 field: to.into(),
-                message,
+                message: rename(message),
             },
             Self::TooLarge { field, message } if field == from => Self::TooLarge {
                 field: to.into(),
-                message,
+                message: rename(message),
             },
             other => other,
         }
