@@ -58,6 +58,11 @@ fn next_random(state: &mut u64) -> f64 {
 /// per token of the vocabulary) with `params`; `history` is the answer so
 /// far (for the penalties), `rng` the request's random state. `None` when
 /// nothing is allowed.
+///
+/// One pass over the allowed tokens keeps only those that can still be
+/// among the most likely (see [`Best`]); a repeated token's penalised
+/// logit is put in afterwards, so the penalties are paid per distinct
+/// token of the answer, not per token of the vocabulary.
 pub fn sample(
     logits: &[f32],
     allowed: &SimpleVob,
@@ -65,29 +70,10 @@ pub fn sample(
     history: &[u32],
     rng: &mut u64,
 ) -> Option<u32> {
-    let mut candidates: Vec<(u32, f32)> = Vec::new();
-    allowed.iter_set_entries(|token| {
-        if let Some(&logit) = logits.get(token).filter(|l| l.is_finite()) {
-            candidates.push((token as u32, logit));
-        }
-    });
-    if candidates.is_empty() {
-        return None;
+    let candidates = candidates(logits, allowed, params, history);
+    if params.temperature <= 0.0 || candidates.len() <= 1 {
+        return candidates.first().map(|&(t, _)| t);
     }
-    penalise(&mut candidates, params, history);
-    let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    if params.temperature <= 0.0 || candidates.len() == 1 {
-        return candidates.iter().copied().min_by(by_logit).map(|(t, _)| t);
-    }
-    let keep = match params.top_k {
-        0 => MAX_CANDIDATES,
-        k => k.min(MAX_CANDIDATES),
-    };
-    if candidates.len() > keep {
-        candidates.select_nth_unstable_by(keep - 1, by_logit);
-        candidates.truncate(keep);
-    }
-    candidates.sort_unstable_by(by_logit);
     let top = candidates[0].1;
     let mut weights: Vec<f64> = candidates
         .iter()
@@ -116,28 +102,114 @@ pub fn sample(
     Some(candidates[cut - 1].0)
 }
 
-fn penalise(candidates: &mut [(u32, f32)], params: &SamplingParams, history: &[u32]) {
+/// The allowed tokens a draw with `params` chooses among, most likely
+/// first: the `top_k` best (at most [`MAX_CANDIDATES`]; the best alone
+/// at temperature 0) once penalised.
+pub(super) fn candidates(
+    logits: &[f32],
+    allowed: &SimpleVob,
+    params: &SamplingParams,
+    history: &[u32],
+) -> Vec<(u32, f32)> {
+    let keep = match params.top_k {
+        _ if params.temperature <= 0.0 => 1,
+        0 => MAX_CANDIDATES,
+        k => k.min(MAX_CANDIDATES),
+    };
+    let is_allowed = |token: usize| token < allowed.len() && allowed.is_allowed(token as u32);
+    let usable = |token: usize| logits.get(token).copied().filter(|l| l.is_finite());
+    let repeated = penalised(logits, params, history);
+    // The `keep` best once penalised are among the `keep + repeated` best
+    // before: only the repeated tokens' logits move.
+    let mut best = Best::new(keep + repeated.len());
+    allowed.iter_set_entries(|token| {
+        if let Some(logit) = usable(token) {
+            best.offer(token as u32, logit);
+        }
+    });
+    let mut candidates = best.into_vec();
+    if !repeated.is_empty() {
+        candidates.retain(|(token, _)| repeated.binary_search_by_key(token, |&(t, _)| t).is_err());
+        candidates.extend(repeated.iter().copied().filter(|&(token, logit)| {
+            is_allowed(token as usize) && usable(token as usize).is_some() && logit.is_finite()
+        }));
+    }
+    if candidates.len() > keep {
+        candidates.select_nth_unstable_by(keep - 1, by_logit);
+        candidates.truncate(keep);
+    }
+    candidates.sort_unstable_by(by_logit);
+    candidates
+}
+
+/// Most likely first; the lower id first among equals.
+fn by_logit(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// The `wanted` most likely of the tokens offered, found in one pass:
+/// offers go to a buffer of twice that; when it fills, the best half is
+/// kept and the worst kept logit becomes the bar a later offer must pass
+/// (later offers have higher ids, so one equal to the bar loses the tie).
+struct Best {
+    wanted: usize,
+    kept: Vec<(u32, f32)>,
+    bar: f32,
+}
+
+impl Best {
+    fn new(wanted: usize) -> Self {
+        Self {
+            wanted,
+            kept: Vec::with_capacity(2 * wanted),
+            bar: f32::NEG_INFINITY,
+        }
+    }
+
+    fn offer(&mut self, token: u32, logit: f32) {
+        if self.kept.len() >= self.wanted && logit <= self.bar {
+            return;
+        }
+        self.kept.push((token, logit));
+        if self.kept.len() == 2 * self.wanted {
+            self.kept.select_nth_unstable_by(self.wanted - 1, by_logit);
+            self.kept.truncate(self.wanted);
+            self.bar = self.kept[self.wanted - 1].1;
+        }
+    }
+
+    fn into_vec(self) -> Vec<(u32, f32)> {
+        self.kept
+    }
+}
+
+/// The distinct tokens of `history` with their penalised logits, by id
+/// (none when the settings penalise nothing).
+fn penalised(logits: &[f32], params: &SamplingParams, history: &[u32]) -> Vec<(u32, f32)> {
     let none = params.repeat_penalty == 1.0
         && params.frequency_penalty == 0.0
         && params.presence_penalty == 0.0;
     if none || history.is_empty() {
-        return;
+        return Vec::new();
     }
-    let mut counts: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
-    for &token in history {
-        *counts.entry(token).or_default() += 1;
-    }
-    for (token, logit) in candidates.iter_mut() {
-        let Some(&count) = counts.get(token) else {
+    let mut counted: Vec<u32> = history.to_vec();
+    counted.sort_unstable();
+    let mut repeated: Vec<(u32, f32)> = Vec::new();
+    for run in counted.chunk_by(|a, b| a == b) {
+        let token = run[0];
+        let Some(&raw) = logits.get(token as usize) else {
             continue;
         };
+        let mut logit = raw;
         if params.repeat_penalty > 0.0 && params.repeat_penalty != 1.0 {
-            *logit = if *logit > 0.0 {
-                *logit / params.repeat_penalty
+            logit = if logit > 0.0 {
+                logit / params.repeat_penalty
             } else {
-                *logit * params.repeat_penalty
+                logit * params.repeat_penalty
             };
         }
-        *logit -= params.frequency_penalty * count as f32 + params.presence_penalty;
+        logit -= params.frequency_penalty * run.len() as f32 + params.presence_penalty;
+        repeated.push((token, logit));
     }
+    repeated
 }

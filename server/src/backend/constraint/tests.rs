@@ -176,3 +176,85 @@ fn sampling_keeps_to_the_allowed_tokens_and_the_settings() {
         None
     );
 }
+
+/// What [`sampler::candidates`] must give, the slow way: every allowed
+/// token with a finite logit, penalised, sorted, the best `top_k`.
+fn all_candidates(
+    logits: &[f32],
+    allowed: &toktrie::SimpleVob,
+    params: &SamplingParams,
+    history: &[u32],
+) -> Vec<(u32, f32)> {
+    let mut out: Vec<(u32, f32)> = (0..logits.len() as u32)
+        .filter(|&t| (t as usize) < allowed.len() && allowed.is_allowed(t))
+        .filter(|&t| logits[t as usize].is_finite())
+        .map(|t| {
+            let mut logit = logits[t as usize];
+            let count = history.iter().filter(|&&h| h == t).count();
+            if count > 0 {
+                if params.repeat_penalty > 0.0 && params.repeat_penalty != 1.0 {
+                    logit = if logit > 0.0 {
+                        logit / params.repeat_penalty
+                    } else {
+                        logit * params.repeat_penalty
+                    };
+                }
+                logit -= params.frequency_penalty * count as f32 + params.presence_penalty;
+            }
+            (t, logit)
+        })
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let keep = match params.top_k {
+        _ if params.temperature <= 0.0 => 1,
+        0 => sampler::MAX_CANDIDATES,
+        k => k.min(sampler::MAX_CANDIDATES),
+    };
+    out.truncate(keep);
+    out
+}
+
+#[test]
+fn the_one_pass_choice_of_candidates_is_the_full_sorts() {
+    let mut state = 0x1234_5678_u64;
+    let mut next = move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    };
+    for case in 0..300 {
+        let size = 1 + next(5000) as usize;
+        // Few distinct values, so ties are common; some not finite.
+        let logits: Vec<f32> = (0..size)
+            .map(|_| match next(50) {
+                0 => f32::NEG_INFINITY,
+                1 => f32::NAN,
+                v => (v % 13) as f32 - 6.0,
+            })
+            .collect();
+        // The mask may be shorter or longer than the row.
+        let mut allowed = toktrie::SimpleVob::alloc(size + next(3) as usize * 7);
+        let share = 1 + next(10);
+        for t in 0..allowed.len() as u32 {
+            if next(share) == 0 {
+                allowed.allow_token(t);
+            }
+        }
+        let history: Vec<u32> = (0..next(40))
+            .map(|_| next(size as u64 + 3) as u32)
+            .collect();
+        let params = SamplingParams {
+            temperature: [0.0, 0.7, 1.0][next(3) as usize],
+            top_k: [0, 1, 3, 40, 2000][next(5) as usize],
+            repeat_penalty: [1.0, 1.3, 0.8][next(3) as usize],
+            frequency_penalty: [0.0, 0.5, -1.5][next(3) as usize],
+            presence_penalty: [0.0, 2.0, -2.0][next(3) as usize],
+            ..SamplingParams::default()
+        };
+        let fast = sampler::candidates(&logits, &allowed, &params, &history);
+        let slow = all_candidates(&logits, &allowed, &params, &history);
+        let bits = |c: &[(u32, f32)]| c.iter().map(|&(t, l)| (t, l.to_bits())).collect::<Vec<_>>();
+        assert_eq!(bits(&fast), bits(&slow), "case {case}: {params:?}");
+    }
+}
