@@ -1,0 +1,77 @@
+"""rkllm-server driven by Node.js clients from the npm registry, installed
+by scripts/test into tests/node/node_modules: the MCP TypeScript SDK's
+client (@modelcontextprotocol/client), which in its `auto` mode probes
+`server/discover` first and must fall back to `initialize` at once."""
+
+import json
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+import httpx
+
+from conftest import ROOT, server_binary, start_server, stop_server
+
+NODE = ROOT / "tests" / "node"
+
+
+def node_ready() -> str | None:
+    """Why the Node.js clients cannot run here, or None."""
+    node = shutil.which("node")
+    if node is None:
+        return "node is not installed (scripts/test installs it with apt-get where it can)"
+    major = int(subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip().lstrip("v").split(".")[0])
+    if major < 20:
+        return f"node {major} is older than the clients need (20)"
+    if not (NODE / "node_modules" / "@modelcontextprotocol" / "client").is_dir():
+        return "tests/node/node_modules is missing (scripts/test runs npm ci there)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(node_ready() is not None, reason=str(node_ready()))
+
+
+def run_node(script: str, *args: str) -> dict:
+    done = subprocess.run(
+        ["node", script, *args], cwd=NODE, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def check_generate(seen: dict) -> None:
+    # The probe was answered with an error, so the client fell back to the
+    # 2025 handshake (a silent server would have held it 10 minutes,
+    # beyond the time limit above).
+    assert seen["era"] == "legacy"
+    assert seen["protocolVersion"] == "2025-11-25"
+    assert seen["server"]["name"] == "rkllm-server"
+    assert seen["tools"] == ["generate"]
+    assert not seen["isError"]
+    assert seen["text"] and seen["structured"]["text"] == seen["text"]
+    assert seen["structured"]["finish_reason"] == "length"
+    assert seen["structured"]["usage"]["completion_tokens"] == 12
+    assert seen["progress"] >= 1
+
+
+def test_the_typescript_sdk_in_auto_mode_over_http():
+    proc, base = start_server("--mock-tokens-per-second", "400")
+    try:
+        # What the probe gets: method not found, at once, before any
+        # initialize — never a 5xx or a wait.
+        probe = {"jsonrpc": "2.0", "id": "server-discover-probe-1", "method": "server/discover",
+                 "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}
+        reply = httpx.post(base + "/mcp", json=probe, timeout=10,
+                           headers={"accept": "application/json, text/event-stream",
+                                    "mcp-method": "server/discover"})
+        assert reply.status_code == 200
+        assert reply.json() == {"jsonrpc": "2.0", "id": "server-discover-probe-1",
+                                "error": {"code": -32601, "message": "Method not found: server/discover"}}
+        check_generate(run_node("mcp_auto.mjs", "http", base + "/mcp"))
+    finally:
+        stop_server(proc)
+
+
+def test_the_typescript_sdk_in_auto_mode_over_stdio():
+    check_generate(run_node("mcp_auto.mjs", "stdio", server_binary(), "--stdio", "--mock-tokens-per-second", "400"))
