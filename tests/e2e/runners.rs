@@ -251,19 +251,36 @@ fn process_alive(pid: u64) -> bool {
         .unwrap_or(false)
 }
 
-/// The children of a process.
+/// The children of a process, found by the parent pid in every process's
+/// `stat` (`/proc/PID/task/TID/children` needs a kernel option that not every
+/// machine has).
 fn children_of(pid: u64) -> Vec<u64> {
     let mut children = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-    {
-        let Ok(task) = task else { continue };
-        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        children.extend(
-            list.split_whitespace()
-                .filter_map(|p| p.parse::<u64>().ok()),
-        );
+    for entry in std::fs::read_dir("/proc").into_iter().flatten() {
+        let Ok(entry) = entry else { continue };
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The name in parentheses may hold spaces: the fields after its last ')'
+        // are the state, then the parent pid.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        if rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u64>().ok())
+            == Some(pid)
+        {
+            children.push(child);
+        }
     }
     children
 }
