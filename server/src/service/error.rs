@@ -86,17 +86,19 @@ impl ServiceError {
     }
 
     /// The same error about `to` where it named the field `from` (an API
-    /// whose request calls the prompt by another name).
+    /// whose request calls the prompt by another name), in its field and
+    /// in its message (for the APIs whose body has no field of its own).
     #[must_use]
     pub fn renamed(self, from: &str, to: &str) -> Self {
+        let rename = |message: String| message.replace(&format!("`{from}`"), &format!("`{to}`"));
         match self {
             Self::Invalid { field, message } if field == from => Self::Invalid {
                 field: to.into(),
-                message,
+                message: rename(message),
             },
             Self::TooLarge { field, message } if field == from => Self::TooLarge {
                 field: to.into(),
-                message,
+                message: rename(message),
             },
             other => other,
         }
@@ -290,5 +292,18 @@ mod tests {
         }
         .into();
         assert_eq!((full.status(), full.retry_after_secs()), (503, Some(1)));
+    }
+
+    #[test]
+    fn a_renamed_error_names_the_apis_field_in_its_message_too() {
+        let err = ServiceError::invalid("stop", "each `stop` string must be 1 to 256 bytes")
+            .renamed("stop", "stop_sequences");
+        assert_eq!(err.field(), Some("stop_sequences"));
+        assert_eq!(
+            err.to_string(),
+            "each `stop_sequences` string must be 1 to 256 bytes"
+        );
+        let other = ServiceError::invalid("top_k", "`stop` aside").renamed("stop", "x");
+        assert_eq!(other, ServiceError::invalid("top_k", "`stop` aside"));
     }
 }
