@@ -8,6 +8,7 @@
 //! Anthropic's `{"type": "error", "error": {…}}`. `anthropic-version` and
 //! `anthropic-beta` are accepted and not read.
 
+mod content;
 mod error;
 mod stream;
 mod wire;
