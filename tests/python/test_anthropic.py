@@ -4,13 +4,16 @@
 import base64
 import json
 import re
+import shutil
+import subprocess
 import time
 
 import anthropic
 import httpx
 import pytest
 
-from conftest import start_server, stop_server
+from conftest import ROOT, start_server, stop_server
+from test_docs_curl import commands
 from test_vision import GREEN, RED, colours, vision_server  # noqa: F401 (a fixture)
 
 PROMPT = "Tell me about the Rock 5B @mock(length=40)"
@@ -363,5 +366,35 @@ def test_a_client_that_disconnects_mid_stream_aborts_the_generation():
         # Had the generation gone on (5000 s), this would time out.
         after = client.messages.create(model="mock", max_tokens=10, messages=user("after @mock(length=3)"))
         assert after.stop_reason == "end_turn"
+    finally:
+        stop_server(proc)
+
+
+def doc_examples() -> list:
+    """The ```sh blocks of the Anthropic section of docs/anthropic-responses.md."""
+    text = (ROOT / "docs" / "anthropic-responses.md").read_text(encoding="utf-8")
+    section = text.split("## Anthropic Messages", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)```", section.split("### With curl", 1)[1], flags=re.S)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_docs_curl_examples_work_as_written():
+    proc, base = start_server("--mock-tokens-per-second", "0")
+    try:
+        blocks = doc_examples()
+        assert len(blocks) == 4
+        for block in blocks:
+            for command in commands(block):
+                done = subprocess.run(
+                    ["bash", "-c", command.replace("localhost:8080", base.removeprefix("http://"))],
+                    capture_output=True, text=True, timeout=60,
+                )
+                assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+                body = done.stdout.strip()
+                if body.startswith("event:"):
+                    data = [json.loads(l.removeprefix("data:")) for l in body.splitlines() if l.startswith("data:")]
+                    assert data[0]["type"] == "message_start" and data[-1]["type"] == "message_stop", body
+                else:
+                    assert "error" not in json.loads(body), body
     finally:
         stop_server(proc)
