@@ -221,6 +221,20 @@ def test_errors_in_anthropics_shape(server):
     assert httpx.post(server + "/v1/messages/batches", json={}, headers=headers).json()["error"]["type"] == "not_found_error"
 
 
+def test_a_failure_mid_stream_is_an_error_event_and_before_it_a_500(server):
+    client = client_for(server, max_retries=0)
+    ask = user("fail soon @mock(error_after=3)")
+    with pytest.raises(anthropic.APIStatusError) as failed:
+        with client.messages.stream(model="mock", max_tokens=50, messages=ask) as stream:
+            for _ in stream:
+                pass
+    assert failed.value.body["type"] == "error" and failed.value.body["error"]["type"] == "api_error"
+    assert "error_after" in failed.value.body["error"]["message"]
+    with pytest.raises(anthropic.InternalServerError) as whole:
+        client.messages.create(model="mock", max_tokens=50, messages=ask)
+    assert whole.value.status_code == 500 and whole.value.body["error"]["type"] == "api_error"
+
+
 def test_a_body_over_the_limit_is_413_request_too_large(tmp_path):
     config = tmp_path / "config.toml"
     config.write_text("[limits]\nmax_request_bytes = 4096\nmax_prompt_bytes = 1024\n")
