@@ -31,6 +31,8 @@ pub enum Transport {
     Mcp,
     /// OpenAI chat completions with `stream: true` (SSE).
     Openai,
+    /// Anthropic messages with `stream: true` (named SSE events).
+    Anthropic,
     /// Ollama `/api/chat`, streamed as NDJSON.
     Ollama,
     /// JSON-RPC lines on the server's stdin and stdout.
@@ -39,12 +41,13 @@ pub enum Transport {
 
 impl Transport {
     /// Every transport, in report order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Ws,
         Self::Poll,
         Self::LongPoll,
         Self::Mcp,
         Self::Openai,
+        Self::Anthropic,
         Self::Ollama,
         Self::Stdio,
     ];
@@ -57,6 +60,7 @@ impl Transport {
             Self::LongPoll => "long-poll",
             Self::Mcp => "mcp",
             Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
             Self::Ollama => "ollama",
             Self::Stdio => "stdio",
         }
@@ -263,6 +267,9 @@ impl Client {
                     }
                     Transport::Ollama => {
                         ollama_stream(http, base, &prompt, spec, &mut totals).await
+                    }
+                    Transport::Anthropic => {
+                        anthropic_stream(http, base, &prompt, spec, &mut totals).await
                     }
                     _ => openai_stream(http, base, &prompt, spec, &mut totals).await,
                 },
@@ -590,6 +597,71 @@ async fn openai_stream(
     .await?;
     let usage = usage.ok_or("the OpenAI stream had no usage")?;
     totals.tokens += usage.completion_tokens;
+    totals.streams += 1;
+    Ok(())
+}
+
+/// An Anthropic event as the benchmark reads it.
+#[derive(Debug, Deserialize)]
+struct AnthropicEvent {
+    #[serde(rename = "type")]
+    kind: AnthropicKind,
+    #[serde(default)]
+    produced_ns: Option<u64>,
+    #[serde(default)]
+    usage: Option<AnthropicUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum AnthropicKind {
+    MessageDelta,
+    MessageStop,
+    Error,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+struct AnthropicUsage {
+    output_tokens: u64,
+}
+
+async fn anthropic_stream(
+    http: &reqwest::Client,
+    base: &str,
+    prompt: &str,
+    spec: StreamSpec,
+    totals: &mut Totals,
+) -> Result<(), String> {
+    let body = json!({"model": "mock", "stream": true, "max_tokens": spec.tokens,
+        "messages": [{"role": "user", "content": prompt}]});
+    let sent = monotonic_ns();
+    let response = post_stream(http, &format!("{base}/v1/messages"), "Anthropic", &body).await?;
+    let mut first = true;
+    let mut tokens = None;
+    read_sse(response, |data, now| {
+        let event: AnthropicEvent =
+            serde_json::from_slice(data).map_err(|e| format!("bad Anthropic event: {e}"))?;
+        match event.kind {
+            AnthropicKind::Error => Err(format!("Anthropic stream failed: {:?}", event.error)),
+            AnthropicKind::MessageDelta => {
+                tokens = event.usage.map(|u| u.output_tokens);
+                Ok(false)
+            }
+            AnthropicKind::MessageStop => Ok(true),
+            AnthropicKind::Other => {
+                if event.produced_ns.is_some() {
+                    totals.chunk(sent, now, event.produced_ns, &mut first);
+                }
+                Ok(false)
+            }
+        }
+    })
+    .await?;
+    totals.tokens += tokens.ok_or("the Anthropic stream had no usage")?;
     totals.streams += 1;
     Ok(())
 }

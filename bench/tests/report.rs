@@ -72,6 +72,7 @@ fn a_short_run_reports_every_transport_with_tokens_latencies_and_memory() {
         "long-poll",
         "mcp",
         "openai",
+        "anthropic",
         "ollama",
         "stdio",
     ];

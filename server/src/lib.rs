@@ -70,6 +70,12 @@ pub fn app(state: Arc<AppState>) -> Router {
         .fallback(not_found);
     let router = Router::new()
         .merge(v1)
+        .merge(with_layers(
+            transport::api::anthropic::routes(),
+            &state,
+            transport::api::anthropic::shape,
+            true,
+        ))
         .merge(ollama)
         .merge(with_layers(rpc, &state, rpc_shape, true))
         .merge(with_layers(open, &state, rpc_shape, false));

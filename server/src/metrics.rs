@@ -23,6 +23,11 @@ struct RequestLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabels {
+    api: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
 }
@@ -55,6 +60,7 @@ const MODEL_STATES: [&str; 4] = ["available", "loading", "loaded", "failed"];
 struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
+    http_requests: Family<ApiLabels, Counter>,
     rejected: Family<ReasonLabels, Counter>,
     aborts: Family<CauseLabels, Counter>,
     generations: Counter,
@@ -81,6 +87,12 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "requests",
         "JSON-RPC requests by transport and outcome",
         requests.clone(),
+    );
+    let http_requests = Family::<ApiLabels, Counter>::default();
+    registry.register(
+        "http_requests",
+        "Generation requests received by each HTTP API, refused ones included",
+        http_requests.clone(),
     );
     let rejected = Family::<ReasonLabels, Counter>::default();
     registry.register(
@@ -188,6 +200,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         model_state,
         runner_memory,
         requests,
+        http_requests,
         rejected,
         aborts,
         generations,
@@ -208,6 +221,15 @@ pub fn request(transport: &'static str, outcome: &'static str) {
     METRICS
         .requests
         .get_or_create(&RequestLabels { transport, outcome })
+        .inc();
+}
+
+/// Counts a generation request an HTTP API received (`openai`, `ollama`,
+/// `anthropic`, `responses`), before it is read: refused ones count too.
+pub fn api_request(api: &'static str) {
+    METRICS
+        .http_requests
+        .get_or_create(&ApiLabels { api })
         .inc();
 }
 

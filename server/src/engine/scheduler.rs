@@ -353,6 +353,11 @@ impl Engine {
             .ok_or_else(|| self.unknown_model(slot.name()).into())
     }
 
+    /// The limits requests are checked against (`[limits]`).
+    pub fn request_limits(&self) -> RequestLimits {
+        self.limits.request
+    }
+
     /// Whether a model of this name is served (whatever its state).
     pub fn has_model(&self, name: &str) -> bool {
         self.slot(Some(name)).is_ok()

@@ -293,4 +293,17 @@ mod tests {
         .into();
         assert_eq!((full.status(), full.retry_after_secs()), (503, Some(1)));
     }
+
+    #[test]
+    fn a_renamed_error_names_the_apis_field_in_its_message_too() {
+        let err = ServiceError::invalid("stop", "each `stop` string must be 1 to 256 bytes")
+            .renamed("stop", "stop_sequences");
+        assert_eq!(err.field(), Some("stop_sequences"));
+        assert_eq!(
+            err.to_string(),
+            "each `stop_sequences` string must be 1 to 256 bytes"
+        );
+        let other = ServiceError::invalid("top_k", "`stop` aside").renamed("stop", "x");
+        assert_eq!(other, ServiceError::invalid("top_k", "`stop` aside"));
+    }
 }

@@ -3,6 +3,7 @@
 //! the generation service ([`crate::service`]); none holds generation
 //! logic of its own.
 
+pub mod anthropic;
 pub mod ollama;
 pub mod openai;
 

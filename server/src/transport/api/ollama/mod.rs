@@ -334,6 +334,7 @@ fn default_model(state: &AppState) -> String {
 
 /// `POST /api/generate`.
 async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Response> {
+    crate::metrics::api_request("ollama");
     let request: wire::GenerateRequest = parse_body(&body)?;
     let model = resolve(&state, request.model.as_deref())?;
     let stream = request.stream.unwrap_or(true);
@@ -347,6 +348,7 @@ async fn generate(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Res
 
 /// `POST /api/chat`.
 async fn chat(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Response> {
+    crate::metrics::api_request("ollama");
     let request: wire::ChatRequest = parse_body(&body)?;
     let model = resolve(&state, request.model.as_deref())?;
     let stream = request.stream.unwrap_or(true);

@@ -87,6 +87,7 @@ async fn completions(State(state): State<Arc<AppState>>, body: Bytes) -> Result<
 }
 
 async fn respond(state: Arc<AppState>, body: &[u8], kind: Kind) -> Result<Response> {
+    crate::metrics::api_request("openai");
     let request: wire::Request = parse_body(body)?;
     let (streaming, include_usage) = (request.stream, request.include_usage());
     let mut generate = request.generate(kind == Kind::Chat)?;

@@ -1,0 +1,130 @@
+//! Anthropic's error shape: `{"type": "error", "error": {"type",
+//! "message"}}`, its `type` named after the status, with the service's
+//! status and `Retry-After` — except a full server, which is 529
+//! `overloaded_error` here.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::service::ServiceError;
+
+/// Anthropic's "overloaded" status.
+const OVERLOADED: u16 = 529;
+
+/// A service error answered in Anthropic's shape.
+#[derive(Debug)]
+pub struct AnthropicError(pub ServiceError);
+
+impl From<ServiceError> for AnthropicError {
+    fn from(err: ServiceError) -> Self {
+        Self(err)
+    }
+}
+
+/// The status of a service error: the table's, except that a full queue
+/// (or too many streams, or a shutdown under way) is 529. This is the one
+/// place an API changes the table's status: Anthropic's clients know an
+/// overloaded server by 529 `overloaded_error` (the SDK's
+/// `OverloadedError`, which it retries after `Retry-After`), not by 503.
+fn status(err: &ServiceError) -> StatusCode {
+    let code = match err {
+        ServiceError::Busy { .. } => OVERLOADED,
+        other => other.status(),
+    };
+    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// Anthropic's error `type` for a status.
+pub fn error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        OVERLOADED => "overloaded_error",
+        s if s >= 500 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// The error object (also an `error` event's data when a stream fails).
+pub fn error_body(kind: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message}})
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        let err = self.0;
+        err.record();
+        let status = status(&err);
+        let body = error_body(error_type(status), &err.to_string());
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Some(secs) = err.retry_after_secs()
+            && let Ok(value) = HeaderValue::from_str(&secs.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        response
+    }
+}
+
+/// A neutral error (the guard, the keys, the body limit, an unknown path)
+/// in Anthropic's shape.
+pub fn shape(status: StatusCode, message: &str) -> Response {
+    (status, axum::Json(error_body(error_type(status), message))).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_server_is_529_overloaded_and_the_rest_keep_the_tables_status() {
+        let busy = AnthropicError(ServiceError::Busy {
+            message: "server busy".into(),
+            retry_after_ms: 1500,
+        })
+        .into_response();
+        assert_eq!(busy.status().as_u16(), 529);
+        assert_eq!(busy.headers()[header::RETRY_AFTER], "2");
+        for (err, status, kind) in [
+            (
+                ServiceError::invalid("max_tokens", "x"),
+                400,
+                "invalid_request_error",
+            ),
+            (
+                ServiceError::UnknownModel {
+                    name: "a".into(),
+                    available: vec![],
+                },
+                404,
+                "not_found_error",
+            ),
+            (
+                ServiceError::Failed {
+                    message: "x".into(),
+                },
+                500,
+                "api_error",
+            ),
+        ] {
+            let response = AnthropicError(err).into_response();
+            assert_eq!(response.status().as_u16(), status);
+            assert_eq!(error_type(response.status()), kind);
+        }
+        for (status, kind) in [
+            (401, "authentication_error"),
+            (403, "permission_error"),
+            (413, "request_too_large"),
+            (429, "rate_limit_error"),
+            (405, "invalid_request_error"),
+        ] {
+            assert_eq!(error_type(StatusCode::from_u16(status).unwrap()), kind);
+        }
+    }
+}
