@@ -5,6 +5,7 @@
 
 pub mod ollama;
 pub mod openai;
+pub mod responses;
 
 use std::sync::Arc;
 
