@@ -31,6 +31,8 @@ pub enum Transport {
     Mcp,
     /// OpenAI chat completions with `stream: true` (SSE).
     Openai,
+    /// The OpenAI Responses API with `stream: true` (SSE events).
+    Responses,
     /// Ollama `/api/chat`, streamed as NDJSON.
     Ollama,
     /// JSON-RPC lines on the server's stdin and stdout.
@@ -39,12 +41,13 @@ pub enum Transport {
 
 impl Transport {
     /// Every transport, in report order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Ws,
         Self::Poll,
         Self::LongPoll,
         Self::Mcp,
         Self::Openai,
+        Self::Responses,
         Self::Ollama,
         Self::Stdio,
     ];
@@ -57,6 +60,7 @@ impl Transport {
             Self::LongPoll => "long-poll",
             Self::Mcp => "mcp",
             Self::Openai => "openai",
+            Self::Responses => "responses",
             Self::Ollama => "ollama",
             Self::Stdio => "stdio",
         }
@@ -263,6 +267,9 @@ impl Client {
                     }
                     Transport::Ollama => {
                         ollama_stream(http, base, &prompt, spec, &mut totals).await
+                    }
+                    Transport::Responses => {
+                        responses_stream(http, base, &prompt, spec, &mut totals).await
                     }
                     _ => openai_stream(http, base, &prompt, spec, &mut totals).await,
                 },
@@ -592,6 +599,74 @@ async fn openai_stream(
     totals.tokens += usage.completion_tokens;
     totals.streams += 1;
     Ok(())
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponsesEvent {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    produced_ns: Option<u64>,
+    #[serde(default)]
+    response: Option<ResponsesObject>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponsesObject {
+    #[serde(default)]
+    usage: Option<ResponsesUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponsesUsage {
+    output_tokens: u64,
+}
+
+/// One stream of the Responses API: text arrives as
+/// `response.output_text.delta` events; the stream ends with
+/// `response.completed` (or `response.incomplete`), whose usage counts
+/// the tokens. `store: false`, as Codex sends it.
+async fn responses_stream(
+    http: &reqwest::Client,
+    base: &str,
+    prompt: &str,
+    spec: StreamSpec,
+    totals: &mut Totals,
+) -> Result<(), String> {
+    let body = json!({"model": "mock", "stream": true, "store": false,
+        "max_output_tokens": spec.tokens, "input": prompt});
+    let sent = monotonic_ns();
+    let response = post_stream(http, &format!("{base}/v1/responses"), "Responses", &body).await?;
+    let mut first = true;
+    read_sse(response, |data, now| {
+        let event: ResponsesEvent =
+            serde_json::from_slice(data).map_err(|e| format!("bad Responses event: {e}"))?;
+        match event.kind.as_str() {
+            "response.output_text.delta" => {
+                if event.produced_ns.is_some() {
+                    totals.chunk(sent, now, event.produced_ns, &mut first);
+                }
+                Ok(false)
+            }
+            "response.completed" | "response.incomplete" => {
+                let usage = event
+                    .response
+                    .and_then(|r| r.usage)
+                    .ok_or("the Responses stream ended without usage")?;
+                totals.tokens += usage.output_tokens;
+                totals.streams += 1;
+                Ok(true)
+            }
+            "response.failed" | "error" => Err(format!(
+                "Responses stream failed: {:?}",
+                event.response.and_then(|r| r.error)
+            )),
+            _ => Ok(false),
+        }
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize)]

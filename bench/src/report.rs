@@ -256,6 +256,7 @@ impl Report {
             (Transport::Ws, "WebSocket"),
             (Transport::Mcp, "MCP Streamable HTTP"),
             (Transport::Openai, "OpenAI SSE"),
+            (Transport::Responses, "OpenAI Responses SSE"),
             (Transport::Ollama, "Ollama NDJSON"),
         ] {
             at_most(
