@@ -216,11 +216,20 @@ impl Output {
         Value::Object(response)
     }
 
-    /// `response.created` and `response.in_progress`.
+    /// `response.created` and `response.in_progress` (the response
+    /// serialised once for both: they go out before the first token).
     pub fn start(&mut self, out: &mut Vec<Frame>) {
+        if !self.emit {
+            return;
+        }
+        let response = self.response("in_progress", Value::Null, &[]).to_string();
         for kind in ["response.created", "response.in_progress"] {
-            let response = self.response("in_progress", Value::Null, &[]);
-            self.event(out, kind, || json!({"response": response}));
+            let data = format!(
+                "{{\"response\":{response},\"sequence_number\":{},\"type\":\"{kind}\"}}",
+                self.sequence
+            );
+            self.sequence += 1;
+            out.push(Frame { kind, data });
         }
     }
 
