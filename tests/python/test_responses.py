@@ -4,6 +4,7 @@ with every streamed event and every response validated against the SDK's own
 types."""
 
 import asyncio
+import base64
 import json
 import re
 import time
@@ -12,7 +13,6 @@ import httpx
 import openai
 import pydantic
 import pytest
-import zstandard
 from openai.types.responses import Response, ResponseStreamEvent
 
 from conftest import start_server, stop_server
@@ -315,25 +315,60 @@ def test_the_agents_sdk_completes_a_one_tool_task(server):
     assert "raw_response_event" in kinds and "run_item_stream_event" in kinds
 
 
+# A Codex-sized body (instructions, tools, one user message) compressed with
+# zstd at level 3 by the reference library: once as one frame with its size,
+# once by a streaming encoder (no size, as a client compressing as it sends
+# writes it); and 2 MiB of spaces at level 19 (81 bytes).
+ZSTD_TOOLS = [
+    {"type": "function", "name": f"tool_{i}", "description": f"Does thing number {i} in the workspace",
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+    for i in range(6)
+]
+ZSTD_BODY = json.dumps(
+    {
+        "model": "mock",
+        "instructions": "Answer briefly and use the tools when asked. " * 20,
+        "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]}],
+        "tools": ZSTD_TOOLS,
+    },
+    separators=(",", ":"),
+).encode()
+ZSTD_WHOLE = base64.b64decode(
+    "KLUv/WBpB9UJAObRNyMgi7gNZ5ik1VZXHki+bQ1xIMUOAdxXAPXQbdRWGIkSABIADiwALQAuALxQ84EgR6015tOY/LDRhZHokWwX3ISwFjw5"
+    "a2PNvG1WdnWIadKTR9k06Q0BBgyEmIbQry0LU8IoyoQnV2+GbIdma2Ouvskvanv1dBZzpov0GxrJ+zkUaBIKjqFtEGV4wM1FeoqOsqeRsx08"
+    "uWPLcDZXPzikpVfX97hSJmV6wGEx8LSjGQEQYJPCYCwWCkUigUCoaVIayZtc9hZyr6bpjrJtfnq5ZL3p2jomFZaWnDc7pbXLMSsiIKAiERwL"
+    "PUsqII8xxUgKI3UgGWNKSB4jxYCUGxUwNOFoCSOhd3S0On0lZQTv9htGZGRgqwCDKGzrmdmC/x0WyJKjN6n64tOurt8nR4rNyMxc0FCF1TID"
+)
+ZSTD_STREAMED = base64.b64decode(
+    "KLUv/QBY1QkA5hM8I0CLmwN7xEXCHVvEbLVmUXovqo3K4X3HhI54uHqYkHIVRY0LMQAwADMAHV0KLOrAlasNJOHD3KlNp8KYy66MPA9tT8mn"
+    "ELgFV4fLrVl8Dbc93WEMXf3RhaE3BBBBGjDSYYzQkZWVCuXzaMLV05tB29HRbVvtZfb0pzBeXR9+T1dmQajQ1dVF+g0N9Q46jyHb8pBPFShu"
+    "MtuaTqh8cPXl1q49BnV5+sGhrtDap298PCVREj3gsBhomll9ABzGAVHCYCwWCkUigUCkKEoa6ou+Fhf0PUXRmW2vYdPLaeunjp97ejNVUFgd"
+    "Pm2F1lvu6cpWGgALpAKQxwAUA0hhAOoAkjEAJQB5DEAxQMrNVMCUJsBoSRkR9AbSVjh3OG1Ukyik4BlmO3zRnOhCapXr16mrzOKyhiqs1Bk="
+)
+ZSTD_BOMB = base64.b64decode(
+    "KLUv/aAAACAATAAACCABAPz/ORACAgAQIAIAECACABAgAgAQIAIAECACABAgAgAQIAIAECACABAgAgAQIAIAECACABAgAgAQIAIAECADABAg"
+)
+
+
 def test_a_zstd_body_is_read(server):
-    body = json.dumps({"model": "mock", "input": PROMPT}).encode()
-    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json", "Content-Encoding": "zstd"}
-    plain = httpx.post(server + "/v1/responses", content=body, headers={"Authorization": f"Bearer {KEY}"}).json()
-    # One frame with its size, and a streamed frame without (as a streaming
-    # encoder writes it).
-    whole = zstandard.ZstdCompressor().compress(body)
-    compressor = zstandard.ZstdCompressor(write_content_size=False).compressobj()
-    streamed = compressor.compress(body) + compressor.flush()
-    for packed in (whole, streamed):
+    auth = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    headers = {**auth, "Content-Encoding": "zstd"}
+    plain = httpx.post(server + "/v1/responses", content=ZSTD_BODY, headers=auth)
+    assert plain.status_code == 200, plain.text
+    expected = plain.json()["output"][0]["content"][0]["text"]
+    for packed in (ZSTD_WHOLE, ZSTD_STREAMED):
+        assert len(packed) < len(ZSTD_BODY) // 4
         answer = httpx.post(server + "/v1/responses", content=packed, headers=headers)
         assert answer.status_code == 200, answer.text
-        assert answer.json()["output"][0]["content"][0]["text"] == plain["output"][0]["content"][0]["text"]
+        assert answer.json()["output"][0]["content"][0]["text"] == expected
+        assert [t["name"] for t in answer.json()["tools"]] == [t["name"] for t in ZSTD_TOOLS]
     # Past the body limit once decoded: 413, in OpenAI's shape.
-    bomb = zstandard.ZstdCompressor().compress(b" " * (2 << 20))
-    refused = httpx.post(server + "/v1/responses", content=bomb, headers=headers)
+    refused = httpx.post(server + "/v1/responses", content=ZSTD_BOMB, headers=headers)
     assert refused.status_code == 413 and "max_request_bytes" in refused.json()["error"]["message"]
     corrupt = httpx.post(server + "/v1/responses", content=b"not zstd", headers=headers)
     assert corrupt.status_code == 400 and corrupt.json()["error"]["param"] == "body"
+    gzip = httpx.post(server + "/v1/responses", content=ZSTD_BODY, headers={**auth, "Content-Encoding": "gzip"})
+    assert gzip.status_code == 415 and gzip.json()["error"]["message"].startswith("`Content-Encoding: gzip`")
 
 
 def test_the_websocket_attempt_is_refused_at_once(server):
