@@ -17,6 +17,11 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::stats::monotonic_ns;
 
+mod http_apis;
+mod stdio;
+use http_apis::{anthropic_stream, ollama_stream, openai_stream, responses_stream};
+pub use stdio::StdioMux;
+
 /// The transports the benchmark drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -33,6 +38,8 @@ pub enum Transport {
     Openai,
     /// Anthropic messages with `stream: true` (named SSE events).
     Anthropic,
+    /// The OpenAI Responses API with `stream: true` (SSE events).
+    Responses,
     /// Ollama `/api/chat`, streamed as NDJSON.
     Ollama,
     /// JSON-RPC lines on the server's stdin and stdout.
@@ -41,13 +48,14 @@ pub enum Transport {
 
 impl Transport {
     /// Every transport, in report order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Ws,
         Self::Poll,
         Self::LongPoll,
         Self::Mcp,
         Self::Openai,
         Self::Anthropic,
+        Self::Responses,
         Self::Ollama,
         Self::Stdio,
     ];
@@ -61,6 +69,7 @@ impl Transport {
             Self::Mcp => "mcp",
             Self::Openai => "openai",
             Self::Anthropic => "anthropic",
+            Self::Responses => "responses",
             Self::Ollama => "ollama",
             Self::Stdio => "stdio",
         }
@@ -270,6 +279,9 @@ impl Client {
                     }
                     Transport::Anthropic => {
                         anthropic_stream(http, base, &prompt, spec, &mut totals).await
+                    }
+                    Transport::Responses => {
+                        responses_stream(http, base, &prompt, spec, &mut totals).await
                     }
                     _ => openai_stream(http, base, &prompt, spec, &mut totals).await,
                 },
@@ -524,303 +536,4 @@ async fn mcp_stream(
         }
     })
     .await
-}
-
-#[derive(Debug, Deserialize)]
-struct OpenAiChunk {
-    #[serde(default)]
-    produced_ns: Option<u64>,
-    #[serde(default)]
-    usage: Option<UsageMsg>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-/// Posts a streaming request of an HTTP API (`what` names it in errors);
-/// returns the response once its status says it succeeded.
-async fn post_stream(
-    http: &reqwest::Client,
-    url: &str,
-    what: &str,
-    body: &Value,
-) -> Result<reqwest::Response, String> {
-    let response = http
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .map_err(|e| format!("{what} POST: {e}"))?;
-    if !response.status().is_success() {
-        return Err(format!("{what} POST: {}", response.status()));
-    }
-    Ok(response)
-}
-
-async fn openai_stream(
-    http: &reqwest::Client,
-    base: &str,
-    prompt: &str,
-    spec: StreamSpec,
-    totals: &mut Totals,
-) -> Result<(), String> {
-    let body = json!({"model": "mock", "stream": true, "max_tokens": spec.tokens,
-        "stream_options": {"include_usage": true},
-        "messages": [{"role": "user", "content": prompt}]});
-    let sent = monotonic_ns();
-    let response = post_stream(
-        http,
-        &format!("{base}/v1/chat/completions"),
-        "OpenAI",
-        &body,
-    )
-    .await?;
-    let mut first = true;
-    let mut usage = None;
-    read_sse(response, |data, now| {
-        if data == b"[DONE]" {
-            return Ok(true);
-        }
-        let chunk: OpenAiChunk =
-            serde_json::from_slice(data).map_err(|e| format!("bad OpenAI event: {e}"))?;
-        if let Some(error) = chunk.error {
-            return Err(format!("OpenAI stream failed: {error}"));
-        }
-        if chunk.produced_ns.is_some() {
-            totals.chunk(sent, now, chunk.produced_ns, &mut first);
-        }
-        if chunk.usage.is_some() {
-            usage = chunk.usage;
-        }
-        Ok(false)
-    })
-    .await?;
-    let usage = usage.ok_or("the OpenAI stream had no usage")?;
-    totals.tokens += usage.completion_tokens;
-    totals.streams += 1;
-    Ok(())
-}
-
-/// An Anthropic event as the benchmark reads it.
-#[derive(Debug, Deserialize)]
-struct AnthropicEvent {
-    #[serde(rename = "type")]
-    kind: AnthropicKind,
-    #[serde(default)]
-    produced_ns: Option<u64>,
-    #[serde(default)]
-    usage: Option<AnthropicUsage>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum AnthropicKind {
-    MessageDelta,
-    MessageStop,
-    Error,
-    #[serde(other)]
-    Other,
-}
-
-#[derive(Debug, Deserialize)]
-struct AnthropicUsage {
-    output_tokens: u64,
-}
-
-async fn anthropic_stream(
-    http: &reqwest::Client,
-    base: &str,
-    prompt: &str,
-    spec: StreamSpec,
-    totals: &mut Totals,
-) -> Result<(), String> {
-    let body = json!({"model": "mock", "stream": true, "max_tokens": spec.tokens,
-        "messages": [{"role": "user", "content": prompt}]});
-    let sent = monotonic_ns();
-    let response = post_stream(http, &format!("{base}/v1/messages"), "Anthropic", &body).await?;
-    let mut first = true;
-    let mut tokens = None;
-    read_sse(response, |data, now| {
-        let event: AnthropicEvent =
-            serde_json::from_slice(data).map_err(|e| format!("bad Anthropic event: {e}"))?;
-        match event.kind {
-            AnthropicKind::Error => Err(format!("Anthropic stream failed: {:?}", event.error)),
-            AnthropicKind::MessageDelta => {
-                tokens = event.usage.map(|u| u.output_tokens);
-                Ok(false)
-            }
-            AnthropicKind::MessageStop => Ok(true),
-            AnthropicKind::Other => {
-                if event.produced_ns.is_some() {
-                    totals.chunk(sent, now, event.produced_ns, &mut first);
-                }
-                Ok(false)
-            }
-        }
-    })
-    .await?;
-    totals.tokens += tokens.ok_or("the Anthropic stream had no usage")?;
-    totals.streams += 1;
-    Ok(())
-}
-
-#[derive(Debug, Deserialize)]
-struct OllamaLine {
-    #[serde(default)]
-    produced_ns: Option<u64>,
-    #[serde(default)]
-    done: bool,
-    #[serde(default)]
-    eval_count: Option<u64>,
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-async fn ollama_stream(
-    http: &reqwest::Client,
-    base: &str,
-    prompt: &str,
-    spec: StreamSpec,
-    totals: &mut Totals,
-) -> Result<(), String> {
-    let body = json!({"model": "mock", "stream": true, "options": {"num_predict": spec.tokens},
-        "messages": [{"role": "user", "content": prompt}]});
-    let sent = monotonic_ns();
-    let response = post_stream(http, &format!("{base}/api/chat"), "Ollama", &body).await?;
-    let mut first = true;
-    read_records(response, "NDJSON", b"\n", |line, now| {
-        let line: OllamaLine =
-            serde_json::from_slice(line).map_err(|e| format!("bad Ollama line: {e}"))?;
-        if let Some(error) = line.error {
-            return Err(format!("Ollama stream failed: {error}"));
-        }
-        if line.done {
-            totals.tokens += line
-                .eval_count
-                .ok_or("the last Ollama line had no eval_count")?;
-            totals.streams += 1;
-            return Ok(true);
-        }
-        if line.produced_ns.is_some() {
-            totals.chunk(sent, now, line.produced_ns, &mut first);
-        }
-        Ok(false)
-    })
-    .await
-}
-
-/// One stdio connection shared by many streams: a writer, and a reader
-/// task that routes each pushed chunk to its stream's channel.
-#[derive(Debug)]
-pub struct StdioMux {
-    writer: tokio::sync::Mutex<tokio::process::ChildStdin>,
-    routes: Arc<std::sync::Mutex<Routes>>,
-    next_id: std::sync::atomic::AtomicU64,
-}
-
-type Received = (u64, ChunkMsg);
-
-#[derive(Debug, Default)]
-struct Routes {
-    /// Requests waiting for their response.
-    waiting: HashMap<u64, oneshot::Sender<Result<mpsc::UnboundedReceiver<Received>, String>>>,
-    /// Streams being received.
-    streams: HashMap<String, mpsc::UnboundedSender<Received>>,
-    /// Chunks that came before their stream's `run` response.
-    early: HashMap<String, Vec<Received>>,
-}
-
-impl StdioMux {
-    /// Takes over the server's stdin and stdout.
-    pub fn new(stdin: std::process::ChildStdin, stdout: std::process::ChildStdout) -> Arc<Self> {
-        let stdin = tokio::process::ChildStdin::from_std(stdin).expect("stdin in the runtime");
-        let stdout = tokio::process::ChildStdout::from_std(stdout).expect("stdout in the runtime");
-        let routes: Arc<std::sync::Mutex<Routes>> = Arc::default();
-        let reader_routes = Arc::clone(&routes);
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let now = monotonic_ns();
-                if let Ok(msg) = serde_json::from_str::<RpcMsg>(&line) {
-                    route(&reader_routes, msg, now);
-                }
-            }
-        });
-        Arc::new(Self {
-            writer: tokio::sync::Mutex::new(stdin),
-            routes,
-            next_id: std::sync::atomic::AtomicU64::new(1),
-        })
-    }
-
-    async fn stream(
-        &self,
-        prompt: &str,
-        spec: StreamSpec,
-        totals: &mut Totals,
-    ) -> Result<(), String> {
-        let id = self
-            .next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        self.routes.lock().expect("routes").waiting.insert(id, tx);
-        let mut line = run_request(id, prompt, spec.tokens);
-        line.push('\n');
-        let sent = monotonic_ns();
-        self.writer
-            .lock()
-            .await
-            .write_all(line.as_bytes())
-            .await
-            .map_err(|e| format!("stdio write: {e}"))?;
-        let mut chunks = rx.await.map_err(|_| "stdio closed".to_owned())??;
-        let mut first = true;
-        while let Some((now, chunk)) = chunks.recv().await {
-            if chunk.end {
-                end_chunk(totals, &chunk);
-                return Ok(());
-            }
-            totals.chunk(sent, now, chunk.produced_ns, &mut first);
-        }
-        Err("stdio closed mid-stream".into())
-    }
-}
-
-fn route(routes: &std::sync::Mutex<Routes>, msg: RpcMsg, now: u64) {
-    let mut routes = routes.lock().expect("routes");
-    if let Some(chunk) = msg.params {
-        let Some(id) = chunk.stream_id.clone() else {
-            return;
-        };
-        let end = chunk.end;
-        match routes.streams.get(&id) {
-            Some(tx) => {
-                let _ = tx.send((now, chunk));
-                if end {
-                    routes.streams.remove(&id);
-                }
-            }
-            None => routes.early.entry(id).or_default().push((now, chunk)),
-        }
-        return;
-    }
-    let Some(waiter) = msg.id.and_then(|id| routes.waiting.remove(&id)) else {
-        return;
-    };
-    let Some(stream_id) = msg.result.and_then(|r| r.stream_id) else {
-        let _ = waiter.send(Err(format!("run failed: {:?}", msg.error)));
-        return;
-    };
-    let (tx, rx) = mpsc::unbounded_channel();
-    let mut ended = false;
-    for early in routes.early.remove(&stream_id).unwrap_or_default() {
-        ended |= early.1.end;
-        let _ = tx.send(early);
-    }
-    if !ended {
-        routes.streams.insert(stream_id, tx);
-    }
-    let _ = waiter.send(Ok(rx));
 }

@@ -257,6 +257,7 @@ impl Report {
             (Transport::Mcp, "MCP Streamable HTTP"),
             (Transport::Openai, "OpenAI SSE"),
             (Transport::Anthropic, "Anthropic SSE"),
+            (Transport::Responses, "OpenAI Responses SSE"),
             (Transport::Ollama, "Ollama NDJSON"),
         ] {
             at_most(

@@ -18,8 +18,9 @@ mod settings;
 mod validate;
 
 pub use sections::{
-    BenchSection, EngineSection, HttpSection, LimitsSection, McpSection, MockSection, RkllmSection,
-    RunnerKind, StdioSection, StoreSection, StreamsSection, UiSection, WebSocketSection,
+    BenchSection, EngineSection, HttpSection, LimitsSection, McpSection, MockSection,
+    ResponsesSection, RkllmSection, RunnerKind, StdioSection, StoreSection, StreamsSection,
+    UiSection, WebSocketSection,
 };
 
 pub use crate::transport::lines::Framing;
@@ -544,6 +545,8 @@ pub struct Config {
     pub bench: BenchSection,
     /// The model store.
     pub store: StoreSection,
+    /// The Responses API's kept responses.
+    pub responses: ResponsesSection,
 }
 
 impl Default for Config {
@@ -579,6 +582,7 @@ impl Default for Config {
             engine: EngineSection::default(),
             bench: BenchSection::default(),
             store: StoreSection::default(),
+            responses: ResponsesSection::default(),
         }
     }
 }

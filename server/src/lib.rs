@@ -48,7 +48,7 @@ pub const WORKER_GRACE: Duration = Duration::from_millis(6000);
 /// chat page (unless `[ui] enabled = false`) are open. CORS for the
 /// configured origins.
 pub fn app(state: Arc<AppState>) -> Router {
-    use transport::api::{ollama, openai, with_layers};
+    use transport::api::{ollama, openai, responses, with_layers};
     use transport::errors::{not_found, rpc_shape};
     let v1 = with_layers(openai::routes(), &state, openai::shape, true);
     let ollama = with_layers(ollama::routes(), &state, ollama::shape, true);
@@ -69,6 +69,12 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/ready", get(transport::health::ready))
         .fallback(not_found);
     let router = Router::new()
+        .merge(with_layers(
+            responses::routes(),
+            &state,
+            openai::shape,
+            true,
+        ))
         .merge(v1)
         .merge(with_layers(
             transport::api::anthropic::routes(),

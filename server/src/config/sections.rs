@@ -403,3 +403,29 @@ impl Default for StoreSection {
         }
     }
 }
+
+/// `[responses]`: the OpenAI Responses API's store of finished responses,
+/// which `previous_response_id` continues (kept in memory only).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResponsesSection {
+    /// Responses kept at once (the oldest go first); 0: none are kept and
+    /// `previous_response_id` is refused.
+    pub store_max_entries: usize,
+    /// Bytes the kept conversations may take together (text and images,
+    /// plus a little per message); a larger conversation is not kept.
+    pub store_max_bytes: usize,
+    /// Seconds a response is kept after it finished.
+    pub store_ttl_secs: u64,
+}
+
+impl Default for ResponsesSection {
+    fn default() -> Self {
+        use crate::transport::api::responses as r;
+        Self {
+            store_max_entries: r::DEFAULT_STORE_MAX_ENTRIES,
+            store_max_bytes: r::DEFAULT_STORE_MAX_BYTES,
+            store_ttl_secs: r::DEFAULT_STORE_TTL_SECS,
+        }
+    }
+}

@@ -405,6 +405,21 @@ impl Config {
                 self.store.pull_timeout_secs,
                 1..=2_592_000,
             ),
+            (
+                "responses.store_max_entries",
+                self.responses.store_max_entries as u64,
+                0..=1_000_000,
+            ),
+            (
+                "responses.store_max_bytes",
+                self.responses.store_max_bytes as u64,
+                0..=(16 << 30),
+            ),
+            (
+                "responses.store_ttl_secs",
+                self.responses.store_ttl_secs,
+                1..=604_800,
+            ),
         ] {
             if !range.contains(&value) {
                 return Err(invalid(

@@ -1,8 +1,8 @@
 //! What every transport shares: the engine and stream manager below,
 //! the JSON-RPC services, the transports' own settings and state (API
-//! keys, MCP sessions, open connections, the WebSocket cap) and the
-//! shutdown signal. Built once at start (see `startup`), from settings the
-//! configuration gives.
+//! keys, MCP sessions, open connections, the WebSocket cap, the responses
+//! kept for the Responses API) and the shutdown signal. Built once at
+//! start (see `startup`), from settings the configuration gives.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
+use super::api::responses::store::{ResponseStore, StoreSettings};
 use super::auth::ApiKeys;
 use super::clock::unix_now;
 use super::lines::LineOptions;
@@ -57,6 +58,8 @@ pub struct Settings {
     pub line: LineOptions,
     /// Whether and how image URLs are fetched.
     pub remote_images: crate::service::RemoteImages,
+    /// The Responses API's store of finished responses (`[responses]`).
+    pub responses_store: StoreSettings,
 }
 
 /// Everything a request handler needs.
@@ -84,6 +87,8 @@ pub struct AppState {
     pub store: Arc<crate::store::Service>,
     /// The open WebSocket connections, against their cap.
     pub ws_slots: Arc<WsSlots>,
+    /// Responses kept for `previous_response_id` (the Responses API).
+    pub responses: Arc<ResponseStore>,
     shutdown: watch::Sender<bool>,
     connections: Arc<ConnectionCount>,
 }
@@ -143,6 +148,7 @@ impl AppState {
                 settings.ws_max_connections,
                 settings.ws_max_connections_per_ip,
             )),
+            responses: Arc::new(ResponseStore::new(settings.responses_store)),
             settings,
             shutdown: watch::Sender::new(false),
             connections: Arc::default(),

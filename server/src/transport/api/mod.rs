@@ -6,6 +6,7 @@
 pub mod anthropic;
 pub mod ollama;
 pub mod openai;
+pub mod responses;
 
 use std::sync::Arc;
 

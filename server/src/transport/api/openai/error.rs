@@ -24,7 +24,9 @@ fn kind_and_code(err: &ServiceError) -> (&'static str, Option<&'static str>) {
         ServiceError::Unsupported { .. } => {
             ("invalid_request_error", Some("unsupported_parameter"))
         }
-        ServiceError::TooLarge { field, .. } if field == "prompt" || field == "messages" => {
+        ServiceError::TooLarge { field, .. }
+            if field == "prompt" || field == "messages" || field == "input" =>
+        {
             ("invalid_request_error", Some("context_length_exceeded"))
         }
         ServiceError::TooLarge { .. } => ("invalid_request_error", None),

@@ -1,0 +1,354 @@
+//! The OpenAI Responses API (what Codex CLI and the OpenAI Agents SDK
+//! speak): `POST /v1/responses`, streamed (SSE events) or not, and
+//! `POST /v1/responses/input_tokens`. Each request's input items become
+//! the service's conversation (`wire.rs`), the generation's events become
+//! output items and stream events (`stream.rs`), and a finished response
+//! is kept for `previous_response_id` in a bounded store (`store.rs`).
+//! Bodies may come compressed with zstd (`body.rs`). Errors are OpenAI's
+//! `{"error": {…}}`; once a stream has started, a failure is its
+//! `response.failed` event, and a prompt too large for the model's context
+//! is one too (`context_length_exceeded`), which is what Codex reads.
+//! `GET /v1/responses` (Codex's WebSocket attempt) is refused at once with
+//! 405 and `Allow: POST`.
+
+mod body;
+pub mod store;
+mod stream;
+mod wire;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures_util::StreamExt;
+use serde_json::json;
+
+pub use store::{
+    DEFAULT_STORE_MAX_BYTES, DEFAULT_STORE_MAX_ENTRIES, DEFAULT_STORE_TTL_SECS, ResponseStore,
+    StoreSettings,
+};
+
+use super::openai::{OpenAiError, shape};
+use crate::service::{Input, Message, Running, ServiceError, parse_body};
+use crate::stream::new_stream_id;
+use body::BodyError;
+use stream::{Frame, Output, Status};
+use wire::Translated;
+
+use super::super::clock::unix_now;
+use super::super::state::AppState;
+
+type Result<T> = std::result::Result<T, OpenAiError>;
+
+/// The routes (under `/v1`, before the OpenAI API's catch-all).
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/responses", post(create).get(websocket_refused))
+        .route("/v1/responses/input_tokens", post(input_tokens))
+}
+
+/// `GET /v1/responses`: Codex tries the Responses API over a WebSocket
+/// first; the answer is an immediate 405, after which it posts.
+async fn websocket_refused() -> Response {
+    crate::metrics::rejected("unsupported");
+    let mut response = shape(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "the Responses API is served over HTTP only (no WebSocket): POST /v1/responses",
+    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    response
+}
+
+/// Why a request was refused before it reached the service.
+#[derive(Debug)]
+enum Refusal {
+    /// Its body could not be read.
+    Body(BodyError),
+    /// The service's (or this API's) refusal.
+    Service(ServiceError),
+}
+
+impl From<ServiceError> for Refusal {
+    fn from(err: ServiceError) -> Self {
+        Self::Service(err)
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let err = match self {
+            Self::Service(err) => return OpenAiError(err).into_response(),
+            Self::Body(err) => err,
+        };
+        match err {
+            BodyError::Encoding(_) => {
+                crate::metrics::rejected("unsupported");
+                shape(StatusCode::UNSUPPORTED_MEDIA_TYPE, &err.to_string())
+            }
+            BodyError::TooLarge { .. } => {
+                crate::metrics::rejected("too_large");
+                shape(StatusCode::PAYLOAD_TOO_LARGE, &err.to_string())
+            }
+            BodyError::Corrupt(_) => {
+                OpenAiError(ServiceError::invalid("body", err.to_string())).into_response()
+            }
+        }
+    }
+}
+
+/// The service's errors under this API's names: the conversation is
+/// `input`, the token cap `max_output_tokens`.
+fn renamed(err: ServiceError) -> ServiceError {
+    match err {
+        ServiceError::Invalid { field, message } if field == "max_tokens" => {
+            ServiceError::Invalid {
+                field: "max_output_tokens".into(),
+                message: message.replace("`max_tokens`", "`max_output_tokens`"),
+            }
+        }
+        ServiceError::Invalid { field, message } if field == "messages" => ServiceError::Invalid {
+            field: "input".into(),
+            message: message.replace("`messages`", "`input`"),
+        },
+        other => other.renamed("prompt", "input"),
+    }
+}
+
+/// A request read, translated and given its earlier conversation: what
+/// to send, and what to keep of it.
+struct Prepared {
+    translated: Translated,
+    kept: Vec<Message>,
+}
+
+/// Reads the body (decoded from zstd when it came so), translates it and
+/// puts the earlier conversation before its input.
+fn prepare(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> std::result::Result<Prepared, Refusal> {
+    let json =
+        body::decode(headers, body, state.settings.max_request_bytes).map_err(Refusal::Body)?;
+    let request: wire::Request = parse_body(&json)?;
+    let mut translated = request.translate()?;
+    let earlier = match translated.previous.as_deref() {
+        None => None,
+        Some(id) => Some(earlier(state, id)?),
+    };
+    let (sent, kept) = translated.conversation(earlier.as_deref().unwrap_or_default());
+    if sent.is_empty() {
+        return Err(ServiceError::invalid("input", "`input` is required").into());
+    }
+    translated.generate.input = Input::Chat(sent);
+    Ok(Prepared { translated, kept })
+}
+
+/// The conversation of `previous_response_id`, or why it cannot be had.
+fn earlier(state: &AppState, id: &str) -> std::result::Result<Arc<[Message]>, ServiceError> {
+    let store = &state.responses;
+    if !store.enabled() {
+        return Err(ServiceError::invalid(
+            "previous_response_id",
+            "`previous_response_id` cannot be used: this server keeps no responses \
+             ([responses] store_max_entries = 0); send the whole conversation in `input`",
+        ));
+    }
+    store.get(id).ok_or_else(|| {
+        let settings = store.settings();
+        ServiceError::invalid(
+            "previous_response_id",
+            format!(
+                "no response {id:?} is kept here: responses are kept for {} s, the latest {} (up \
+                 to {} bytes), and not when the request said `store: false` or before a restart; \
+                 send the whole conversation in `input`",
+                settings.ttl.as_secs(),
+                settings.max_entries,
+                settings.max_bytes
+            ),
+        )
+    })
+}
+
+/// What a finished response keeps, when its request asked for it.
+struct Keep {
+    store: Arc<ResponseStore>,
+    conversation: Vec<Message>,
+}
+
+impl Keep {
+    /// Keeps the conversation with `output`'s answer, if it completed or
+    /// was cut at its token limit.
+    fn keep(self, output: &Output) {
+        if matches!(
+            output.status(),
+            Some(Status::Completed | Status::Incomplete)
+        ) {
+            let mut conversation = self.conversation;
+            conversation.push(output.assistant_turn());
+            self.store.keep(output.id().to_owned(), conversation);
+        }
+    }
+}
+
+/// `POST /v1/responses`.
+async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let Prepared { translated, kept } = match prepare(&state, &headers, &body) {
+        Ok(prepared) => prepared,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let Translated {
+        generate,
+        store,
+        stream,
+        mut echo,
+        ..
+    } = translated;
+    let requested_model = generate.model.clone().unwrap_or_default();
+    let id = format!("resp_{}", new_stream_id());
+    echo.insert("created_at".into(), json!(unix_now()));
+    let keep = (store && state.responses.enabled()).then(|| Keep {
+        store: Arc::clone(&state.responses),
+        conversation: kept,
+    });
+    let running = match state.service.start(generate).await.map_err(renamed) {
+        Ok(running) => running,
+        Err(err @ ServiceError::TooLarge { .. }) if stream && err.field() == Some("input") => {
+            // A prompt over the context, told the way streaming clients
+            // read it.
+            err.record();
+            echo.insert("model".into(), json!(requested_model));
+            let mut output = Output::new(id, echo, true);
+            let mut frames = Vec::new();
+            output.start(&mut frames);
+            output.refuse("context_length_exceeded", &err.to_string(), &mut frames);
+            return sse(futures_util::stream::iter(frames).boxed());
+        }
+        Err(err) => return OpenAiError(err).into_response(),
+    };
+    echo.insert("model".into(), json!(running.model()));
+    if stream {
+        return stream_response(running, Output::new(id, echo, true), keep);
+    }
+    match whole_response(running, Output::new(id, echo, false), keep).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn whole_response(
+    mut running: Running,
+    mut output: Output,
+    keep: Option<Keep>,
+) -> Result<Response> {
+    let mut ending = None;
+    while let Some(batch) = running.next().await {
+        output.batch(&batch, &mut Vec::new());
+        if batch.end.is_some() {
+            ending = batch.end;
+        }
+    }
+    let end = ending.ok_or(ServiceError::Expired)?;
+    if end.expired {
+        return Err(ServiceError::Expired.into());
+    }
+    if let Some(error) = &end.error {
+        return Err(ServiceError::Failed {
+            message: error.message.clone(),
+        }
+        .into());
+    }
+    if output.status() == Some(Status::Failed) {
+        return Err(ServiceError::Failed {
+            message: "the generation was stopped before its end (the server is shutting down)"
+                .into(),
+        }
+        .into());
+    }
+    if let Some(keep) = keep {
+        keep.keep(&output);
+    }
+    Ok(Json(output.finished(&end)).into_response())
+}
+
+/// Frames as an SSE response, with keep-alive comments during a long
+/// prefill.
+fn sse(frames: futures_util::stream::BoxStream<'static, Frame>) -> Response {
+    let events = frames
+        .map(|frame| Ok::<_, Infallible>(SseEvent::default().event(frame.kind).data(frame.data)));
+    let response = Sse::new(events)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(Duration::from_secs(15))
+                .text("keep-alive"),
+        )
+        .into_response();
+    super::streaming(response)
+}
+
+/// Streams the generation as events, read by the response body itself (as
+/// the OpenAI API's streams are): a client that disconnects drops the
+/// body, which drops the generation and aborts it.
+fn stream_response(running: Running, output: Output, keep: Option<Keep>) -> Response {
+    struct State {
+        running: Running,
+        output: Output,
+        keep: Option<Keep>,
+        started: bool,
+    }
+    let state = State {
+        running,
+        output,
+        keep,
+        started: false,
+    };
+    let frames = futures_util::stream::unfold(state, |mut state| async move {
+        let mut out = Vec::new();
+        if !state.started {
+            state.started = true;
+            state.output.start(&mut out);
+            return Some((futures_util::stream::iter(out), state));
+        }
+        let batch = state.running.next().await?;
+        state.output.batch(&batch, &mut out);
+        if batch.end.is_some()
+            && let Some(keep) = state.keep.take()
+        {
+            keep.keep(&state.output);
+        }
+        Some((futures_util::stream::iter(out), state))
+    })
+    .flatten()
+    .boxed();
+    sse(frames)
+}
+
+/// `POST /v1/responses/input_tokens`: the tokens a request's input would
+/// take (estimated as the engine does when it checks a prompt against a
+/// model's context).
+async fn input_tokens(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Prepared { translated, .. } = match prepare(&state, &headers, &body) {
+        Ok(prepared) => prepared,
+        Err(refusal) => return refusal.into_response(),
+    };
+    match state.service.estimate_tokens(&translated.generate) {
+        Ok(tokens) => {
+            Json(json!({"object": "response.input_tokens", "input_tokens": tokens})).into_response()
+        }
+        Err(err) => OpenAiError(renamed(err)).into_response(),
+    }
+}
