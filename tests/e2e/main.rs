@@ -25,6 +25,7 @@ mod stdio;
 mod store;
 mod store_hostile;
 mod streaming;
+mod structured_npu;
 mod systemd;
 mod ui;
 mod vision;

@@ -13,6 +13,12 @@
  * runtime thread, and an event log for the tests. A prompt containing
  * "@fake-error=N" fails that run after N tokens; one containing
  * "@fake-think=1" or "=2" makes a reasoning model's reply, thinking first.
+ *
+ * Logits mode (RKLLM_INFER_GET_LOGITS, in fake_logits.h) needs a
+ * vocabulary: a model file whose first line is "@fake-vocab=PATH" names a
+ * tokenizer.json (read by fake_vocab.h), and the rest of the file is the
+ * text the "model" wants to say. A callback that returns 1 pauses the run with its KV kept: the next
+ * rkllm_run continues that generation (token input appends the tokens).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -38,6 +44,8 @@
 #else
 #error "define FAKE_ABI_V1_3 or FAKE_ABI_V1_2"
 #endif
+
+#include "fake_vocab.h"
 
 /* The version marker a binding reads from the file, as the real runtime
  * carries one. */
@@ -77,6 +85,29 @@ typedef struct {
     /* the prompt of the loaded prompt cache, if any */
     char *cached_prompt;
     int prefill_us_per_byte;
+    /* logits mode: the vocabulary the model file names, the width of a
+     * logits row (the vocabulary's size unless "@fake-logits-width=N"),
+     * each token's logit before the step's own part, whether callbacks
+     * carry the runtime's pick ("FAKE_RKLLM_LOGITS_PICK=none": token_id
+     * -1), and the seed of the step noise (FAKE_RKLLM_SEED) */
+    fake_vocab *vocab;
+    int logits_width;
+    float *base_logits;
+    int report_pick;
+    uint64_t seed;
+    /* a generation a callback's return of 1 paused (1: logits mode, 2:
+     * text mode), which the next run continues until the KV cache is
+     * cleared: in logits mode the tokens the model wants to say and how
+     * many of them its KV holds; in text mode the rest of its text */
+    int paused;
+    int32_t *want;
+    int want_n;
+    int step;
+    uint64_t gen_seed;
+    char *paused_text;
+    size_t paused_text_len;
+    /* totals over the handle's life (logged with each logits run) */
+    long total_runs, total_fed, total_rows;
 } fake_handle;
 
 static int env_int(const char *name, int fallback) {
@@ -130,6 +161,47 @@ static size_t complete_prefix(const unsigned char *s, size_t n) {
         i += len;
     }
     return i;
+}
+
+static float *make_base_logits(const fake_vocab *v, int width);
+
+/* Options a model file gives in its first lines (removed from its text):
+ * "@fake-vocab=PATH" (the tokenizer.json of logits mode) and
+ * "@fake-logits-width=N" (a logits row wider or narrower than the
+ * vocabulary). Returns -1 (with the runtime's message) when the
+ * vocabulary cannot be read. */
+static int read_model_options(fake_handle *h) {
+    char *vocab_path = NULL;
+    for (;;) {
+        char *line_end = strchr(h->text, '\n');
+        if (!line_end) break;
+        size_t line = (size_t)(line_end - h->text);
+        if (strncmp(h->text, "@fake-vocab=", 12) == 0) {
+            free(vocab_path);
+            vocab_path = strndup(h->text + 12, line - 12);
+        } else if (strncmp(h->text, "@fake-logits-width=", 19) == 0) {
+            h->logits_width = atoi(h->text + 19);
+        } else {
+            break;
+        }
+        memmove(h->text, line_end + 1, h->text_len - line);
+        h->text_len -= line + 1;
+    }
+    h->report_pick = !(getenv("FAKE_RKLLM_LOGITS_PICK") && strcmp(getenv("FAKE_RKLLM_LOGITS_PICK"), "none") == 0);
+    h->seed = (uint64_t)env_int("FAKE_RKLLM_SEED", 0);
+    if (!vocab_path) return 0;
+    const char *why = NULL;
+    h->vocab = vocab_load(vocab_path, &why);
+    if (!h->vocab) {
+        runtime_print("E rkllm: %s %s", why, vocab_path);
+        free(vocab_path);
+        return -1;
+    }
+    if (h->logits_width <= 0) h->logits_width = h->vocab->n;
+    h->base_logits = make_base_logits(h->vocab, h->logits_width);
+    fake_log(h, "vocab tokens=%d eos=%d width=%d path=%s", h->vocab->n, h->vocab->eos, h->logits_width, vocab_path);
+    free(vocab_path);
+    return 0;
 }
 
 RKLLMParam rkllm_createDefaultParam(void) {
@@ -234,6 +306,18 @@ int rkllm_init(LLMHandle *handle, RKLLMParam *param, LLMResultCallback callback)
     h->img_end = param->img_end ? strdup(param->img_end) : NULL;
     h->img_content = param->img_content ? strdup(param->img_content) : NULL;
 #endif
+    if (read_model_options(h) != 0) {
+        free(h->text);
+        free(h->log_path);
+#if defined(FAKE_ABI_V1_2)
+        free(h->img_start);
+        free(h->img_end);
+        free(h->img_content);
+#endif
+        pthread_mutex_destroy(&h->abort_lock);
+        free(h);
+        return -1;
+    }
     fake_log(h, "init model=%s max_context_len=%d max_new_tokens=%d top_k=%d n_keep=%d cpus=%d mask=0x%x",
              param->model_path, param->max_context_len, param->max_new_tokens, param->top_k, param->n_keep,
              param->extend_param.enabled_cpus_num, param->extend_param.enabled_cpus_mask);
@@ -384,6 +468,10 @@ int rkllm_destroy(LLMHandle handle) {
     free(h->img_content);
     free(h->cached_prompt);
     for (int i = 0; i < h->n_loras; i++) free(h->loras[i]);
+    vocab_free(h->vocab);
+    free(h->base_logits);
+    free(h->want);
+    free(h->paused_text);
     pthread_mutex_destroy(&h->abort_lock);
     free(h);
     return 0;
@@ -407,16 +495,23 @@ typedef struct {
     long hang_after;
     int keep_history;
     int rc;
+    /* logits mode: rows of the first callback (the prefill's, or one per
+     * fed token), tokens fed, and the input kind for the log */
+    int logits;
+    int first_rows;
+    int fed;
+    const char *input_kind;
 } run_args;
 
-static void emit(fake_handle *h, void *userdata, const char *text, int32_t token, LLMCallState state,
-                 const RKLLMPerfStat *perf) {
+/* Calls back; returns what the callback returned (1: pause). */
+static int emit(fake_handle *h, void *userdata, const char *text, int32_t token, LLMCallState state,
+                const RKLLMPerfStat *perf) {
     RKLLMResult result;
     memset(&result, 0, sizeof result);
     result.text = text;
     result.token_id = token;
     if (perf) result.perf = *perf;
-    h->callback(&result, userdata, state);
+    return h->callback(&result, userdata, state);
 }
 
 static int abort_due(fake_handle *h) {
@@ -483,12 +578,13 @@ static void *generate(void *arg) {
         if (at + take > a->text_len) take = a->text_len - at;
         int32_t token_id = 1000 + tokens;
         tokens++;
+        int answer;
         if (h->split_mode) {
             /* Raw pieces: a character may be split across NORMAL callbacks. */
             char piece[64];
             memcpy(piece, a->text + at, take);
             piece[take] = '\0';
-            emit(h, a->userdata, piece, token_id, RKLLM_RUN_NORMAL, NULL);
+            answer = emit(h, a->userdata, piece, token_id, RKLLM_RUN_NORMAL, NULL);
         } else {
             memcpy(pending + pending_len, a->text + at, take);
             pending_len += take;
@@ -496,16 +592,29 @@ static void *generate(void *arg) {
             if (whole < pending_len) {
                 /* The decoded bytes end inside a character: WAITING, text
                  * alternately NULL and empty, bytes kept for the next piece. */
-                emit(h, a->userdata, (tokens % 2) ? NULL : "", token_id, RKLLM_RUN_WAITING, NULL);
+                answer = emit(h, a->userdata, (tokens % 2) ? NULL : "", token_id, RKLLM_RUN_WAITING, NULL);
             } else {
                 char piece[64];
                 memcpy(piece, pending, pending_len);
                 piece[pending_len] = '\0';
                 pending_len = 0;
-                emit(h, a->userdata, piece, token_id, RKLLM_RUN_NORMAL, NULL);
+                answer = emit(h, a->userdata, piece, token_id, RKLLM_RUN_NORMAL, NULL);
             }
         }
         at += take;
+        if (answer == 1) {
+            /* Paused: no FINISH; the next run goes on with the rest (the
+             * bytes of a character still pending come first). */
+            size_t rest = a->text_len - at;
+            free(h->paused_text);
+            h->paused_text = malloc(pending_len + rest + 1);
+            memcpy(h->paused_text, pending, pending_len);
+            memcpy(h->paused_text + pending_len, a->text + at, rest + 1);
+            h->paused_text_len = pending_len + rest;
+            h->paused = 2;
+            fake_log(h, "pause tokens=%d", tokens);
+            return NULL;
+        }
     }
     perf.prefill_time_ms = (float)(first - start);
     perf.generate_time_ms = (float)(now_ms() - first);
@@ -660,6 +769,8 @@ static int think_prefix(fake_handle *h, run_args *a, const char *prompt, int ena
     return shape;
 }
 
+#include "fake_logits.h"
+
 static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params, void *userdata, int async) {
     if (!h) return -1;
     int idle = 0;
@@ -668,12 +779,33 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
         fake_log(h, "concurrent-run-refused");
         return -1;
     }
+    int logits = params && params->mode == RKLLM_INFER_GET_LOGITS;
+    if (logits && !h->vocab) {
+        runtime_print("E rkllm: logits mode: this model file names no vocabulary (@fake-vocab=)");
+        fake_log(h, "logits-refused why=no vocabulary");
+        atomic_store(&h->running, 0);
+        return -1;
+    }
     const char *prompt = NULL;
+    char *token_prompt = NULL;
+    size_t fed = 0;
     if (input && input->input_type == RKLLM_INPUT_PROMPT) prompt = input->prompt_input;
     if (input && input->input_type == RKLLM_INPUT_MULTIMODAL) prompt = input->multimodal_input.prompt;
+    if (input && input->input_type == RKLLM_INPUT_TOKEN && input->token_input.input_ids &&
+        input->token_input.n_tokens > 0) {
+        fed = input->token_input.n_tokens;
+        prompt = token_prompt = tokens_text(h, input->token_input.input_ids, fed);
+        char ids[256];
+        size_t len = 0;
+        ids[0] = '\0';
+        for (size_t i = 0; i < fed && len + 16 < sizeof ids; i++)
+            len += (size_t)snprintf(ids + len, sizeof ids - len, "%s%d", i ? "," : "", input->token_input.input_ids[i]);
+        fake_log(h, "run-tokens n=%zu paused=%d ids=%s", fed, h->paused, ids);
+    }
     if (!prompt || !input->role) {
         runtime_print("E rkllm: invalid input");
         fake_log(h, "invalid-input");
+        free(token_prompt);
         atomic_store(&h->running, 0);
         return -1;
     }
@@ -681,11 +813,13 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
     if (lora && !lora_loaded(h, lora)) {
         runtime_print("E rkllm: lora adapter %s is not loaded", lora);
         fake_log(h, "lora-unknown name=%s", lora);
+        free(token_prompt);
         atomic_store(&h->running, 0);
         return -1;
     }
     if (params && params->mode == RKLLM_INFER_GET_LAST_HIDDEN_LAYER) {
         int rc = hidden_layer_run(h, prompt, params, userdata);
+        free(token_prompt);
         atomic_store(&h->running, 0);
         return rc;
     }
@@ -709,18 +843,31 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
                         ? params->prompt_cache_params->prompt_cache_path
                         : NULL;
     if (a->cached) fake_log(h, "run-cached bytes=%zu", a->cached);
-    if (images) {
+    /* A paused generation goes on, whatever the input (RKLLM_ABI.md 3.3):
+     * token input appends its tokens; a prompt is not read at all. */
+    int continues = h->paused != 0;
+    if (continues && !fed) fake_log(h, "run-continues-paused");
+    if (continues && h->paused == 2 && !logits) {
+        a->text = h->paused_text;
+        a->text_len = h->paused_text_len;
+        h->paused_text = NULL;
+        h->paused = 0;
+    } else if (images) {
         size_t n = strlen(images);
         a->text = malloc(n + h->text_len + 1);
         memcpy(a->text, images, n);
         memcpy(a->text + n, h->text, h->text_len + 1);
         a->text_len = n + h->text_len;
         free(images);
+        images = NULL;
     } else {
         a->text = h->text;
         a->text_len = h->text_len;
     }
-    if (lora) {
+    free(images);
+    /* A text run ends any pause (it goes on with a text-mode one). */
+    if (!logits) h->paused = 0;
+    if (lora && !continues) {
         /* A run with an adapter answers differently: its name first. */
         size_t n = strlen(lora) + 8;
         char *text = malloc(n + a->text_len + 1);
@@ -731,21 +878,42 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
         a->text_len = (size_t)head + a->text_len;
         fake_log(h, "run-lora name=%s", lora);
     }
-    int think_shape = think_prefix(h, a, prompt, input->enable_thinking);
+    int think_shape = continues ? 0 : think_prefix(h, a, prompt, input->enable_thinking);
+    if (logits) {
+        a->logits = 1;
+        a->fed = (int)fed;
+        if (continues && h->paused == 1) {
+            /* The tokens fed go into the KV after what it holds. */
+            h->step += (int)fed;
+            a->first_rows = fed ? (int)fed : 1;
+            a->input_kind = fed ? "tokens" : "prompt-ignored";
+        } else {
+            start_logits_generation(h, a, prompt);
+            a->first_rows = fed ? (int)fed : (int)(strlen(prompt) / 4 + 1) + image_tokens;
+            a->input_kind = fed ? "tokens" : "prompt";
+        }
+        h->paused = 0;
+    }
 #if defined(FAKE_ABI_V1_3)
     a->userdata = userdata ? userdata : h->default_userdata;
     a->cap = (params && params->max_new_tokens > 0) ? params->max_new_tokens : h->max_new_tokens;
     const RKLLMSamplingParam *s = params ? params->sampling_params : NULL;
-    fake_log(h, "run role=%s thinking=%d max_new_tokens=%d temperature=%.2f top_p=%.2f top_k=%d keep_history=%d prompt=%s",
-             input->role, input->enable_thinking, a->cap, s ? s->temperature : -1.0, s ? s->top_p : -1.0,
-             s ? s->top_k : -1, params ? params->keep_history : 0, prompt);
+    if (!fed)
+        fake_log(h,
+                 "run role=%s thinking=%d max_new_tokens=%d temperature=%.2f top_p=%.2f top_k=%d keep_history=%d "
+                 "prompt=%s",
+                 input->role, input->enable_thinking, a->cap, s ? s->temperature : -1.0, s ? s->top_p : -1.0,
+                 s ? s->top_k : -1, params ? params->keep_history : 0, prompt);
 #else
     a->userdata = userdata;
     a->cap = h->max_new_tokens;
-    fake_log(h, "run role=%s thinking=%d max_new_tokens=%d keep_history=%d prompt=%s", input->role,
-             input->enable_thinking, a->cap, params ? params->keep_history : 0, prompt);
+    if (!fed)
+        fake_log(h, "run role=%s thinking=%d max_new_tokens=%d keep_history=%d prompt=%s", input->role,
+                 input->enable_thinking, a->cap, params ? params->keep_history : 0, prompt);
 #endif
     if (think_shape) fake_log(h, "think=%d enable_thinking=%d", think_shape, input->enable_thinking ? 1 : 0);
+    if (logits)
+        fake_log(h, "logits-run input=%s fed=%d rows=%d step=%d", a->input_kind, a->fed, a->first_rows, h->step);
     a->keep_history = params ? params->keep_history : 0;
     /* Error injection for one request: "@fake-error=N" in the prompt fails
      * the run with an ERROR callback after N tokens. */
@@ -758,23 +926,25 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
     const char *hang = strstr(prompt, "@fake-hang=");
     a->hang_after = hang ? atol(hang + strlen("@fake-hang=")) : -1;
     runtime_print("I rkllm: fake run started");
+    void *(*body)(void *) = logits ? logits_generate : generate;
     if (async) {
         /* rkllm_run_async: the caller keeps the input alive until the end. */
         pthread_t t;
-        pthread_create(&t, NULL, generate, a);
+        pthread_create(&t, NULL, body, a);
         pthread_detach(t);
         return 0;
     }
     if (h->callback_thread) {
         pthread_t t;
-        pthread_create(&t, NULL, generate, a);
+        pthread_create(&t, NULL, body, a);
         pthread_join(t, NULL);
     } else {
-        generate(a);
+        body(a);
     }
     int rc = a->rc;
     if (a->text != h->text) free(a->text);
     free(a);
+    free(token_prompt);
     atomic_store(&h->running, 0);
     return rc;
 }
@@ -813,8 +983,12 @@ int rkllm_clear_kv_cache(LLMHandle handle, int keep_system_prompt, int *start_po
     (void)start_pos;
     (void)end_pos;
     if (!h) return -1;
-    fake_log(h, "clear-kv kv=%d", h->kv_cache);
+    fake_log(h, "clear-kv kv=%d paused=%d", h->kv_cache, h->paused);
     h->kv_cache = 0;
+    /* What a pause left is gone with the KV cache (RKLLM_ABI.md 3.3). */
+    h->paused = 0;
+    free(h->paused_text);
+    h->paused_text = NULL;
     return 0;
 }
 

@@ -246,7 +246,22 @@ impl Guide {
     /// The tokens the grammar forces next (none when it leaves a choice);
     /// not yet taken.
     pub fn forced(&mut self) -> Vec<u32> {
-        self.matcher.compute_ff_tokens()
+        let tokens = self.matcher.compute_ff_tokens();
+        if !tokens.is_empty() {
+            return tokens;
+        }
+        // The vocabulary comes without its tokenizer's merges, so the
+        // engine does not cut forced bytes into tokens itself: they are cut
+        // here, longest token first.
+        let bytes = self.matcher.compute_ff_bytes();
+        if bytes.is_empty() {
+            return tokens;
+        }
+        self.vocabulary
+            .factory()
+            .tok_env()
+            .tok_trie()
+            .greedy_tokenize(&bytes)
     }
 
     /// Whether the answer is complete (nothing may follow it).

@@ -258,3 +258,33 @@ fn the_one_pass_choice_of_candidates_is_the_full_sorts() {
         assert_eq!(bits(&fast), bits(&slow), "case {case}: {params:?}");
     }
 }
+
+#[test]
+fn the_tokens_a_grammar_forces_are_cut_from_its_forced_bytes() {
+    let vocabulary = mock();
+    let token = |text: &str| {
+        (0..vocabulary.len() as u32)
+            .find(|&t| vocabulary.bytes(t) == text.as_bytes())
+            .unwrap()
+    };
+    let schema = json!({
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": false
+    });
+    let mut guide = Guide::new(&vocabulary, &Constraint::JsonSchema(schema)).unwrap();
+    // The first key is forced from the start, then the rest of a key once
+    // it is begun; the longest tokens that make the bytes.
+    assert_eq!(
+        guide.forced(),
+        [token("{\""), token("name"), token("\": \"")]
+    );
+    guide.accept(token("{\"")).unwrap();
+    assert_eq!(guide.forced(), [token("name"), token("\": \"")]);
+    // Inside the string the grammar leaves a choice.
+    for t in [token("name"), token("\": \"")] {
+        guide.accept(t).unwrap();
+    }
+    assert!(guide.forced().is_empty());
+}

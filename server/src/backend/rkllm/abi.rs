@@ -9,7 +9,8 @@ use std::ptr::NonNull;
 
 use rkllm_sys::{v1_2, v1_3_0};
 
-use super::handle::{CallbackSlot, Perf, RawHandle};
+use super::handle::{CallbackSlot, Perf, RawHandle, Report};
+use super::steer::Logits;
 
 /// Init parameters (`RKLLMParam`), from the `[rkllm]` config section.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -65,6 +66,12 @@ pub(super) struct RunSettings<'a> {
     pub images: Option<ImageRun<'a>>,
     /// Return the last hidden layer instead of generating (embeddings).
     pub hidden_layer: bool,
+    /// Logits mode: each callback carries the next token's distribution
+    /// (a constrained answer).
+    pub logits: bool,
+    /// Token input instead of the prompt: ids that go on from where a
+    /// paused run stopped.
+    pub tokens: Option<&'a [i32]>,
     /// The loaded LoRA adapter to apply, by name.
     pub lora: Option<&'a CStr>,
     /// Save the prefill of this run's prompt to this file (prompt cache).
@@ -139,6 +146,14 @@ macro_rules! prompt_input {
         input.enable_thinking = u8::from($run.enable_thinking);
         input.input_type = $module::RKLLM_INPUT_PROMPT;
         input.__bindgen_anon_1.prompt_input = $run.prompt.as_ptr();
+        if let Some(tokens) = $run.tokens {
+            input.input_type = $module::RKLLM_INPUT_TOKEN;
+            // The runtime reads the ids only (the C field is not const).
+            input.__bindgen_anon_1.token_input = $module::RKLLMTokenInput {
+                input_ids: tokens.as_ptr().cast_mut(),
+                n_tokens: tokens.len(),
+            };
+        }
         input
     }};
 }
@@ -158,6 +173,8 @@ macro_rules! infer_extras {
             },
             if run.hidden_layer {
                 $module::RKLLM_INFER_GET_LAST_HIDDEN_LAYER
+            } else if run.logits {
+                $module::RKLLM_INFER_GET_LOGITS
             } else {
                 $module::RKLLM_INFER_GENERATE
             },
@@ -385,6 +402,18 @@ macro_rules! result_callback {
                         };
                         (rows, width)
                     });
+                // Logits mode: `num_tokens` rows of `vocab_size`, valid
+                // during this call only.
+                let logits = result
+                    .map(|r| r.logits)
+                    .filter(|l| !l.logits.is_null() && l.vocab_size > 0 && l.num_tokens > 0)
+                    .map(|l| {
+                        let (width, count) = (l.vocab_size as usize, l.num_tokens as usize);
+                        // SAFETY: the runtime passes `num_tokens × vocab_size`
+                        // floats at `logits`, valid for this call.
+                        let rows = unsafe { std::slice::from_raw_parts(l.logits, width * count) };
+                        Logits { rows, width, count }
+                    });
                 let perf = result.map(|r| Perf {
                     prefill_time_ms: r.perf.prefill_time_ms,
                     prefill_tokens: r.perf.prefill_tokens,
@@ -392,7 +421,14 @@ macro_rules! result_callback {
                     generate_tokens: r.perf.generate_tokens,
                     memory_usage_mb: r.perf.memory_usage_mb,
                 });
-                slot.on_result(state, text, perf, hidden)
+                slot.on_result(Report {
+                    state,
+                    text,
+                    token: result.map_or(-1, |r| r.token_id),
+                    perf,
+                    hidden,
+                    logits,
+                })
             }));
             outcome.unwrap_or_else(|_| {
                 slot.mark_panicked();

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 
 use super::runtime::Runtime;
 use super::runtime::shared_call;
+use super::steer::{Logits, RowAnswer, Steering};
 use crate::backend::TokenSink;
 
 /// A runtime handle (`LLMHandle`).
@@ -108,14 +109,31 @@ pub(super) struct ActiveRun {
     pub hidden_mode: bool,
     /// The last hidden layer it returned (rows, width).
     pub hidden: Option<(Vec<f32>, usize)>,
+    /// A logits run of a constrained answer: what answers each row,
+    /// borrowed for the duration of `rkllm_run` like the sink.
+    steering: Option<NonNull<Steering>>,
 }
 
-// SAFETY: `sink` points at a `TokenSink` on the worker thread's stack that
-// outlives the run: it is installed before `rkllm_run` and removed (under
-// the slot's lock) after it returns, and it is only dereferenced under that
-// lock, so it is never used from two threads at once nor after it is gone.
-// `TokenSink` itself is `Send`.
+// SAFETY: `sink` points at a `TokenSink` and `steering` at a `Steering` on
+// the worker thread's stack that outlive the run: they are installed before
+// `rkllm_run` and removed (under the slot's lock) after it returns, and
+// they are only dereferenced under that lock, so they are never used from
+// two threads at once nor after they are gone. The worker thread does not
+// touch them while `rkllm_run` runs. Both are `Send`.
 unsafe impl Send for ActiveRun {}
+
+/// What one callback reported, borrowed from the runtime's result for the
+/// duration of the callback.
+#[derive(Debug, Default)]
+pub(super) struct Report<'a> {
+    pub state: u32,
+    pub text: Option<&'a [u8]>,
+    /// The token's id (logits mode: the runtime's pick from the last row).
+    pub token: i32,
+    pub perf: Option<Perf>,
+    pub hidden: Option<(&'a [f32], usize)>,
+    pub logits: Option<Logits<'a>>,
+}
 
 /// Where the callback's `userdata` points: one per handle, alive until
 /// after `rkllm_destroy`.
@@ -127,7 +145,8 @@ pub(super) struct CallbackSlot {
 }
 
 impl CallbackSlot {
-    /// Installs a run. The sink must stay alive until [`Self::remove`].
+    /// Installs a run. The sink (and the steering of a logits run) must
+    /// stay alive until [`Self::remove`].
     pub(super) fn install(
         &self,
         sink: &mut TokenSink<'_>,
@@ -135,8 +154,10 @@ impl CallbackSlot {
         abort: Arc<AbortHandle>,
         cap: Option<u32>,
         hidden_mode: bool,
+        steering: Option<&mut Steering>,
     ) {
         let sink = NonNull::from(sink).cast::<TokenSink<'static>>();
+        let steering = steering.map(NonNull::from);
         *self.run.lock() = Some(ActiveRun {
             sink,
             run_id,
@@ -150,6 +171,7 @@ impl CallbackSlot {
             panicked: false,
             hidden_mode,
             hidden: None,
+            steering,
         });
     }
 
@@ -158,24 +180,44 @@ impl CallbackSlot {
         self.run.lock().take()
     }
 
-    /// Handles one callback. Returns the callback's return value (always
-    /// 0, continue: stopping is done with `rkllm_abort`, never by pausing).
-    pub(super) fn on_result(
-        &self,
-        state: u32,
-        text: Option<&[u8]>,
-        perf: Option<Perf>,
-        hidden: Option<(&[f32], usize)>,
-    ) -> i32 {
+    /// Handles one callback. Returns the callback's return value: 0
+    /// (continue), except in a logits run, where 1 pauses it for the
+    /// runner to feed its own tokens. Stopping is done with `rkllm_abort`.
+    pub(super) fn on_result(&self, report: Report<'_>) -> i32 {
         use rkllm_sys::v1_3_0::{
             RKLLM_RUN_ERROR, RKLLM_RUN_FINISH, RKLLM_RUN_NORMAL, RKLLM_RUN_WAITING,
         };
+        let Report {
+            state,
+            text,
+            token,
+            perf,
+            hidden,
+            logits,
+        } = report;
         let mut guard = self.run.lock();
         let Some(run) = guard.as_mut() else {
             tracing::debug!(state, "callback after the run ended; ignored");
             return 0;
         };
         match state {
+            RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING if run.steering.is_some() => {
+                let Some(mut steering) = run.steering else {
+                    return 0;
+                };
+                // SAFETY: see `ActiveRun`: both are alive while installed,
+                // and the slot's lock makes this the only access.
+                let (steering, sink) = unsafe { (steering.as_mut(), run.sink.as_mut()) };
+                run.tokens += 1;
+                return match steering.on_row(logits, token, sink) {
+                    RowAnswer::Continue => 0,
+                    RowAnswer::Pause => 1,
+                    RowAnswer::Abort => {
+                        run.abort.abort(run.run_id);
+                        1
+                    }
+                };
+            }
             RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING if run.hidden_mode => {
                 if let Some((rows, width)) = hidden {
                     run.hidden = Some((rows.to_vec(), width));

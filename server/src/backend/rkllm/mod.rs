@@ -8,10 +8,12 @@
 //! half a character whatever pieces the runtime sends.
 
 mod abi;
+mod constrained;
 mod encoder;
 mod handle;
 mod prompt_cache;
 mod runtime;
+mod steer;
 
 use std::ffi::CString;
 use std::path::PathBuf;
@@ -198,13 +200,8 @@ impl Backend for RkllmBackend {
     }
 
     fn check(&self, request: &ValidRunRequest) -> Result<(), String> {
-        if request.constraint.is_some() {
-            return Err(
-                "a format or a forced tool call is not supported on the rkllm backend yet: ask \
-                 for text (the mock backend holds answers to a format)"
-                    .into(),
-            );
-        }
+        // A constraint needs logits mode, a callback's pause and token
+        // input: every runtime this build binds (1.2.1 and later) has them.
         if !self.decodes_in_server {
             return Ok(());
         }
@@ -329,6 +326,7 @@ impl Backend for RkllmBackend {
             tools_set: None,
             vision,
             reasoning: model.reasoning,
+            constrained: constrained::ConstrainedState::default(),
         };
         if let Some(spec) = &model.prompt_cache {
             runner.prepare_prompt_cache(model, spec);
@@ -413,6 +411,9 @@ struct RkllmRunner {
     vision: Option<Vision>,
     /// How its replies carry thinking (the history holds the answer).
     reasoning: crate::backend::reasoning::ReasoningMode,
+    /// Its tokenizer and what was learnt of the runtime's logits, for
+    /// constrained answers.
+    constrained: constrained::ConstrainedState,
 }
 
 impl RkllmRunner {
@@ -492,6 +493,9 @@ impl RkllmRunner {
         // they are set before deciding what to send.
         if let Some(tools) = &request.tools {
             self.set_tools(request, tools)?;
+        }
+        if let Some(constrained) = &request.constraint {
+            return self.generate_constrained(request, sink, constrained);
         }
         if !request.images.is_empty() {
             return self.generate_with_images(request, sink);
@@ -649,6 +653,8 @@ impl RkllmRunner {
             keep_history,
             images,
             hidden_layer: request.embed.is_some(),
+            logits: false,
+            tokens: None,
             save_cache: self.save_cache_to.as_deref(),
             lora: request
                 .lora
@@ -671,6 +677,7 @@ impl RkllmRunner {
             Arc::clone(&abort),
             cap,
             request.embed.is_some(),
+            None,
         );
         let userdata = self.handle.userdata();
         let rc = match &self.handle.runtime.api {

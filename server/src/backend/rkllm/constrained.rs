@@ -1,0 +1,309 @@
+//! A constrained answer on the NPU: the runs of one generation in logits
+//! mode, each row answered by [`Steering`] from inside the callback.
+//!
+//! The first run prefills the whole prompt (no chat history is kept: the
+//! pauses follow the runtime's single-turn mode, `keep_history = 0`); each
+//! later run feeds, as token input, the tokens the runner chose when it
+//! paused the one before. When the answer is over the runtime may still be
+//! paused in the middle of it, which the next run would continue
+//! (RKLLM_ABI.md §3.3): clearing its KV cache ends that generation.
+//!
+//! The model's vocabulary is loaded once per runner and kept; the width of
+//! the runtime's logits rows is checked against it on the first row, and a
+//! mismatch fails every constrained request of the model with a message
+//! naming its `tokenizer` setting (free text is not affected).
+
+use std::ffi::CString;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::abi::{self, ImageRun, RunSettings};
+use super::runtime::Api;
+use super::steer::{Ending, Outcome, SteerSettings, Steering, check_width};
+use super::{RkllmRunner, runtime_error};
+use crate::backend::constraint::{SamplingParams, TokenizerSource, Vocabulary};
+use crate::backend::{BackendError, Constrained, Generation, TokenSink, ValidRunRequest};
+use crate::vocab::FinishReason;
+
+/// What a runner keeps for constrained answers.
+#[derive(Debug, Default)]
+pub(super) struct ConstrainedState {
+    /// The model's vocabulary, loaded with the first constrained request.
+    vocabulary: Option<(TokenizerSource, Arc<Vocabulary>)>,
+    /// The logits rows' width found on the first row, when it did not fit
+    /// the vocabulary.
+    mismatch: Option<usize>,
+    /// Runtime picks found implausible so far.
+    implausible: u32,
+}
+
+/// The tokenizer, as the model's settings name it.
+fn describe(source: &TokenizerSource) -> String {
+    match source {
+        TokenizerSource::File(path) => path.display().to_string(),
+        TokenizerSource::Mock => "the mock's built-in tokenizer".into(),
+    }
+}
+
+impl RkllmRunner {
+    /// The model's vocabulary, loaded once per runner.
+    fn vocabulary(&mut self, source: &TokenizerSource) -> Result<Arc<Vocabulary>, BackendError> {
+        if let Some((loaded, vocabulary)) = &self.constrained.vocabulary
+            && loaded == source
+        {
+            return Ok(Arc::clone(vocabulary));
+        }
+        let vocabulary = Vocabulary::load(source).map_err(|e| runtime_error(None, e))?;
+        tracing::info!(
+            tokenizer = %describe(source),
+            tokens = vocabulary.len(),
+            memory_mb = vocabulary.memory_bytes() as f64 / 1e6,
+            "tokenizer loaded for structured output"
+        );
+        self.constrained = ConstrainedState {
+            vocabulary: Some((source.clone(), Arc::clone(&vocabulary))),
+            ..ConstrainedState::default()
+        };
+        Ok(vocabulary)
+    }
+
+    /// Why the runtime's rows do not fit the vocabulary, for the client.
+    fn mismatch_error(
+        request: &ValidRunRequest,
+        source: &TokenizerSource,
+        width: usize,
+        tokens: usize,
+    ) -> BackendError {
+        let why = check_width(width, tokens).err().unwrap_or_default();
+        runtime_error(
+            None,
+            format!(
+                "model `{}`: its tokenizer ({}) does not fit the model: {why}; set `tokenizer` in \
+                 its [[models]] entry to the tokenizer.json of the model the .rkllm file was \
+                 converted from",
+                request.model,
+                describe(source)
+            ),
+        )
+    }
+
+    /// Generates an answer held to `constrained` (thinking first, freely,
+    /// for a reasoning model).
+    pub(super) fn generate_constrained(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+        constrained: &Constrained,
+    ) -> Result<Generation, BackendError> {
+        let vocabulary = self.vocabulary(&constrained.tokenizer)?;
+        if let Some(width) = self.constrained.mismatch {
+            return Err(Self::mismatch_error(
+                request,
+                &constrained.tokenizer,
+                width,
+                vocabulary.len(),
+            ));
+        }
+        let embed = match self.vision.as_mut() {
+            Some(vision) if !request.images.is_empty() => Some(vision.encode(request)?),
+            None if !request.images.is_empty() => {
+                return Err(runtime_error(None, "this model does not take images"));
+            }
+            _ => None,
+        };
+        if self.history_dirty {
+            self.clear_history();
+        }
+        self.sync_prompt_cache(&request.prompt, &sink.cancel_token().clone());
+        self.conversation.reset();
+        let result = self.steered_runs(request, sink, constrained, &vocabulary, embed.as_deref());
+        // The runtime may be paused mid-answer: end that generation.
+        self.clear_history();
+        result
+    }
+
+    fn steered_runs(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+        constrained: &Constrained,
+        vocabulary: &Arc<Vocabulary>,
+        embed: Option<&[f32]>,
+    ) -> Result<Generation, BackendError> {
+        let sampling = self.sampling(request);
+        let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
+        let mut steering = Steering::new(
+            vocabulary,
+            &constrained.constraint,
+            &SteerSettings {
+                mode: self.reasoning,
+                params: SamplingParams {
+                    temperature: sampling.temperature,
+                    top_p: sampling.top_p,
+                    top_k: usize::try_from(sampling.top_k).unwrap_or(0),
+                    repeat_penalty: sampling.repeat_penalty,
+                    frequency_penalty: sampling.frequency_penalty,
+                    presence_penalty: sampling.presence_penalty,
+                },
+                runtime_top_k: sampling.top_k,
+                seed: std::collections::hash_map::RandomState::new().hash_one(run_id),
+                cap: request.max_tokens,
+                implausible: self.constrained.implausible,
+            },
+        )
+        .map_err(|e| runtime_error(None, format!("the format cannot be followed: {e}")))?;
+        let prompt = CString::new(request.prompt.as_str()).map_err(|_| {
+            runtime_error(
+                None,
+                "the prompt contains a NUL character, which the runtime cannot take",
+            )
+        })?;
+        let role =
+            CString::new(request.role.as_str()).map_err(|_| runtime_error(None, "bad role"))?;
+        let markers = self.vision.as_ref().map(|v| v.markers.clone());
+        let abort = Arc::clone(&self.handle.abort);
+        let hook_abort = Arc::clone(&abort);
+        // One id for every run of the generation: an abort stops whichever
+        // is in progress.
+        sink.cancel_token()
+            .on_cancel(move || hook_abort.abort(run_id));
+        let mut feed: Option<Vec<i32>> = None;
+        let mut runs: u64 = 0;
+        let ending = loop {
+            if !sink.is_open() {
+                break Ending::Closed;
+            }
+            let images = match (&embed, &markers, &self.vision) {
+                (Some(embed), Some(markers), Some(vision)) if feed.is_none() => Some(ImageRun {
+                    embed,
+                    n_image: request.images.len(),
+                    tokens: vision.encoder.tokens,
+                    width: vision.encoder.width as usize,
+                    height: vision.encoder.height as usize,
+                    markers,
+                }),
+                _ => None,
+            };
+            let remaining = request.max_tokens.saturating_sub(steering.emitted());
+            let settings = RunSettings {
+                prompt: &prompt,
+                role: &role,
+                enable_thinking: request.enable_thinking,
+                sampling,
+                // One more than the answer may take, so that the cap is
+                // the runner's to apply (and the runtime pauses, not ends).
+                max_new_tokens: i32::try_from(remaining.saturating_add(1)).unwrap_or(i32::MAX),
+                keep_history: false,
+                images,
+                hidden_layer: false,
+                logits: true,
+                tokens: feed.as_deref(),
+                lora: request
+                    .lora
+                    .as_deref()
+                    .and_then(|wanted| self.lora.iter().find(|(name, ..)| name == wanted))
+                    .map(|(_, name, _)| name.as_c_str()),
+                save_cache: None,
+            };
+            abort.set_running(run_id);
+            if sink.cancel_token().is_cancelled() {
+                abort.set_running(0);
+                break Ending::Closed;
+            }
+            self.handle.slot.install(
+                sink,
+                run_id,
+                Arc::clone(&abort),
+                None,
+                false,
+                Some(&mut steering),
+            );
+            let userdata = self.handle.userdata();
+            let rc = match &self.handle.runtime.api {
+                Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, &settings, userdata),
+                Api::V1_2(api) => abi::run_v1_2(api, self.handle.handle, &settings, userdata),
+            };
+            abort.set_running(0);
+            let run = self.handle.slot.remove();
+            runs += 1;
+            if runs == 1
+                && let Some(rows) = steering.prompt_rows()
+            {
+                sink.set_prompt_tokens(u32::try_from(rows).unwrap_or(u32::MAX));
+            }
+            let Some(run) = run else {
+                return Err(runtime_error(Some(rc), "the run's state was lost"));
+            };
+            if run.panicked {
+                return Err(runtime_error(
+                    None,
+                    "internal error while reading the runtime's output",
+                ));
+            }
+            self.constrained.implausible = steering.implausible();
+            match steering.take_outcome() {
+                Some(Outcome::Feed(tokens)) => {
+                    steering.counts.feeds += 1;
+                    feed = Some(
+                        tokens
+                            .into_iter()
+                            .map(|t| i32::try_from(t).unwrap_or(i32::MAX))
+                            .collect(),
+                    );
+                }
+                Some(Outcome::End(ending)) => break ending,
+                Some(Outcome::Mismatch(width)) => {
+                    self.constrained.mismatch = Some(width);
+                    tracing::error!(
+                        model = %request.model,
+                        width,
+                        tokens = vocabulary.len(),
+                        "the model's tokenizer does not fit its logits rows"
+                    );
+                    return Err(Self::mismatch_error(
+                        request,
+                        &constrained.tokenizer,
+                        width,
+                        vocabulary.len(),
+                    ));
+                }
+                Some(Outcome::Failed(message)) => return Err(runtime_error(Some(rc), message)),
+                None if !sink.is_open() => break Ending::Closed,
+                None if rc != 0 || run.failed => {
+                    return Err(runtime_error(
+                        Some(rc),
+                        format!("the runtime reported an error (rkllm_run returned {rc})"),
+                    ));
+                }
+                // The runtime ended the run by itself: its own token cap.
+                None if run.finished.is_some() => break Ending::Length,
+                None => {
+                    return Err(runtime_error(
+                        Some(rc),
+                        "the runtime stopped a constrained run without a reason",
+                    ));
+                }
+            }
+        };
+        let counts = steering.counts;
+        let tokens = steering.emitted();
+        tracing::info!(
+            model = %request.model,
+            runs,
+            tokens,
+            stood = counts.stood,
+            corrected = counts.corrected,
+            forced = counts.forced,
+            rows = counts.rows,
+            implausible = counts.implausible,
+            "constrained answer: {:.2} runtime runs per token",
+            runs as f64 / f64::from(tokens.max(1))
+        );
+        Ok(Generation::ended(match ending {
+            Ending::Complete => FinishReason::Stop,
+            Ending::Length => FinishReason::Length,
+            Ending::Closed => FinishReason::Abort,
+        }))
+    }
+}
