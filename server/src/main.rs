@@ -149,7 +149,6 @@ async fn serve() -> ExitCode {
         }
     }
     let systemd = std::sync::Arc::new(rkllm_server::notify::SystemdNotifier::from_env());
-    let _watchdog = systemd.spawn_watchdog(std::sync::Arc::clone(&state));
     let stopping = {
         let systemd = std::sync::Arc::clone(&systemd);
         async move {
@@ -160,6 +159,8 @@ async fn serve() -> ExitCode {
     if let Some(output) = protocol_output {
         tracing::info!(backend = %backend, models = %models, "serving on stdio");
         systemd.ready();
+        // The pings start once ready is sent, so that systemd never sees one first.
+        let _watchdog = systemd.spawn_watchdog(std::sync::Arc::clone(&state));
         rkllm_server::run_stdio(state, output, stopping).await;
         return ExitCode::SUCCESS;
     }
@@ -178,6 +179,7 @@ async fn serve() -> ExitCode {
         Err(err) => eprintln!("rkllm-server: cannot read the bound address: {err}"),
     }
     systemd.ready();
+    let _watchdog = systemd.spawn_watchdog(std::sync::Arc::clone(&state));
     rkllm_server::run(listener, state, stopping).await;
     ExitCode::SUCCESS
 }
