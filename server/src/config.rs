@@ -215,6 +215,11 @@ pub enum StoreCommand {
         /// model without the RKNN runtime).
         #[arg(long)]
         store_only: bool,
+        /// Take the model's tokenizer (structured output) from this Hugging
+        /// Face repository, OWNER/REPO or OWNER/REPO:PATH, instead of
+        /// looking for one in the model's repository and its base model.
+        #[arg(long, value_name = "OWNER/REPO")]
+        tokenizer: Option<String>,
     },
     /// List the models in the store.
     List,

@@ -26,6 +26,7 @@ mod store;
 mod store_hostile;
 mod streaming;
 mod systemd;
+mod tokenizers;
 mod ui;
 mod vision;
 mod vision_bombs;
