@@ -107,8 +107,9 @@ pub struct Cli {
     /// Model file; its file name (without extension) becomes the model name.
     #[arg(long, env = "RKLLM_SERVER_MODEL", value_name = "PATH")]
     pub model: Option<PathBuf>,
-    /// The Hugging Face tokenizer.json of --model (structured output).
-    #[arg(long, env = "RKLLM_SERVER_TOKENIZER", value_name = "PATH")]
+    /// The Hugging Face tokenizer.json of --model (structured output): a
+    /// file, or OWNER/REPO[:PATH] on the hub, fetched into the store.
+    #[arg(long, env = "RKLLM_SERVER_TOKENIZER", value_name = "PATH|OWNER/REPO")]
     pub tokenizer: Option<PathBuf>,
     /// RKLLM runtime library (default: librkllmrt.so, found by the loader).
     #[arg(long, env = "RKLLM_SERVER_RUNTIME", value_name = "PATH")]

@@ -456,4 +456,19 @@ fn a_tokenizer_is_a_file_or_a_repository_fetched_into_the_store() {
         ..Config::default()
     };
     assert_eq!(key_of(flag.validate().unwrap_err()), "tokenizer");
+    // Without --model it would name no model's tokenizer: refused, not ignored.
+    let alone = Config {
+        tokenizer: Some("/opt/qwen/tokenizer.json".into()),
+        ..Config::default()
+    };
+    let err = alone.validate().unwrap_err();
+    assert!(err.to_string().contains("[[models]] entry"), "{err}");
+    assert_eq!(key_of(err), "tokenizer");
+    Config {
+        model: Some("/models/qwen.rkllm".into()),
+        tokenizer: Some("Qwen/Qwen2.5-1.5B-Instruct".into()),
+        ..Config::default()
+    }
+    .validate()
+    .unwrap();
 }

@@ -434,6 +434,13 @@ impl Config {
     /// Each `tokenizer` is a file or a Hugging Face repository.
     fn validate_tokenizers(&self) -> Result<(), ConfigError> {
         if let Some(tokenizer) = &self.tokenizer {
+            if self.model.is_none() {
+                return Err(invalid(
+                    "tokenizer",
+                    "`tokenizer` (--tokenizer) is the tokenizer of `model` (--model), which is \
+                     not set: give each [[models]] entry its own `tokenizer`",
+                ));
+            }
             super::settings::tokenizer_setting(tokenizer)
                 .map_err(|e| invalid("tokenizer", format!("`tokenizer`: {e}")))?;
         }

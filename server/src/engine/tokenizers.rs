@@ -112,17 +112,19 @@ impl Tokenizers {
     /// What `models` says of `model`'s tokenizer (`None`: it has none).
     pub fn info(&self, model: &str, source: Option<&TokenizerSource>) -> Option<TokenizerInfo> {
         let source = source?;
+        // Looked at before the lock: a slow disk holds up no one else.
+        let there = match source {
+            TokenizerSource::Mock => true,
+            TokenizerSource::File(path) => path.is_file(),
+        };
         let models = self.models.lock();
         let held = models.get(model);
         let origin = held.map(|h| &h.origin);
-        let (label, there) = match source {
-            TokenizerSource::Mock => ("mock".to_owned(), true),
-            TokenizerSource::File(path) => (
-                origin
-                    .and_then(|o| o.from.clone())
-                    .unwrap_or_else(|| path.display().to_string()),
-                path.is_file(),
-            ),
+        let label = match source {
+            TokenizerSource::Mock => "mock".to_owned(),
+            TokenizerSource::File(path) => origin
+                .and_then(|o| o.from.clone())
+                .unwrap_or_else(|| path.display().to_string()),
         };
         let error = if there {
             held.and_then(|h| h.error.clone())
