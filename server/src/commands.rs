@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::backend::RkllmBackend;
 use crate::config::{BackendKind, Config, StoreCommand};
-use crate::store::{Progress, details_of};
+use crate::store::{Progress, TokenizerSetting, details_of};
 
 /// Runs `command` against the configured store; returns the exit code.
 pub async fn run(command: StoreCommand, config: &Config) -> u8 {
@@ -42,8 +42,27 @@ pub async fn run(command: StoreCommand, config: &Config) -> u8 {
             name,
             revision,
             store_only,
+            tokenizer,
         } => {
-            let request = service.request(&source, name, revision, store_only);
+            let mut request = service.request(&source, name, revision, store_only);
+            if let Some(tokenizer) = tokenizer {
+                match TokenizerSetting::parse(&tokenizer) {
+                    Ok(TokenizerSetting::Hub(hub)) => request.tokenizer = Some(hub),
+                    Ok(TokenizerSetting::File(_)) => {
+                        eprintln!(
+                            "rkllm-server: pull --tokenizer {tokenizer:?}: a pull takes the \
+                             tokenizer from a Hugging Face repository, OWNER/REPO or \
+                             OWNER/REPO:PATH (a file of your own goes in a [[models]] entry's \
+                             `tokenizer`)"
+                        );
+                        return 2;
+                    }
+                    Err(err) => {
+                        eprintln!("rkllm-server: pull --tokenizer: {err}");
+                        return 2;
+                    }
+                }
+            }
             pull(&service, &source, &request).await
         }
         StoreCommand::List => {
@@ -55,13 +74,21 @@ pub async fn run(command: StoreCommand, config: &Config) -> u8 {
                 );
                 return 0;
             }
-            println!("{:<40} {:>10}  {:<10}  SOURCE", "NAME", "SIZE", "PULLED");
+            println!(
+                "{:<40} {:>10}  {:<10}  {:<32}  SOURCE",
+                "NAME", "SIZE", "PULLED", "TOKENIZER"
+            );
             for m in models {
+                let tokenizer = m
+                    .tokenizer
+                    .as_ref()
+                    .map_or("none", |t| t.repository.as_str());
                 println!(
-                    "{:<40} {:>10}  {:<10}  {}",
+                    "{:<40} {:>10}  {:<10}  {:<32}  {}",
                     m.name,
                     human_bytes(m.size),
                     pulled_date(m.pulled_unix),
+                    tokenizer,
                     m.source.spec
                 );
             }
@@ -168,6 +195,25 @@ async fn pull(
                 },
                 service.store.model_dir(&manifest.name).display()
             );
+            match (&manifest.tokenizer, &manifest.tokenizer_missing) {
+                (Some(t), _) => println!(
+                    "tokenizer from {} ({}{}), for structured output",
+                    if t.path == crate::store::TOKENIZER_FILE {
+                        t.repository.clone()
+                    } else {
+                        format!("{}:{}", t.repository, t.path)
+                    },
+                    t.tokens
+                        .map_or_else(String::new, |n| format!("{n} tokens, ")),
+                    human_bytes(t.size)
+                ),
+                (None, why) => eprintln!(
+                    "warning: no tokenizer: {}; structured output (a format, a forced tool \
+                     call) is refused for this model until it has one: pull it again with \
+                     --tokenizer OWNER/REPO",
+                    why.as_deref().unwrap_or("none found")
+                ),
+            }
             0
         }
         Err(err) => {

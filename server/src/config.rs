@@ -108,8 +108,9 @@ pub struct Cli {
     /// Model file; its file name (without extension) becomes the model name.
     #[arg(long, env = "RKLLM_SERVER_MODEL", value_name = "PATH")]
     pub model: Option<PathBuf>,
-    /// The Hugging Face tokenizer.json of --model (structured output).
-    #[arg(long, env = "RKLLM_SERVER_TOKENIZER", value_name = "PATH")]
+    /// The Hugging Face tokenizer.json of --model (structured output): a
+    /// file, or OWNER/REPO[:PATH] on the hub, fetched into the store.
+    #[arg(long, env = "RKLLM_SERVER_TOKENIZER", value_name = "PATH|OWNER/REPO")]
     pub tokenizer: Option<PathBuf>,
     /// RKLLM runtime library (default: librkllmrt.so, found by the loader).
     #[arg(long, env = "RKLLM_SERVER_RUNTIME", value_name = "PATH")]
@@ -216,6 +217,11 @@ pub enum StoreCommand {
         /// model without the RKNN runtime).
         #[arg(long)]
         store_only: bool,
+        /// Take the model's tokenizer (structured output) from this Hugging
+        /// Face repository, OWNER/REPO or OWNER/REPO:PATH, instead of
+        /// looking for one in the model's repository and its base model.
+        #[arg(long, value_name = "OWNER/REPO")]
+        tokenizer: Option<String>,
     },
     /// List the models in the store.
     List,

@@ -78,6 +78,7 @@ struct Metrics {
     runner_crashes: Family<ModelLabels, Counter>,
     model_state: Family<StateLabels, Gauge>,
     runner_memory: Family<ModelLabels, Gauge>,
+    tokenizer_memory: Family<ModelLabels, Gauge>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -192,8 +193,15 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Resident memory of each loaded model's runner processes",
         runner_memory.clone(),
     );
+    let tokenizer_memory = Family::<ModelLabels, Gauge>::default();
+    registry.register(
+        "tokenizer_memory_bytes",
+        "Memory of each model's loaded tokenizer vocabulary in the server (0 until loaded)",
+        tokenizer_memory.clone(),
+    );
     Metrics {
         registry,
+        tokenizer_memory,
         model_loads,
         model_unloads,
         runner_crashes,
@@ -307,6 +315,8 @@ pub struct ModelGauge {
     pub state: &'static str,
     /// Resident memory of its runners, when it has any.
     pub memory_bytes: Option<u64>,
+    /// Memory of its loaded tokenizer vocabulary, once loaded.
+    pub tokenizer_memory_bytes: Option<u64>,
 }
 
 /// Current-state gauges, read by the caller at scrape time.
@@ -348,6 +358,11 @@ pub fn render(gauges: Gauges) -> Result<String, std::fmt::Error> {
                 model: model.name.clone(),
             })
             .set(i64::try_from(model.memory_bytes.unwrap_or(0)).unwrap_or(i64::MAX));
+        m.tokenizer_memory
+            .get_or_create(&ModelLabels {
+                model: model.name.clone(),
+            })
+            .set(i64::try_from(model.tokenizer_memory_bytes.unwrap_or(0)).unwrap_or(i64::MAX));
     }
     // Encoding reads the registry only; the lock keeps two scrapes from
     // interleaving their gauge updates and output.

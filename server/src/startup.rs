@@ -7,8 +7,8 @@ use std::sync::Arc;
 use crate::backend::process::{ProcessBackend, RunnerSettings};
 use crate::backend::{Backend, BackendError, BackendSettings, MockBackend, RkllmBackend};
 use crate::config::{BackendKind, Config, RunnerKind};
-use crate::engine::{Engine, EngineError};
-use crate::store::Store;
+use crate::engine::{Engine, EngineError, TokenizerOrigin};
+use crate::store::{HubTokenizer, Store};
 use crate::stream::StreamManager;
 use crate::transport::AppState;
 
@@ -68,6 +68,7 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
     // The configured models, then the store's (a configured name wins).
     let mut specs = config.model_specs();
     let configured: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    let mut stored = Vec::new();
     for manifest in store.store.list() {
         if configured.contains(&manifest.name) {
             tracing::warn!(
@@ -76,6 +77,7 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
             );
         } else {
             specs.push(store.store.spec(&manifest));
+            stored.push(manifest);
         }
     }
     if specs.is_empty() {
@@ -86,6 +88,24 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
         );
     }
     let engine = Engine::start(backend, &specs, config.engine_limits(), streams)?;
+    for manifest in &stored {
+        engine.set_tokenizer_origin(&manifest.name, store.store.tokenizer_origin(manifest));
+    }
+    let hub_tokenizers = config.hub_tokenizers();
+    for (model, wanted) in &hub_tokenizers {
+        engine.set_tokenizer_origin(
+            model,
+            TokenizerOrigin {
+                from: Some(wanted.label()),
+                missing: Some(format!(
+                    "it is being fetched from {} (into {})",
+                    wanted.label(),
+                    wanted.cached_path(store.store.dir()).display()
+                )),
+                fix: None,
+            },
+        );
+    }
     let failed: Vec<String> = engine
         .models()
         .into_iter()
@@ -108,8 +128,82 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
     );
     if tokio::runtime::Handle::try_current().is_ok() {
         tokio::spawn(follow_store(Arc::clone(&state), configured));
+        fetch_tokenizers(&state, hub_tokenizers);
     }
     Ok(state)
+}
+
+/// Longest wait before a tokenizer that could not be fetched is tried again.
+const TOKENIZER_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Fetches the configured `tokenizer = "owner/repo"` settings into the
+/// store in the background (each repository once, however many models
+/// name it), so that the start never waits for the hub. Until one is
+/// there, its models refuse structured output saying why; one that cannot
+/// be fetched is tried again after 30 s, then after twice as long each
+/// time, up to an hour.
+fn fetch_tokenizers(state: &Arc<AppState>, wanted: Vec<(String, HubTokenizer)>) {
+    let mut by_repo: Vec<(HubTokenizer, Vec<String>)> = Vec::new();
+    for (model, tokenizer) in wanted {
+        match by_repo.iter_mut().find(|(t, _)| *t == tokenizer) {
+            Some((_, models)) => models.push(model),
+            None => by_repo.push((tokenizer, vec![model])),
+        }
+    }
+    for (tokenizer, models) in by_repo {
+        let state = Arc::clone(state);
+        tokio::spawn(async move {
+            let label = tokenizer.label();
+            let origin = |missing: Option<String>| TokenizerOrigin {
+                from: Some(label.clone()),
+                missing,
+                fix: None,
+            };
+            let mut delay = std::time::Duration::from_secs(30);
+            loop {
+                let service = &state.store;
+                let fetched = crate::store::tokenizer::fetch_configured(
+                    &service.store,
+                    &service.hub,
+                    &service.limits,
+                    &tokenizer,
+                )
+                .await;
+                match fetched {
+                    Ok(path) => {
+                        tracing::info!(tokenizer = %label, path = %path.display(), ?models, "tokenizer in place");
+                        for model in &models {
+                            state.engine.set_tokenizer_origin(model, origin(None));
+                        }
+                        return;
+                    }
+                    Err(why) => {
+                        tracing::warn!(
+                            tokenizer = %label,
+                            error = %why,
+                            ?models,
+                            retry_secs = delay.as_secs(),
+                            "tokenizer not fetched: structured output is refused for its models \
+                             until it is"
+                        );
+                        let missing = format!(
+                            "it could not be fetched from {label}: {why} (tried again within {} \
+                             s; check the `tokenizer` setting, or set HF_TOKEN for a gated \
+                             repository)",
+                            delay.as_secs()
+                        );
+                        for model in &models {
+                            state
+                                .engine
+                                .set_tokenizer_origin(model, origin(Some(missing.clone())));
+                        }
+                    }
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(TOKENIZER_RETRY_MAX);
+            }
+        });
+    }
 }
 
 /// Keeps the engine's models in step with the store while the server
@@ -125,13 +219,20 @@ async fn follow_store(state: Arc<AppState>, configured: Vec<String>) {
             continue;
         };
         for manifest in &stored {
-            if configured.contains(&manifest.name) || state.engine.has_model(&manifest.name) {
+            if configured.contains(&manifest.name) {
                 continue;
             }
-            let spec = state.store.store.spec(manifest);
-            if let Err(err) = state.engine.add_model(spec) {
-                tracing::debug!(model = %manifest.name, error = %err, "stored model not added");
+            if !state.engine.has_model(&manifest.name) {
+                let spec = state.store.store.spec(manifest);
+                if let Err(err) = state.engine.add_model(spec) {
+                    tracing::debug!(model = %manifest.name, error = %err, "stored model not added");
+                    continue;
+                }
             }
+            // A pull may have brought its tokenizer since (or said why not).
+            state
+                .engine
+                .set_tokenizer_origin(&manifest.name, state.store.store.tokenizer_origin(manifest));
         }
         for model in state.engine.models() {
             let gone =

@@ -27,6 +27,7 @@ mod store_hostile;
 mod streaming;
 mod structured_npu;
 mod systemd;
+mod tokenizers;
 mod ui;
 mod vision;
 mod vision_bombs;

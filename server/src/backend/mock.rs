@@ -102,6 +102,7 @@ impl Backend for MockBackend {
             config: self.config,
             conversation: ConversationState::default(),
             reasoning: model.reasoning,
+            vocabulary: None,
         }))
     }
 }
@@ -112,6 +113,9 @@ struct MockRunner {
     conversation: ConversationState,
     /// How the model's replies carry thinking (the history holds the answer).
     reasoning: crate::backend::reasoning::ReasoningMode,
+    /// The vocabulary of its last constrained answer, kept while it is
+    /// loaded (in a runner process, nothing else holds it).
+    vocabulary: Option<std::sync::Arc<crate::backend::constraint::Vocabulary>>,
 }
 
 /// The mock model's context, in tokens, unless a `[[models]]` entry sets
@@ -636,7 +640,7 @@ impl MockRunner {
     /// (see [`mock_logits`]), with the request's sampling (greedy unless
     /// it sets a temperature). The answer is a small valid instance.
     fn constrained(
-        &self,
+        &mut self,
         request: &ValidRunRequest,
         sink: &mut TokenSink<'_>,
         constrained: &crate::backend::Constrained,
@@ -649,6 +653,7 @@ impl MockRunner {
             message,
         };
         let vocabulary = Vocabulary::load(&constrained.tokenizer).map_err(failed)?;
+        self.vocabulary = Some(std::sync::Arc::clone(&vocabulary));
         let mut guide = Guide::new(&vocabulary, &constrained.constraint).map_err(failed)?;
         let logits = mock_logits(&vocabulary, seed);
         let s = &request.sampling;

@@ -1,14 +1,17 @@
 //! The typed settings each part of the server receives, built from the
 //! one configuration. No part below `startup` reads [`Config`] itself.
 
+use std::path::Path;
 use std::time::Duration;
 
 use super::{Config, DEFAULT_MOCK_MODEL, ModelEntry, RuntimeAbi};
+use crate::backend::constraint::TokenizerSource;
 use crate::backend::{InitSettings, MockConfig, RkllmSettings, SamplingValues};
 use crate::engine::{
     EngineLimits, KeepAlive, Lifecycle, ModelSettings, ModelSpec, ReasoningMode, RequestLimits,
 };
 use crate::rpc::RpcLimits;
+use crate::store::{HubTokenizer, TokenizerSetting};
 use crate::stream::StreamLimits;
 use crate::transport::Settings;
 use crate::transport::lines::LineOptions;
@@ -42,10 +45,7 @@ impl Config {
                 embedding: None,
                 lora: Vec::new(),
                 prompt_cache: None,
-                tokenizer: self
-                    .tokenizer
-                    .clone()
-                    .map(crate::backend::constraint::TokenizerSource::File),
+                tokenizer: self.tokenizer.as_deref().map(|t| self.tokenizer_source(t)),
             }];
         }
         if self.models.is_empty() {
@@ -83,10 +83,7 @@ impl Config {
                 settings: m.settings.clone(),
                 lora: m.lora.clone(),
                 prompt_cache: m.system_prompt_cache.clone(),
-                tokenizer: m
-                    .tokenizer
-                    .clone()
-                    .map(crate::backend::constraint::TokenizerSource::File),
+                tokenizer: m.tokenizer.as_deref().map(|t| self.tokenizer_source(t)),
                 reasoning: ReasoningMode::resolve(
                     m.reasoning.as_deref().unwrap_or("auto"),
                     &m.name,
@@ -103,6 +100,48 @@ impl Config {
                         .resolve(&m.name, encoder)
                         .ok()
                 }),
+            })
+            .collect()
+    }
+
+    /// Where a model's `tokenizer` setting has it read from: the file it
+    /// names, or where the store keeps one fetched from the hub.
+    fn tokenizer_source(&self, setting: &Path) -> TokenizerSource {
+        match tokenizer_setting(setting) {
+            Ok(TokenizerSetting::Hub(hub)) => {
+                TokenizerSource::File(hub.cached_path(&self.models_dir()))
+            }
+            _ => TokenizerSource::File(setting.to_owned()),
+        }
+    }
+
+    /// The configured models whose `tokenizer` is a repository on the hub
+    /// (fetched into the store at start), each with it.
+    pub fn hub_tokenizers(&self) -> Vec<(String, HubTokenizer)> {
+        let settings: Vec<(String, &Path)> = match &self.model {
+            Some(path) => self
+                .tokenizer
+                .as_deref()
+                .map(|t| {
+                    let name = path
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    (name, t)
+                })
+                .into_iter()
+                .collect(),
+            None => self
+                .models
+                .iter()
+                .filter_map(|m| Some((m.name.clone(), m.tokenizer.as_deref()?)))
+                .collect(),
+        };
+        settings
+            .into_iter()
+            .filter_map(|(name, setting)| match tokenizer_setting(setting) {
+                Ok(TokenizerSetting::Hub(hub)) => Some((name, hub)),
+                _ => None,
             })
             .collect()
     }
@@ -353,5 +392,17 @@ impl Config {
                 ),
             },
         }
+    }
+}
+
+/// Reads a `tokenizer` setting (see [`TokenizerSetting::parse`]); a path
+/// that is not UTF-8 is a file.
+///
+/// # Errors
+/// A value that is neither a file nor a repository.
+pub(super) fn tokenizer_setting(setting: &Path) -> Result<TokenizerSetting, String> {
+    match setting.to_str() {
+        Some(text) => TokenizerSetting::parse(text),
+        None => Ok(TokenizerSetting::File(setting.to_owned())),
     }
 }

@@ -408,3 +408,67 @@ fn connection_limits_name_their_key() {
     ws(10, 0).validate().unwrap();
     ws(10, 10).validate().unwrap();
 }
+
+#[test]
+fn a_tokenizer_is_a_file_or_a_repository_fetched_into_the_store() {
+    let config: Config = toml::from_str(
+        "[store]\nmodels_dir = \"/store\"\n\
+         [[models]]\nname = \"local\"\ntokenizer = \"/opt/qwen/tokenizer.json\"\n\
+         [[models]]\nname = \"hub\"\ntokenizer = \"Qwen/Qwen2.5-1.5B-Instruct\"\n\
+         [[models]]\nname = \"none\"\n",
+    )
+    .unwrap();
+    config.validate().unwrap();
+    let source = |name: &str| {
+        config
+            .model_specs()
+            .into_iter()
+            .find(|m| m.name == name)
+            .unwrap()
+            .tokenizer
+    };
+    use crate::backend::constraint::TokenizerSource::File;
+    assert_eq!(
+        source("local"),
+        Some(File("/opt/qwen/tokenizer.json".into()))
+    );
+    assert_eq!(
+        source("hub"),
+        Some(File(
+            "/store/.tokenizers/Qwen/Qwen2.5-1.5B-Instruct/tokenizer.json".into()
+        ))
+    );
+    assert_eq!(source("none"), None);
+    let fetched = config.hub_tokenizers();
+    assert_eq!(fetched.len(), 1);
+    assert_eq!(fetched[0].0, "hub");
+    assert_eq!(fetched[0].1.label(), "Qwen/Qwen2.5-1.5B-Instruct");
+
+    let bad: Config = toml::from_str("[[models]]\nname = \"a\"\ntokenizer = \"qwen\"\n").unwrap();
+    let err = bad.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("models.tokenizer") && err.contains("model `a`"),
+        "{err}"
+    );
+    let flag = Config {
+        model: Some("/models/qwen.rkllm".into()),
+        tokenizer: Some("a/b/c".into()),
+        ..Config::default()
+    };
+    assert_eq!(key_of(flag.validate().unwrap_err()), "tokenizer");
+    // Without --model it would name no model's tokenizer: refused, not ignored.
+    let alone = Config {
+        tokenizer: Some("/opt/qwen/tokenizer.json".into()),
+        ..Config::default()
+    };
+    let err = alone.validate().unwrap_err();
+    assert!(err.to_string().contains("[[models]] entry"), "{err}");
+    assert_eq!(key_of(err), "tokenizer");
+    Config {
+        model: Some("/models/qwen.rkllm".into()),
+        tokenizer: Some("Qwen/Qwen2.5-1.5B-Instruct".into()),
+        ..Config::default()
+    }
+    .validate()
+    .unwrap();
+}

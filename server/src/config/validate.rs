@@ -221,6 +221,7 @@ impl Config {
                 }
             }
         }
+        self.validate_tokenizers()?;
         let models = self.model_specs();
         for (i, model) in models.iter().enumerate() {
             if model.name.is_empty()
@@ -441,6 +442,32 @@ impl Config {
                     self.log_level
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// Each `tokenizer` is a file or a Hugging Face repository.
+    fn validate_tokenizers(&self) -> Result<(), ConfigError> {
+        if let Some(tokenizer) = &self.tokenizer {
+            if self.model.is_none() {
+                return Err(invalid(
+                    "tokenizer",
+                    "`tokenizer` (--tokenizer) is the tokenizer of `model` (--model), which is \
+                     not set: give each [[models]] entry its own `tokenizer`",
+                ));
+            }
+            super::settings::tokenizer_setting(tokenizer)
+                .map_err(|e| invalid("tokenizer", format!("`tokenizer`: {e}")))?;
+        }
+        for model in &self.models {
+            if let Some(tokenizer) = &model.tokenizer {
+                super::settings::tokenizer_setting(tokenizer).map_err(|e| {
+                    invalid(
+                        "models.tokenizer",
+                        format!("`tokenizer` of model `{}`: {e}", model.name),
+                    )
+                })?;
+            }
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ mod lifecycle;
 mod output;
 mod request;
 mod scheduler;
+mod tokenizers;
 
 pub use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, ChatTemplate, CustomTemplate, EmbeddingSpec, ImageData,
@@ -23,6 +24,7 @@ pub use request::{
     check_images, check_lora,
 };
 pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo, NodeLoad, Readiness};
+pub use tokenizers::{TokenizerInfo, TokenizerOrigin};
 
 #[cfg(test)]
 mod tests;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::job::Job;
 use super::keep_alive::KeepAlive;
 use super::lifecycle::{self, Lifecycle, ModelSlot, ModelState, Shared};
+use super::tokenizers::{TokenizerInfo, TokenizerOrigin, Tokenizers};
 use super::{RequestLimits, RunRequest, ValidationError};
 use crate::backend::{Backend, BackendError, ModelSpec, Role};
 use crate::stream::{Stream, StreamError, StreamManager};
@@ -129,6 +130,9 @@ pub struct ModelInfo {
     /// Size of the model file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<u64>,
+    /// Its tokenizer, which structured output needs (absent: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<TokenizerInfo>,
     /// Tokens its context holds (prompt and reply together).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_length: Option<u32>,
@@ -149,6 +153,7 @@ pub struct Engine {
     shared: Arc<Shared>,
     streams: Arc<StreamManager>,
     limits: EngineLimits,
+    tokenizers: Tokenizers,
 }
 
 impl Engine {
@@ -171,6 +176,7 @@ impl Engine {
             shared,
             streams,
             limits,
+            tokenizers: Tokenizers::default(),
         };
         for spec in models {
             engine.preflight(spec);
@@ -221,8 +227,8 @@ impl Engine {
                 field: "format",
                 message: format!(
                     "model `{}` has no tokenizer, which a format or a forced tool call needs: set \
-                     `tokenizer` (its Hugging Face tokenizer.json) in its [[models]] entry, or pull \
-                     it with a repository that has one",
+                     `tokenizer` (a tokenizer.json file, or a Hugging Face repository owner/repo \
+                     holding one) in its [[models]] entry",
                     slot.name()
                 ),
             })
@@ -248,10 +254,18 @@ impl Engine {
             field: "format",
             message,
         };
-        let vocabulary = crate::backend::constraint::Vocabulary::load(&source)
-            .map_err(|e| invalid(format!("model `{}`: {e}", slot.name())))?;
+        let vocabulary = self
+            .tokenizers
+            .load(slot.name(), &source)
+            .map_err(invalid)?;
         crate::backend::constraint::check(&vocabulary, constraint)
             .map_err(|e| invalid(format!("`format` cannot be followed: {e}")))
+    }
+
+    /// Records where `model`'s tokenizer comes from and, when its file is
+    /// not there, why (what a constrained request for it is refused with).
+    pub fn set_tokenizer_origin(&self, model: &str, origin: TokenizerOrigin) {
+        self.tokenizers.set_origin(model, origin);
     }
 
     /// Marks a model failed when the backend can tell, without loading it,
@@ -419,6 +433,10 @@ impl Engine {
                         .and_then(|p| std::fs::metadata(p).ok())
                         .map(|m| m.len()),
                     context_length: self.shared.backend.context_length(&slot.spec),
+                    tokenizer: self.tokenizers.info(
+                        slot.name(),
+                        self.shared.backend.tokenizer(&slot.spec).as_ref(),
+                    ),
                     stop_strings: slot.spec.template.stop_strings(),
                     path: slot.spec.path.clone(),
                     expires_in,
@@ -486,6 +504,7 @@ impl Engine {
     pub async fn remove_model(&self, name: &str) -> Result<(), EngineError> {
         let slot = self.slot(Some(name))?;
         self.shared.slots.write().retain(|s| !Arc::ptr_eq(s, &slot));
+        self.tokenizers.forget(name);
         let mut changes = slot.changed.subscribe();
         let jobs: Vec<_> = {
             let mut life = slot.life.lock();

@@ -275,6 +275,52 @@ impl Hub {
         })
     }
 
+    /// The text of a small file of `repo` (a model card), at most `max`
+    /// bytes, read within [`ASK_TIMEOUT`].
+    ///
+    /// # Errors
+    /// Not found, refused, larger than `max`, not UTF-8, or the transfer
+    /// failed.
+    pub async fn read_text(
+        &self,
+        repo: &str,
+        revision: &str,
+        path: &str,
+        max: usize,
+    ) -> Result<String, PullError> {
+        let what = format!("{repo}: {path}");
+        let read = async {
+            let url = self.resolve_url(repo, revision, path);
+            let resolved = self.resolve(&url, repo, &what).await?;
+            let too_large = || PullError::Transfer(format!("{what} is larger than {max} bytes"));
+            if resolved.size.is_some_and(|s| s > max as u64) {
+                return Err(too_large());
+            }
+            let mut response = self.download(&resolved, 0, repo, &what).await?;
+            let mut body = Vec::new();
+            while let Some(chunk) = response
+                .chunk()
+                .await
+                .map_err(|e| PullError::Transfer(format!("{what}: {e}")))?
+            {
+                if body.len() + chunk.len() > max {
+                    return Err(too_large());
+                }
+                body.extend_from_slice(&chunk);
+            }
+            String::from_utf8(body)
+                .map_err(|_| PullError::Transfer(format!("{what} is not UTF-8 text")))
+        };
+        tokio::time::timeout(ASK_TIMEOUT, read)
+            .await
+            .unwrap_or_else(|_| {
+                Err(PullError::Transfer(format!(
+                    "{what}: no answer within {} s",
+                    ASK_TIMEOUT.as_secs()
+                )))
+            })
+    }
+
     /// Starts downloading `resolved`, from byte `from` when resuming.
     ///
     /// # Errors

@@ -9,6 +9,13 @@
 //! Downloads in progress live in `models_dir/.partial/`, where an
 //! interrupted pull resumes.
 //!
+//! A model's tokenizer (`tokenizer.json`, for structured output) is pulled
+//! with it into its folder, from its repository or the base model its card
+//! names, and recorded in the manifest, or the manifest says why there is
+//! none (see [`tokenizer`]). Removing a model removes its folder, tokenizer
+//! included. A configured model's `tokenizer = "owner/repo"` is fetched
+//! into `models_dir/.tokenizers/`, which `rm` leaves alone.
+//!
 //! A manifest names files only inside its model's folder: every file name
 //! it holds is checked (see [`Manifest::check`]) when it is read and before
 //! it is written, and one that fails is refused, never used.
@@ -17,23 +24,29 @@ mod choose;
 mod download;
 mod error;
 mod hf;
+mod lock;
 mod names;
 mod progress;
 pub mod pull;
+mod source;
+pub mod tokenizer;
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{ChatTemplate, ModelSettings, ModelSpec, VisionSpec};
+use crate::backend::constraint::TokenizerSource;
+use crate::engine::{ChatTemplate, ModelSettings, ModelSpec, TokenizerOrigin, VisionSpec};
 
 pub use download::PullLimits;
 pub use error::PullError;
 pub use hf::Hub;
 pub use names::{FileDetails, check_file_name, check_name, details_of};
 pub use progress::Progress;
-pub use pull::{PullRequest, Source};
+pub use pull::PullRequest;
+pub use source::Source;
+pub use tokenizer::{HubTokenizer, TOKENIZER_FILE, TokenizerSetting};
 
 /// Where a stored model came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +96,13 @@ pub struct Manifest {
     /// The vision encoder pulled with a vision-language model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vision_encoder: Option<StoredFile>,
+    /// The model's tokenizer, which structured output needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<StoredTokenizer>,
+    /// Why the pull found no tokenizer (absent in a manifest written before
+    /// tokenizers were pulled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer_missing: Option<String>,
 }
 
 impl Manifest {
@@ -91,6 +111,9 @@ impl Manifest {
         let mut files = vec![("file", self.file.as_str())];
         if let Some(encoder) = &self.vision_encoder {
             files.push(("vision_encoder.file", encoder.file.as_str()));
+        }
+        if let Some(tokenizer) = &self.tokenizer {
+            files.push(("tokenizer.file", tokenizer.file.as_str()));
         }
         files
     }
@@ -102,11 +125,40 @@ impl Manifest {
     /// The first bad one, with its key.
     pub fn check(&self) -> Result<(), String> {
         check_name(&self.name).map_err(|m| format!("name: {m}"))?;
-        for (key, file) in self.files() {
+        let files = self.files();
+        for (at, (key, file)) in files.iter().enumerate() {
             check_file_name(file).map_err(|m| format!("{key}: {m}"))?;
+            if let Some((other, _)) = files[..at].iter().find(|(_, f)| f == file) {
+                return Err(format!("{key}: {file:?} is the file {other} names too"));
+            }
         }
         Ok(())
     }
+}
+
+/// A stored model's tokenizer, in its folder, and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredTokenizer {
+    /// Its name in the model's folder (`tokenizer.json`).
+    pub file: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its SHA-256, hex.
+    pub sha256: String,
+    /// Whether `sha256` was checked against a published one.
+    pub sha256_verified: bool,
+    /// The repository it came from: the model's own, or its base model.
+    pub repository: String,
+    /// Its path there.
+    pub path: String,
+    /// The revision it was read at.
+    pub revision: String,
+    /// The commit that revision resolved to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Tokens in its vocabulary, as read when it was pulled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<usize>,
 }
 
 /// A further file of a stored model, in its folder.
@@ -257,7 +309,16 @@ impl Store {
             prompt_cache: None,
             reasoning: crate::engine::ReasoningMode::resolve("auto", &manifest.name)
                 .unwrap_or_default(),
-            tokenizer: None,
+            // Where it is, or would be: a pull that brings one later needs
+            // no new spec (see `tokenizer_origin` for why it is missing).
+            tokenizer: Some(TokenizerSource::File(
+                self.model_dir(&manifest.name).join(
+                    manifest
+                        .tokenizer
+                        .as_ref()
+                        .map_or(TOKENIZER_FILE, |t| t.file.as_str()),
+                ),
+            )),
             // Defaults for its family (from its name); a `[[models]]`
             // entry of the same name can set every vision key.
             vision: manifest.vision_encoder.as_ref().and_then(|encoder| {
@@ -268,6 +329,37 @@ impl Store {
                 )
                 .ok()
             }),
+        }
+    }
+
+    /// Where a stored model's tokenizer came from, or why it has none, and
+    /// how to give it one.
+    pub fn tokenizer_origin(&self, manifest: &Manifest) -> TokenizerOrigin {
+        let fix = format!(
+            "pull it again naming one, `rkllm-server pull --tokenizer OWNER/REPO {}`, or declare \
+             it in a [[models]] entry with its `path` and `tokenizer`",
+            manifest.source.spec
+        );
+        match &manifest.tokenizer {
+            Some(tokenizer) => TokenizerOrigin {
+                from: Some(if tokenizer.path == TOKENIZER_FILE {
+                    tokenizer.repository.clone()
+                } else {
+                    format!("{}:{}", tokenizer.repository, tokenizer.path)
+                }),
+                missing: Some(format!(
+                    "its tokenizer.json is missing from {}",
+                    self.model_dir(&manifest.name).display()
+                )),
+                fix: Some(fix),
+            },
+            None => TokenizerOrigin {
+                from: None,
+                missing: Some(manifest.tokenizer_missing.clone().unwrap_or_else(|| {
+                    "it was pulled without one (by a version that did not pull tokenizers)".into()
+                })),
+                fix: Some(fix),
+            },
         }
     }
 
@@ -384,6 +476,7 @@ impl Service {
                 self.vision_runtime.clone()
             },
             limits: self.limits,
+            tokenizer: None,
         }
     }
 
@@ -438,6 +531,8 @@ mod tests {
                 ..ModelSettings::default()
             },
             vision_encoder: None,
+            tokenizer: None,
+            tokenizer_missing: None,
         }
     }
 
@@ -491,6 +586,90 @@ mod tests {
         bad.vision_encoder = None;
         bad.file = "../m.rkllm".into();
         assert!(bad.check().unwrap_err().starts_with("file:"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn stored_tokenizer() -> StoredTokenizer {
+        StoredTokenizer {
+            file: TOKENIZER_FILE.into(),
+            size: 5,
+            sha256: "cd".into(),
+            sha256_verified: false,
+            repository: "acme/base".into(),
+            path: TOKENIZER_FILE.into(),
+            revision: "main".into(),
+            commit: Some("0123".into()),
+            tokens: Some(308),
+        }
+    }
+
+    #[test]
+    fn a_manifest_records_its_tokenizer_and_an_old_one_without_still_loads() {
+        let dir = std::env::temp_dir().join(format!("rkllm-store-tok-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::new(dir.clone());
+        std::fs::create_dir_all(store.model_dir("m")).unwrap();
+
+        // Written before tokenizers were pulled: no tokenizer fields at all.
+        let mut old = serde_json::to_value(manifest("m")).unwrap();
+        let object = old.as_object_mut().unwrap();
+        assert!(!object.contains_key("tokenizer"));
+        assert!(!object.contains_key("tokenizer_missing"));
+        std::fs::write(store.model_dir("m").join(MANIFEST), old.to_string()).unwrap();
+        let read = store.get("m").unwrap().unwrap();
+        assert_eq!(read.tokenizer, None);
+        let spec = store.spec(&read);
+        let Some(TokenizerSource::File(path)) = &spec.tokenizer else {
+            panic!("{spec:?}")
+        };
+        // Where it would be, so that a later pull bringing it needs no new spec.
+        assert_eq!(*path, dir.join("m").join(TOKENIZER_FILE));
+        let origin = store.tokenizer_origin(&read);
+        assert!(
+            origin
+                .missing
+                .as_deref()
+                .unwrap()
+                .contains("pulled without one"),
+            "{origin:?}"
+        );
+        assert!(origin.fix.as_deref().unwrap().contains("--tokenizer"));
+
+        // Recorded, it is written and read with where it came from.
+        let mut with = manifest("m");
+        with.tokenizer = Some(stored_tokenizer());
+        store.write_manifest(&with).unwrap();
+        let text = std::fs::read_to_string(store.model_dir("m").join(MANIFEST)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(json["tokenizer"]["repository"], "acme/base");
+        assert_eq!(json["tokenizer"]["sha256"], "cd");
+        assert_eq!(json["tokenizer"]["size"], 5);
+        assert_eq!(store.get("m").unwrap().unwrap(), with);
+        let origin = store.tokenizer_origin(&with);
+        assert_eq!(origin.from.as_deref(), Some("acme/base"));
+        assert!(origin.missing.unwrap().contains("is missing from"));
+
+        // Why there is none, when the pull found none.
+        let mut none = manifest("m");
+        none.tokenizer_missing = Some("acme/none has no tokenizer.json".into());
+        assert_eq!(
+            store.tokenizer_origin(&none).missing.as_deref(),
+            Some("acme/none has no tokenizer.json")
+        );
+
+        // Its file stays in the folder, and is not another file of the model.
+        let mut bad = with.clone();
+        bad.tokenizer.as_mut().unwrap().file = "../tokenizer.json".into();
+        assert!(bad.check().unwrap_err().starts_with("tokenizer.file:"));
+        bad.tokenizer.as_mut().unwrap().file = "m.rkllm".into();
+        let err = bad.check().unwrap_err();
+        assert!(err.contains("the file file names too"), "{err}");
+        assert!(store.write_manifest(&bad).is_err());
+
+        // Removing the model removes its tokenizer.
+        std::fs::write(store.model_dir("m").join(TOKENIZER_FILE), "{}").unwrap();
+        assert!(store.remove("m").unwrap());
+        assert!(!store.model_dir("m").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

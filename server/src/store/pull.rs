@@ -6,6 +6,10 @@
 //! A pull refuses what this server cannot run (a vision model without an
 //! RKNN runtime) unless asked to store it only, and every name it takes
 //! from the request or the hub is checked before any file is touched.
+//!
+//! The model's tokenizer comes along when it can be had (see
+//! [`super::tokenizer`]); a model in place without one gets it from a
+//! later pull, without its file being downloaded again.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -15,79 +19,13 @@ use tokio::time::Instant;
 use super::choose::{Board, choose_encoder, choose_file};
 use super::download::{FileJob, PullLimits, fetch_file, file_name};
 use super::error::PullError;
-use super::hf::Hub;
-use super::names::{check_file_name, check_name, check_repo_path, name_for_file};
+use super::hf::{Hub, RepoFile};
+use super::lock::NameLock;
+use super::names::{check_file_name, check_name, name_for_file};
 use super::progress::Progress;
+use super::source::Source;
+use super::tokenizer::{self, ForPull, Got, HubTokenizer};
 use super::{Manifest, Origin, Store, StoredFile};
-
-/// What to pull.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// `owner/repo[:file]` on the Hugging Face endpoint.
-    Repo {
-        /// `owner/repo`.
-        repo: String,
-        /// The file, when named.
-        file: Option<String>,
-    },
-    /// A file's URL.
-    Url(String),
-}
-
-impl Source {
-    /// Reads `owner/repo`, `owner/repo:file`, `hf.co/owner/repo[:file]`
-    /// or an `https://` URL.
-    ///
-    /// # Errors
-    /// Anything else, with what is expected.
-    pub fn parse(spec: &str) -> Result<Self, PullError> {
-        let spec = spec.trim();
-        if spec.starts_with("https://") || spec.starts_with("http://") {
-            return Ok(Self::Url(spec.to_owned()));
-        }
-        let spec = spec
-            .strip_prefix("hf.co/")
-            .or_else(|| spec.strip_prefix("huggingface.co/"))
-            .unwrap_or(spec);
-        let (repo, file) = match spec.split_once(':') {
-            Some((repo, file)) => (repo, Some(file)),
-            None => (spec, None),
-        };
-        let part_ok = |p: &str| {
-            !p.is_empty()
-                && !p.starts_with('.')
-                && p.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        };
-        let bad = || {
-            PullError::BadSource(format!(
-                "{spec:?}: expected owner/repo, owner/repo:file.rkllm or an https:// URL"
-            ))
-        };
-        let mut parts = repo.split('/');
-        let (Some(owner), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(bad());
-        };
-        if !part_ok(owner) || !part_ok(name) {
-            return Err(bad());
-        }
-        let file = match file {
-            Some(f) => {
-                check_repo_path(f).map_err(|m| {
-                    PullError::BadSource(format!(
-                        "{f:?} is not a file of a repository (no `..`, no empty parts): {m}"
-                    ))
-                })?;
-                Some(f.to_owned())
-            }
-            None => None,
-        };
-        Ok(Self::Repo {
-            repo: repo.to_owned(),
-            file,
-        })
-    }
-}
 
 /// A pull, as the CLI or `/api/pull` asks for it.
 #[derive(Debug, Clone)]
@@ -107,45 +45,12 @@ pub struct PullRequest {
     pub vision_runtime: Result<(), String>,
     /// What bounds the pull.
     pub limits: PullLimits,
+    /// The tokenizer to take (`--tokenizer`), instead of looking for one.
+    pub tokenizer: Option<HubTokenizer>,
 }
 
 fn io_error(context: &str) -> impl Fn(io::Error) -> PullError + '_ {
     move |e| PullError::Io(format!("{context}: {e}"))
-}
-
-/// Holds the store's lock for one model name while a pull runs; other
-/// pulls of that name, in this process or another, wait for it.
-struct NameLock {
-    _file: std::fs::File,
-}
-
-impl NameLock {
-    async fn take(
-        dir: &Path,
-        name: &str,
-        progress: &mut (dyn FnMut(Progress) + Send),
-    ) -> Result<Self, PullError> {
-        std::fs::create_dir_all(dir).map_err(io_error(&dir.display().to_string()))?;
-        let path = dir.join(format!("{name}.lock"));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io_error(&path.display().to_string()))?;
-        use rustix::fs::{FlockOperation, flock};
-        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok() {
-            return Ok(Self { _file: file });
-        }
-        progress(Progress::Waiting);
-        let file = tokio::task::spawn_blocking(move || {
-            flock(&file, FlockOperation::LockExclusive).map(|()| file)
-        })
-        .await
-        .map_err(|e| PullError::Io(format!("waiting for another pull: {e}")))?
-        .map_err(|e| PullError::Io(format!("{}: {e}", path.display())))?;
-        Ok(Self { _file: file })
-    }
 }
 
 /// A file of the repository (or the URL) to download.
@@ -164,6 +69,8 @@ struct Plan {
     repo: Option<String>,
     model: Wanted,
     encoder: Option<Wanted>,
+    /// The repository's files (none for a URL).
+    files: Vec<RepoFile>,
 }
 
 /// Reads the source and chooses its files; refuses a vision model this
@@ -188,6 +95,7 @@ async fn plan(hub: &Hub, request: &PullRequest, source: &Source) -> Result<Plan,
                     listed_sha: None,
                 },
                 encoder: None,
+                files: Vec::new(),
             })
         }
         Source::Repo { repo, file } => {
@@ -212,10 +120,13 @@ async fn plan(hub: &Hub, request: &PullRequest, source: &Source) -> Result<Plan,
                 path: path.to_owned(),
                 listed_sha: sha.clone(),
             };
+            let model = wanted(&chosen.path, &chosen.sha256);
+            let encoder = encoder.map(|e| wanted(&e.path, &e.sha256));
             Ok(Plan {
                 repo: Some(repo.clone()),
-                model: wanted(&chosen.path, &chosen.sha256),
-                encoder: encoder.map(|e| wanted(&e.path, &e.sha256)),
+                model,
+                encoder,
+                files,
             })
         }
     }
@@ -238,6 +149,7 @@ pub async fn pull(
         repo,
         model,
         encoder,
+        files,
     } = plan(hub, request, &source).await?;
     let base_name = file_name(&model.path).to_owned();
     let name = match &request.name {
@@ -263,6 +175,34 @@ pub async fn pull(
         .await?;
     let expected = model.listed_sha.clone().or_else(|| resolved.sha256.clone());
 
+    let work = partial_dir.join(&name);
+    let wanted_tokenizer = ForPull {
+        repo: repo.as_deref(),
+        revision: &request.revision,
+        files: &files,
+        model_path: &model.path,
+        named: request.tokenizer.as_ref(),
+    };
+    let fetcher = tokenizer::Fetcher {
+        hub,
+        limits: &request.limits,
+        work: &work,
+        deadline,
+    };
+
+    // A tokenizer the pull names is fetched first: it is had, or the pull
+    // fails before anything else is downloaded.
+    let named = match &request.tokenizer {
+        Some(_) => {
+            std::fs::create_dir_all(&work).map_err(io_error(&work.display().to_string()))?;
+            let got = tokenizer::for_pull(&fetcher, &wanted_tokenizer, progress)
+                .await
+                .map_err(PullError::Transfer)?;
+            Some(got)
+        }
+        None => None,
+    };
+
     // Already there (another pull just brought it, or a repeated pull)?
     if let Ok(Some(existing)) = store.get(&name)
         && existing.source.url == model.url
@@ -272,11 +212,30 @@ pub async fn pull(
         && encoder.as_ref().map(|e| file_name(&e.path))
             == existing.vision_encoder.as_ref().map(|v| v.file.as_str())
     {
+        let has_tokenizer = existing.tokenizer.as_ref().is_some_and(|t| {
+            store.model_dir(&name).join(&t.file).is_file()
+                && request
+                    .tokenizer
+                    .as_ref()
+                    .is_none_or(|named| named.repo == t.repository && named.path == t.path)
+        });
+        if has_tokenizer {
+            progress(Progress::Done { fresh: false });
+            return Ok(existing);
+        }
+        // The model is in place without its tokenizer: only that is fetched.
+        std::fs::create_dir_all(&work).map_err(io_error(&work.display().to_string()))?;
+        let found = match named {
+            Some(got) => Ok(got),
+            None => tokenizer::for_pull(&fetcher, &wanted_tokenizer, progress).await,
+        };
+        progress(Progress::Writing);
+        let manifest = install_tokenizer(store, existing, found)?;
+        let _ = std::fs::remove_dir_all(&work);
         progress(Progress::Done { fresh: false });
-        return Ok(existing);
+        return Ok(manifest);
     }
 
-    let work = partial_dir.join(&name);
     std::fs::create_dir_all(&work).map_err(io_error(&work.display().to_string()))?;
     let part = fetch_file(
         &FileJob {
@@ -321,12 +280,23 @@ pub async fn pull(
             Some((fetched, expected.is_some()))
         }
     };
+    let found = match named {
+        Some(got) => Ok(got),
+        None => tokenizer::for_pull(&fetcher, &wanted_tokenizer, progress).await,
+    };
     progress(Progress::Writing);
     let encoder_part = encoder.as_ref().map(|(e, _)| e.path.clone());
+    let (tokenizer_part, tokenizer, tokenizer_missing) = match found {
+        Ok(Got { part, stored }) => (Some(part), Some(stored), None),
+        Err(why) => (None, None, Some(why)),
+    };
     let manifest = install(
         store,
-        &part.path,
-        encoder_part.as_deref(),
+        Parts {
+            model: &part.path,
+            encoder: encoder_part.as_deref(),
+            tokenizer: tokenizer_part.as_deref(),
+        },
         Manifest {
             name: name.clone(),
             file: base_name.clone(),
@@ -352,6 +322,8 @@ pub async fn pull(
                 sha256: e.sha256,
                 sha256_verified: verified,
             }),
+            tokenizer,
+            tokenizer_missing,
         },
     )?;
     let _ = std::fs::remove_dir_all(&work);
@@ -359,25 +331,31 @@ pub async fn pull(
     Ok(manifest)
 }
 
+/// The finished files of a pull, waiting in its work folder.
+struct Parts<'a> {
+    model: &'a Path,
+    encoder: Option<&'a Path>,
+    tokenizer: Option<&'a Path>,
+}
+
 /// Moves the finished files into the model's folder (the model, then its
-/// vision encoder) and writes the manifest last; files of an older pull
-/// go once the new ones are in (only those a valid manifest names: one
-/// that is refused names nothing to remove).
-fn install(
-    store: &Store,
-    part: &Path,
-    encoder: Option<&Path>,
-    manifest: Manifest,
-) -> Result<Manifest, PullError> {
+/// vision encoder and tokenizer) and writes the manifest last; files of an
+/// older pull go once the new ones are in (only those a valid manifest
+/// names: one that is refused names nothing to remove).
+fn install(store: &Store, parts: Parts<'_>, manifest: Manifest) -> Result<Manifest, PullError> {
     manifest.check().map_err(PullError::BadSource)?;
     let dir = store.model_dir(&manifest.name);
     std::fs::create_dir_all(&dir).map_err(io_error(&dir.display().to_string()))?;
     let old = store.get(&manifest.name).ok().flatten();
     let target: PathBuf = dir.join(&manifest.file);
-    std::fs::rename(part, &target).map_err(io_error(&target.display().to_string()))?;
-    if let (Some(encoder), Some(stored)) = (encoder, &manifest.vision_encoder) {
+    std::fs::rename(parts.model, &target).map_err(io_error(&target.display().to_string()))?;
+    if let (Some(encoder), Some(stored)) = (parts.encoder, &manifest.vision_encoder) {
         let target = dir.join(&stored.file);
         std::fs::rename(encoder, &target).map_err(io_error(&target.display().to_string()))?;
+    }
+    if let (Some(tokenizer), Some(stored)) = (parts.tokenizer, &manifest.tokenizer) {
+        let target = dir.join(&stored.file);
+        std::fs::rename(tokenizer, &target).map_err(io_error(&target.display().to_string()))?;
     }
     store
         .write_manifest(&manifest)
@@ -393,41 +371,30 @@ fn install(
     Ok(manifest)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sources_are_read_and_bad_ones_refused() {
-        assert_eq!(
-            Source::parse("owner/repo").unwrap(),
-            Source::Repo {
-                repo: "owner/repo".into(),
-                file: None
-            }
-        );
-        assert_eq!(
-            Source::parse("hf.co/owner/repo:sub/m.rkllm").unwrap(),
-            Source::Repo {
-                repo: "owner/repo".into(),
-                file: Some("sub/m.rkllm".into())
-            }
-        );
-        assert!(matches!(
-            Source::parse("https://example.org/m.rkllm").unwrap(),
-            Source::Url(_)
-        ));
-        for bad in [
-            "repo",
-            "a/b/c",
-            "../x",
-            "owner/..",
-            "owner/repo:../etc/passwd",
-            "owner/repo:",
-            "owner/repo:a//b.rkllm",
-            "owner/re po",
-        ] {
-            assert!(Source::parse(bad).is_err(), "{bad}");
+/// Records what a later pull found of a stored model's tokenizer: moves it
+/// into the model's folder and writes the manifest again (with why there
+/// is none, when there is none).
+fn install_tokenizer(
+    store: &Store,
+    mut manifest: Manifest,
+    found: Result<Got, String>,
+) -> Result<Manifest, PullError> {
+    let dir = store.model_dir(&manifest.name);
+    match found {
+        Ok(Got { part, stored }) => {
+            let target = dir.join(&stored.file);
+            manifest.tokenizer = Some(stored);
+            manifest.tokenizer_missing = None;
+            manifest.check().map_err(PullError::BadSource)?;
+            std::fs::rename(&part, &target).map_err(io_error(&target.display().to_string()))?;
+        }
+        Err(why) => {
+            manifest.tokenizer = None;
+            manifest.tokenizer_missing = Some(why);
         }
     }
+    store
+        .write_manifest(&manifest)
+        .map_err(io_error(&dir.display().to_string()))?;
+    Ok(manifest)
 }

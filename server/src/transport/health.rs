@@ -60,6 +60,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
                 name: m.name,
                 state: m.state.as_str(),
                 memory_bytes: m.memory_bytes,
+                tokenizer_memory_bytes: m.tokenizer.and_then(|t| t.memory_bytes),
             })
             .collect(),
     };

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use toktrie::SimpleVob;
 
 pub use sampler::{SamplingParams, sample};
-pub use vocabulary::{MOCK_TOKENIZER, TokenizerSource, Vocabulary};
+pub use vocabulary::{MAX_TOKENIZER_BYTES, MOCK_TOKENIZER, TokenizerSource, Vocabulary};
 
 /// A function tool a forced call may name: its name and the JSON schema of
 /// its arguments.

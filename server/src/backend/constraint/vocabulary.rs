@@ -1,7 +1,8 @@
 //! A model's vocabulary: the bytes of each token, read from its Hugging
 //! Face `tokenizer.json`, with the token trie and the parser factory the
 //! constraint engine works over. Loaded once per process and source, and
-//! shared.
+//! shared; a file that changes (a model pulled again with another
+//! tokenizer) is read again.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -37,6 +38,21 @@ const EOS_NAMES: &[&str] = &[
     "<eos>",
 ];
 
+/// The text of a file of at most [`MAX_TOKENIZER_BYTES`].
+fn read_limited(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    let file = std::fs::File::open(path)?;
+    file.take(MAX_TOKENIZER_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_TOKENIZER_BYTES {
+        return Err(std::io::Error::other(format!(
+            "it is larger than {MAX_TOKENIZER_BYTES} bytes, more than any tokenizer.json"
+        )));
+    }
+    Ok(text)
+}
+
 /// A vocabulary with what the constraint engine needs of it.
 pub struct Vocabulary {
     /// Unique in the process (what compiled parsers are kept under).
@@ -56,9 +72,26 @@ impl std::fmt::Debug for Vocabulary {
     }
 }
 
-/// Vocabularies loaded in this process, by source (dropped with their last
-/// user).
-static LOADED: Mutex<Option<HashMap<TokenizerSource, Weak<Vocabulary>>>> = Mutex::new(None);
+/// Vocabularies loaded in this process, by source, with the stamp of the
+/// file each was read from (dropped with their last user).
+type Loaded = HashMap<TokenizerSource, (Option<Stamp>, Weak<Vocabulary>)>;
+static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
+
+/// What tells a file's versions apart: its size and modification time.
+type Stamp = (u64, Option<std::time::SystemTime>);
+
+/// Largest `tokenizer.json` read (the largest vocabularies' files are a
+/// few tens of MB).
+pub const MAX_TOKENIZER_BYTES: u64 = 64 << 20;
+
+fn stamp(source: &TokenizerSource) -> Option<Stamp> {
+    match source {
+        TokenizerSource::Mock => None,
+        TokenizerSource::File(path) => std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.len(), m.modified().ok())),
+    }
+}
 
 impl Vocabulary {
     /// The vocabulary of `source`, loaded once per process while in use.
@@ -67,17 +100,19 @@ impl Vocabulary {
     /// A file that cannot be read, or is not a byte-level or byte-fallback
     /// tokenizer.json.
     pub fn load(source: &TokenizerSource) -> Result<Arc<Self>, String> {
+        let stamp = stamp(source);
         if let Some(loaded) = LOADED
             .lock()
             .as_ref()
             .and_then(|l| l.get(source))
-            .and_then(Weak::upgrade)
+            .filter(|(loaded_from, _)| *loaded_from == stamp)
+            .and_then(|(_, loaded)| loaded.upgrade())
         {
             return Ok(loaded);
         }
         let text = match source {
             TokenizerSource::Mock => MOCK_TOKENIZER.to_owned(),
-            TokenizerSource::File(path) => std::fs::read_to_string(path)
+            TokenizerSource::File(path) => read_limited(path)
                 .map_err(|e| format!("cannot read the tokenizer {}: {e}", path.display()))?,
         };
         let vocabulary = Arc::new(Self::parse(&text).map_err(|e| match source {
@@ -87,7 +122,7 @@ impl Vocabulary {
         LOADED
             .lock()
             .get_or_insert_with(HashMap::new)
-            .insert(source.clone(), Arc::downgrade(&vocabulary));
+            .insert(source.clone(), (stamp, Arc::downgrade(&vocabulary)));
         Ok(vocabulary)
     }
 

@@ -286,7 +286,8 @@ async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Respons
     Ok(Json(json!({
         "modelfile": "", "parameters": parameters.join("\n"), "template": "",
         "details": details(&info), "model_info": model_info,
-        "capabilities": capabilities, "modified_at": entry["modified_at"]
+        "capabilities": capabilities, "modified_at": entry["modified_at"],
+        "tokenizer": info.tokenizer
     }))
     .into_response())
 }
