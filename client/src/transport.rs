@@ -356,12 +356,14 @@ impl HttpConn {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         let reply = if is_sse {
-            let mut pending = String::new();
+            // Bytes, not text, until an event is whole: a read may end inside
+            // a character that takes several bytes.
+            let mut pending: Vec<u8> = Vec::new();
             let mut reply = None;
             while let Some(bytes) = response.chunk().await.map_err(ClientError::transport)? {
-                pending.push_str(&String::from_utf8_lossy(&bytes));
-                while let Some(end) = pending.find("\n\n") {
-                    let event: String = pending.drain(..end + 2).collect();
+                pending.extend_from_slice(&bytes);
+                while let Some(event) = take_event(&mut pending) {
+                    let event = event?;
                     let data: Vec<&str> = event
                         .lines()
                         .filter_map(|l| l.strip_prefix("data:"))
@@ -392,5 +394,36 @@ impl HttpConn {
             self.protocol = Some(version.to_owned());
         }
         Ok(Some(reply))
+    }
+}
+
+/// The first whole SSE event (through its blank line) taken from the
+/// bytes read so far, if one has arrived.
+fn take_event(pending: &mut Vec<u8>) -> Option<Result<String, ClientError>> {
+    let end = pending.windows(2).position(|w| w == b"\n\n")?;
+    let raw: Vec<u8> = pending.drain(..end + 2).collect();
+    Some(
+        String::from_utf8(raw)
+            .map_err(|_| ClientError::Protocol("an SSE event that is not UTF-8".into())),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::take_event;
+
+    #[test]
+    fn an_event_whose_character_is_split_across_reads_comes_whole() {
+        let event = "data: {\"message\":\"こんにちは\"}\n\n";
+        let bytes = event.as_bytes();
+        // Split inside the second character's three bytes.
+        let cut = "data: {\"message\":\"こ".len() + 1;
+        let mut pending = bytes[..cut].to_vec();
+        assert!(take_event(&mut pending).is_none());
+        pending.extend_from_slice(&bytes[cut..]);
+        pending.extend_from_slice(b"data: 2");
+        assert_eq!(take_event(&mut pending).unwrap().unwrap(), event);
+        assert_eq!(pending, b"data: 2");
+        assert!(take_event(&mut pending).is_none());
     }
 }
