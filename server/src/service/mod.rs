@@ -19,6 +19,7 @@ mod embed;
 mod error;
 pub mod images;
 mod parse;
+mod refs;
 mod request;
 mod running;
 mod tools;

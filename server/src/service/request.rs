@@ -117,7 +117,8 @@ impl Generate {
     }
 
     /// The offered tools a forced call may name (`only`: just that one),
-    /// with their parameters' schemas.
+    /// with their parameters' schemas, self-contained (the call's grammar
+    /// holds them below its root, where their own `#/$defs/…` would miss).
     fn tool_schemas(&self, only: Option<&str>) -> Vec<ToolSchema> {
         self.tools
             .iter()
@@ -126,7 +127,9 @@ impl Generate {
                 let name = function.get("name")?.as_str()?;
                 (only.is_none() || only == Some(name)).then(|| ToolSchema {
                     name: name.to_owned(),
-                    parameters: function.get("parameters").cloned().unwrap_or(Value::Null),
+                    parameters: function
+                        .get("parameters")
+                        .map_or(Value::Null, super::refs::inline_local_refs),
                 })
             })
             .collect()
@@ -257,6 +260,34 @@ mod tests {
                 .unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn a_forced_call_holds_a_tool_with_nested_models_to_its_whole_schema() {
+        let parameters = json!({
+            "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "number"}}}},
+            "type": "object",
+            "properties": {"at": {"$ref": "#/$defs/Point"}},
+            "required": ["at"]
+        });
+        let request = Generate {
+            tools: vec![
+                json!({"type": "function", "function": {"name": "f", "parameters": parameters}}),
+            ],
+            tool_choice: ToolChoice::Required,
+            ..Generate::default()
+        };
+        let Some((Constraint::ToolCall(tools), _)) = request.constraint().unwrap() else {
+            panic!("a forced call");
+        };
+        assert_eq!(
+            tools[0].parameters["properties"]["at"],
+            json!({"type": "object", "properties": {"x": {"type": "number"}}})
+        );
+        // The grammar the engine compiles: the reference resolved.
+        use crate::backend::constraint::{TokenizerSource, Vocabulary, check};
+        let mock = Vocabulary::load(&TokenizerSource::Mock).unwrap();
+        check(&mock, &Constraint::ToolCall(tools)).unwrap();
     }
 
     #[test]
