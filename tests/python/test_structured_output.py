@@ -171,6 +171,27 @@ def test_json_rpc_run_format_schema(base, seed):
     assert len([c for c in chunks if c["delta"]]) > 1
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_forced_tool_call_with_generated_parameters(base, seed):
+    """A generated schema as a tool's parameters ($refs to its own $defs
+    included), the call forced by name: the arguments validate."""
+    schema = schemas.generate(seed)
+    tools = [{"type": "function", "function": {"name": "fill", "parameters": schema}},
+             {"type": "function", "function": {"name": "other", "parameters": {"type": "object"}}}]
+    client = openai_client(base)
+    ask = dict(model="mock", messages=user(f"Fill this in, case {seed}."), tools=tools,
+               tool_choice={"type": "function", "function": {"name": "fill"}})
+    choice = client.chat.completions.create(**ask).choices[0]
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls
+    assert call.function.name == "fill"
+    schemas.validate(call.function.arguments, schema)
+    chunks = list(client.chat.completions.create(**ask, stream=True))
+    fragments = [c.function.arguments for chunk in chunks if chunk.choices
+                 for c in chunk.choices[0].delta.tool_calls or [] if c.function.arguments]
+    assert len(fragments) > 1 and "".join(fragments) == call.function.arguments
+
+
 @pytest.mark.parametrize("temperature", [0.7, 1.5])
 def test_sampling_settings_keep_the_answer_valid(base, temperature):
     """The request's sampling picks among the allowed tokens only."""
