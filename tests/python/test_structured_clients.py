@@ -14,6 +14,9 @@ refused is a 400 naming the field. The generated schemas are in
 test_structured_output.py."""
 
 import json
+import re
+import shutil
+import subprocess
 from typing import Literal
 
 import httpx
@@ -24,7 +27,7 @@ from mcp import Client
 from pydantic import BaseModel, Field
 
 import schemas
-from conftest import start_server, stop_server
+from conftest import ROOT, start_server, stop_server
 
 CONFIG = """
 [mock]
@@ -372,3 +375,37 @@ def test_pydantic_ai_refusal_is_the_servers_400(base):
 def test_instructor_modes():
     pytest.skip("instructor is not installed: its latest release (1.17.0) pins jiter below 0.15 and the pinned "
                 "openai (3.51) needs jiter 0.16 or later, so pip cannot install both")
+
+
+# ------------------------------------------------ the page's own examples
+
+DOC = ROOT / "docs" / "structured-output.md"
+
+
+def doc_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
+
+
+def test_the_pages_curl_examples_answer_json(base):
+    if shutil.which("curl") is None or shutil.which("jq") is None:
+        pytest.skip("curl and jq are needed (scripts/test installs them with apt-get)")
+    blocks = doc_blocks("sh")
+    assert len(blocks) == 3
+    for block in blocks:
+        run = subprocess.run(["bash", "-c", "set -eo pipefail\n" + block.replace("localhost:8080", base.removeprefix(
+            "http://"))], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        assert isinstance(json.loads(run.stdout), dict), run.stdout
+
+
+def test_the_pages_python_examples_run(base):
+    """The Python blocks, in order, in one namespace (later ones use what
+    earlier ones defined)."""
+    namespace: dict = {}
+    blocks = doc_blocks("python")
+    assert len(blocks) == 3
+    for block in blocks:
+        exec(compile(block.replace("http://localhost:8080", base), str(DOC), "exec"), namespace)
+    assert isinstance(namespace["city"], namespace["City"])
+    assert namespace["call"].function.name == "get_weather"
+    schemas.validate(namespace["call"].function.arguments, namespace["tools"][0]["function"]["parameters"])

@@ -255,6 +255,16 @@ def test_a_cap_cuts_a_constrained_answer_as_any_other(base):
     assert whole.message.content.startswith(capped.choices[0].message.content)
 
 
+@pytest.mark.xfail(strict=True, reason="engine gap (llguidance): the names of members a schema leaves open are "
+                   "not kept apart, so minProperties is met by repeating a name: {\"\": \"\", \"\": \"\"}")
+def test_min_properties_is_met_by_distinct_members(base):
+    schema = {"type": "object", "minProperties": 2}
+    choice = openai_client(base).chat.completions.create(
+        model="mock", messages=user("Two members"), response_format=json_schema(schema)).choices[0]
+    assert choice.finish_reason == "stop"
+    schemas.validate(choice.message.content, schema)
+
+
 # -------------------------------------------------------------- formats
 
 # Formats the engine cannot follow: refused, never ignored.
