@@ -373,8 +373,8 @@ def test_pydantic_ai_refusal_is_the_servers_400(base):
 
 
 def test_instructor_modes():
-    pytest.skip("instructor is not installed: its latest release (1.17.0) pins jiter below 0.15 and the pinned "
-                "openai (3.51) needs jiter 0.16 or later, so pip cannot install both")
+    pytest.skip("instructor is not installed: no release of it (up to 1.17.0) can be installed beside the pinned "
+                "openai 3.51, which needs jiter 0.16 or later (instructor pins jiter below 0.15 or an older openai)")
 
 
 # ------------------------------------------------ the page's own examples

@@ -325,6 +325,8 @@ def test_a_format_the_engine_cannot_follow_is_refused(base, name):
     with pytest.raises(ollama.ResponseError) as refused:
         ollama_client(base).generate(model="mock", prompt="x", format=format_schema(name))
     assert refused.value.status_code == 400 and name in refused.value.error
+    error = rpc_call(base, "run", {"prompt": "x", "format": format_schema(name)})["error"]
+    assert error["data"]["field"] == "format" and name in error["message"]
 
 
 # ------------------------------------------------------------- refusals
