@@ -3,6 +3,7 @@
 import os
 import pathlib
 import subprocess
+import threading
 
 import pytest
 
@@ -46,7 +47,16 @@ def start_server(*args: str, listen: str = "127.0.0.1:0"):
     if base is None:
         proc.kill()
         pytest.fail("the server did not start")
+    # The log it writes from now on is read and dropped: a pipe nobody reads
+    # fills up (64 KiB, a few hundred requests' log lines) and the server's
+    # next write to it blocks.
+    threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
     return proc, base
+
+
+def _drain(stream) -> None:
+    for _ in stream:
+        pass
 
 
 def stop_server(proc) -> None:

@@ -42,6 +42,10 @@ pub(super) fn tools_list() -> Value {
                         "description": "Strings that end the answer (not included)."
                     },
                     "enable_thinking": {"type": "boolean", "description": "Thinking on or off, for reasoning models."},
+                    "format": {
+                        "anyOf": [{"type": "string", "enum": ["text", "json"]}, {"type": "object"}],
+                        "description": "The answer's shape: \"text\" (the default), \"json\" (a JSON object) or a JSON schema the answer is held to."
+                    },
                     "images": {
                         "type": "array",
                         "items": {"type": "string"},
@@ -195,4 +199,20 @@ pub(super) async fn tools_call(
         "structuredContent": structured,
         "isError": false
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generate_tool_offers_every_shape_of_format() {
+        let list = tools_list();
+        let format = &list["tools"][0]["inputSchema"]["properties"]["format"];
+        let shapes = format["anyOf"]
+            .as_array()
+            .expect("format is a choice of shapes");
+        assert_eq!(shapes[0]["enum"], json!(["text", "json"]));
+        assert_eq!(shapes[1]["type"], "object");
+    }
 }

@@ -19,6 +19,7 @@ mod embed;
 mod error;
 pub mod images;
 mod parse;
+mod refs;
 mod request;
 mod running;
 mod tools;
@@ -35,7 +36,7 @@ pub use running::{Batch, Completed, Ending, Event, Finish, Running};
 pub use tools::ToolCall;
 
 use crate::backend::IMAGE_TAG;
-use crate::backend::constraint::{Constraint, ToolSchema};
+use crate::backend::constraint::Constraint;
 use crate::engine::{Engine, KeepAlive, RunRequest};
 use crate::stream::PrivateStream;
 
@@ -191,68 +192,8 @@ impl Service {
     /// call together, a model without a tokenizer, a schema the engine
     /// cannot compile; each naming the field.
     async fn constraint(&self, request: &Generate) -> Result<Option<Constraint>, ServiceError> {
-        let format_field = if request.format_field.is_empty() {
-            "format"
-        } else {
-            request.format_field
-        };
-        let names = request.tool_names();
-        let tools = |only: Option<&str>| -> Vec<ToolSchema> {
-            request
-                .tools
-                .iter()
-                .filter_map(|tool| {
-                    let function = tool.get("function").unwrap_or(tool);
-                    let name = function.get("name")?.as_str()?;
-                    (only.is_none() || only == Some(name)).then(|| ToolSchema {
-                        name: name.to_owned(),
-                        parameters: function
-                            .get("parameters")
-                            .cloned()
-                            .unwrap_or(serde_json::Value::Null),
-                    })
-                })
-                .collect()
-        };
-        let forced = match &request.tool_choice {
-            ToolChoice::Function(name) if !names.contains(&name.as_str()) => {
-                return Err(ServiceError::invalid(
-                    "tool_choice",
-                    format!(
-                        "`tool_choice` names the function {name:?}, which is not among the \
-                         tools ({})",
-                        names.join(", ")
-                    ),
-                ));
-            }
-            ToolChoice::Required if names.is_empty() => {
-                return Err(ServiceError::invalid(
-                    "tool_choice",
-                    "`tool_choice` asks for a tool call but no tools are given",
-                ));
-            }
-            ToolChoice::Required => Some(Constraint::ToolCall(tools(None))),
-            ToolChoice::Function(name) => Some(Constraint::ToolCall(tools(Some(name)))),
-            ToolChoice::Auto | ToolChoice::None => None,
-        };
-        let format = match &request.format {
-            OutputFormat::Text => None,
-            OutputFormat::JsonObject => Some(Constraint::JsonObject),
-            OutputFormat::JsonSchema { schema, .. } => Some(Constraint::JsonSchema(schema.clone())),
-        };
-        let (constraint, field) = match (forced, format) {
-            (Some(_), Some(_)) => {
-                return Err(ServiceError::invalid(
-                    "tool_choice",
-                    format!(
-                        "a forced tool call and `{format_field}` cannot both shape one answer: \
-                         ask for one of them"
-                    ),
-                ));
-            }
-            (Some(forced), None) => (forced, "tool_choice"),
-            (None, Some(format)) => (format, format_field),
-            (None, None) => return Ok(None),
+        let Some((constraint, field)) = request.constraint()? else {
+            return Ok(None);
         };
         let engine = Arc::clone(&self.engine);
         let model = request.model.clone();

@@ -4,8 +4,10 @@
 
 use serde_json::Value;
 
+use super::ServiceError;
 use super::chat::Message;
 use super::images::ImageSource;
+use crate::backend::constraint::{Constraint, ToolSchema};
 use crate::engine::{KeepAlive, Role, Sampling};
 
 /// What the model is given.
@@ -112,5 +114,193 @@ impl Generate {
                     .and_then(Value::as_str)
             })
             .collect()
+    }
+
+    /// The offered tools a forced call may name (`only`: just that one),
+    /// with their parameters' schemas, self-contained (the call's grammar
+    /// holds them below its root, where their own `#/$defs/…` would miss).
+    fn tool_schemas(&self, only: Option<&str>) -> Vec<ToolSchema> {
+        self.tools
+            .iter()
+            .filter_map(|tool| {
+                let function = tool.get("function").unwrap_or(tool);
+                let name = function.get("name")?.as_str()?;
+                (only.is_none() || only == Some(name)).then(|| ToolSchema {
+                    name: name.to_owned(),
+                    parameters: function
+                        .get("parameters")
+                        .map_or(Value::Null, super::refs::inline_local_refs),
+                })
+            })
+            .collect()
+    }
+
+    /// The constraint the answer is held to — its format, or a forced
+    /// tool call —, with the field that asked for it (for the errors of
+    /// compiling it); `None` for free text.
+    ///
+    /// # Errors
+    /// A forced call of a tool that is not offered, or a forced call and
+    /// a format together; each naming `tool_choice`.
+    pub fn constraint(&self) -> Result<Option<(Constraint, &'static str)>, ServiceError> {
+        let format_field = if self.format_field.is_empty() {
+            "format"
+        } else {
+            self.format_field
+        };
+        let names = self.tool_names();
+        let forced = match &self.tool_choice {
+            ToolChoice::Function(name) if !names.contains(&name.as_str()) => {
+                return Err(ServiceError::invalid(
+                    "tool_choice",
+                    format!(
+                        "`tool_choice` names the function {name:?}, which is not among the \
+                         tools ({})",
+                        names.join(", ")
+                    ),
+                ));
+            }
+            ToolChoice::Required if names.is_empty() => {
+                return Err(ServiceError::invalid(
+                    "tool_choice",
+                    "`tool_choice` asks for a tool call but no tools are given",
+                ));
+            }
+            ToolChoice::Required => Some(Constraint::ToolCall(self.tool_schemas(None))),
+            ToolChoice::Function(name) => Some(Constraint::ToolCall(self.tool_schemas(Some(name)))),
+            ToolChoice::Auto | ToolChoice::None => None,
+        };
+        let format = match &self.format {
+            OutputFormat::Text => None,
+            OutputFormat::JsonObject => Some(Constraint::JsonObject),
+            OutputFormat::JsonSchema { schema, .. } => Some(Constraint::JsonSchema(schema.clone())),
+        };
+        Ok(match (forced, format) {
+            (Some(_), Some(_)) => {
+                return Err(ServiceError::invalid(
+                    "tool_choice",
+                    format!(
+                        "`tool_choice` forces a tool call and `{format_field}` asks for a format: \
+                         one answer cannot be both, ask for one of them"
+                    ),
+                ));
+            }
+            (Some(forced), None) => Some((forced, "tool_choice")),
+            (None, Some(format)) => Some((format, format_field)),
+            (None, None) => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn with_tools(tool_choice: ToolChoice, format: OutputFormat) -> Generate {
+        Generate {
+            tools: vec![
+                json!({"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}),
+                json!({"type": "function", "function": {"name": "b"}}),
+            ],
+            tool_choice,
+            format,
+            format_field: "response_format",
+            ..Generate::default()
+        }
+    }
+
+    #[test]
+    fn a_forced_call_and_a_format_together_are_refused_naming_both() {
+        for choice in [ToolChoice::Required, ToolChoice::Function("a".into())] {
+            let err = with_tools(choice, OutputFormat::JsonObject)
+                .constraint()
+                .unwrap_err();
+            assert_eq!(err.field(), Some("tool_choice"));
+            let message = err.to_string();
+            assert!(message.contains("`tool_choice`"), "{message}");
+            assert!(message.contains("`response_format`"), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_constraint_and_the_field_that_asked_for_it() {
+        let (constraint, field) = with_tools(ToolChoice::Function("b".into()), OutputFormat::Text)
+            .constraint()
+            .unwrap()
+            .unwrap();
+        assert_eq!(field, "tool_choice");
+        assert_eq!(
+            constraint,
+            Constraint::ToolCall(vec![ToolSchema {
+                name: "b".into(),
+                parameters: Value::Null
+            }])
+        );
+        let (constraint, field) = with_tools(ToolChoice::Auto, OutputFormat::JsonObject)
+            .constraint()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (constraint, field),
+            (Constraint::JsonObject, "response_format")
+        );
+        let Some((Constraint::ToolCall(tools), _)) =
+            with_tools(ToolChoice::Required, OutputFormat::Text)
+                .constraint()
+                .unwrap()
+        else {
+            panic!("a forced call");
+        };
+        assert_eq!(tools.len(), 2);
+        assert_eq!(
+            with_tools(ToolChoice::None, OutputFormat::Text)
+                .constraint()
+                .unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_forced_call_holds_a_tool_with_nested_models_to_its_whole_schema() {
+        let parameters = json!({
+            "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "number"}}}},
+            "type": "object",
+            "properties": {"at": {"$ref": "#/$defs/Point"}},
+            "required": ["at"]
+        });
+        let request = Generate {
+            tools: vec![
+                json!({"type": "function", "function": {"name": "f", "parameters": parameters}}),
+            ],
+            tool_choice: ToolChoice::Required,
+            ..Generate::default()
+        };
+        let Some((Constraint::ToolCall(tools), _)) = request.constraint().unwrap() else {
+            panic!("a forced call");
+        };
+        assert_eq!(
+            tools[0].parameters["properties"]["at"],
+            json!({"type": "object", "properties": {"x": {"type": "number"}}})
+        );
+        // The grammar the engine compiles: the reference resolved.
+        use crate::backend::constraint::{TokenizerSource, Vocabulary, check};
+        let mock = Vocabulary::load(&TokenizerSource::Mock).unwrap();
+        check(&mock, &Constraint::ToolCall(tools)).unwrap();
+    }
+
+    #[test]
+    fn a_forced_call_of_a_tool_not_offered_is_refused() {
+        let err = with_tools(ToolChoice::Function("c".into()), OutputFormat::Text)
+            .constraint()
+            .unwrap_err();
+        assert_eq!(err.field(), Some("tool_choice"));
+        assert!(err.to_string().contains("\"c\""));
+        let none = Generate {
+            tool_choice: ToolChoice::Required,
+            ..Generate::default()
+        };
+        assert_eq!(none.constraint().unwrap_err().field(), Some("tool_choice"));
     }
 }

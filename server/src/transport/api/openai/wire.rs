@@ -192,9 +192,33 @@ fn response_format(value: Option<Value>) -> Result<OutputFormat, ServiceError> {
                     "`response_format.json_schema` is required with type json_schema",
                 )
             })?;
+            if !spec.is_object() {
+                return Err(invalid(
+                    "response_format",
+                    "`response_format.json_schema` must be an object with the `schema`",
+                ));
+            }
+            let schema = match spec.get("schema") {
+                // Absent or `true`: any JSON value.
+                None | Some(Value::Null | Value::Bool(true)) => Value::Null,
+                Some(Value::Bool(false)) => {
+                    return Err(invalid(
+                        "response_format",
+                        "`response_format.json_schema.schema` is `false`, which no answer \
+                         satisfies",
+                    ));
+                }
+                Some(schema @ Value::Object(_)) => schema.clone(),
+                Some(_) => {
+                    return Err(invalid(
+                        "response_format",
+                        "`response_format.json_schema.schema` must be a JSON schema (an object)",
+                    ));
+                }
+            };
             Ok(OutputFormat::JsonSchema {
                 name: spec.get("name").and_then(Value::as_str).map(str::to_owned),
-                schema: spec.get("schema").cloned().unwrap_or(Value::Null),
+                schema,
                 strict: spec.get("strict").and_then(Value::as_bool).unwrap_or(false),
             })
         }
@@ -509,5 +533,45 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(named.tool_choice, ToolChoice::Function("f".into()));
+    }
+
+    #[test]
+    fn a_json_schema_must_be_a_schema_that_admits_something() {
+        let format = |spec: Value| {
+            generate(chat(
+                json!({"response_format": {"type": "json_schema", "json_schema": spec}}),
+            ))
+        };
+        for spec in [
+            json!({"name": "n", "schema": false}),
+            json!({"name": "n", "schema": 5}),
+            json!({"name": "n", "schema": "object"}),
+            json!({"name": "n", "schema": [{"type": "object"}]}),
+            json!("n"),
+        ] {
+            let err = format(spec.clone()).unwrap_err();
+            assert_eq!(err.field(), Some("response_format"), "{spec}");
+        }
+        let object = json!({"type": "object"});
+        let g = format(json!({"name": "n", "schema": object, "strict": true})).unwrap();
+        assert_eq!(
+            g.format,
+            OutputFormat::JsonSchema {
+                name: Some("n".into()),
+                schema: object,
+                strict: true
+            }
+        );
+        // Absent or `true`: any JSON value.
+        for spec in [json!({"name": "n"}), json!({"name": "n", "schema": true})] {
+            let g = format(spec).unwrap();
+            assert!(matches!(
+                g.format,
+                OutputFormat::JsonSchema {
+                    schema: Value::Null,
+                    ..
+                }
+            ));
+        }
     }
 }
