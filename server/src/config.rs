@@ -18,7 +18,7 @@ mod settings;
 mod validate;
 
 pub use sections::{
-    BenchSection, EngineSection, HttpSection, LimitsSection, McpSection, MockSection,
+    BenchSection, BoardSection, EngineSection, HttpSection, LimitsSection, McpSection, MockSection,
     ResponsesSection, RkllmSection, RunnerKind, StdioSection, StoreSection, StreamsSection,
     UiSection, WebSocketSection,
 };
@@ -547,6 +547,8 @@ pub struct Config {
     pub store: StoreSection,
     /// The Responses API's kept responses.
     pub responses: ResponsesSection,
+    /// Where the board's files are read.
+    pub board: BoardSection,
 }
 
 impl Default for Config {
@@ -583,6 +585,7 @@ impl Default for Config {
             bench: BenchSection::default(),
             store: StoreSection::default(),
             responses: ResponsesSection::default(),
+            board: BoardSection::default(),
         }
     }
 }

@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod board;
 pub mod commands;
 pub mod config;
 pub mod engine;
