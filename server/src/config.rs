@@ -229,6 +229,18 @@ pub enum StoreCommand {
         /// The model's name.
         name: String,
     },
+    /// Check the board, the NPU driver, the runtime, the models and the
+    /// configuration, each with a verdict and its fix; exit status 0 when
+    /// nothing blocks serving.
+    Doctor {
+        /// Print the findings as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also hash each stored model file against its manifest's sha256
+        /// (slow: seconds per GB).
+        #[arg(long)]
+        verify: bool,
+    },
 }
 
 impl Cli {

@@ -11,6 +11,7 @@ pub mod backend;
 pub mod board;
 pub mod commands;
 pub mod config;
+pub mod doctor;
 pub mod engine;
 pub mod metrics;
 pub mod notify;

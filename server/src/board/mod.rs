@@ -103,6 +103,8 @@ pub struct Missing {
 /// What the board shows at one moment.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Snapshot {
+    /// The root it was read under.
+    pub root: PathBuf,
     /// The device tree's `compatible` strings (`radxa,rock-5b`, `rockchip,rk3588`).
     pub compatible: Vec<String>,
     /// `rk3588`, `rk3576`, … from `compatible`.

@@ -24,6 +24,7 @@ pub(super) fn snapshot(root: &Path) -> Snapshot {
         }
     };
     Snapshot {
+        root: root.to_owned(),
         compatible,
         chip,
         driver,
@@ -202,7 +203,7 @@ fn sorted_entries(dir: &Path) -> std::io::Result<Vec<(String, std::path::PathBuf
         .filter_map(Result::ok)
         .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
         .collect();
-    entries.sort_by(|a, b| natural_key(&a.0).cmp(&natural_key(&b.0)));
+    entries.sort_by_key(|e| natural_key(&e.0));
     Ok(entries)
 }
 
