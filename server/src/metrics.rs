@@ -54,6 +54,9 @@ struct StateLabels {
     state: &'static str,
 }
 
+/// The HTTP APIs counted by [`api_request`].
+const HTTP_APIS: [&str; 4] = ["openai", "ollama", "anthropic", "responses"];
+
 /// The states a model may be in, each a series of `rkllm_model_state`.
 const MODEL_STATES: [&str; 4] = ["available", "loading", "loaded", "failed"];
 
@@ -357,7 +360,15 @@ pub fn render(gauges: Gauges) -> Result<String, std::fmt::Error> {
     set(&m.queued_requests, gauges.queued_requests);
     set(&m.buffered_bytes, gauges.buffered_bytes);
     set(&m.mcp_sessions, gauges.mcp_sessions);
+    // Counters start at 0, so that a rate or increase over them has data
+    // before the first request or crash.
+    for api in HTTP_APIS {
+        let _ = m.http_requests.get_or_create(&ApiLabels { api });
+    }
     for model in &gauges.models {
+        let _ = m.runner_crashes.get_or_create(&ModelLabels {
+            model: model.name.clone(),
+        });
         for state in MODEL_STATES {
             m.model_state
                 .get_or_create(&StateLabels {
