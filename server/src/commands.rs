@@ -1,6 +1,6 @@
 //! The model-store commands of the command line: `pull` (with a progress
-//! bar on a terminal), `list`, `show`, `rm`. A running server sees their
-//! changes within seconds.
+//! bar on a terminal), `list`, `show`, `rm` (a running server sees their
+//! changes within seconds); and `doctor`, handed to [`crate::doctor`].
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -13,6 +13,13 @@ use crate::store::{Progress, TokenizerSetting, details_of};
 
 /// Runs `command` against the configured store; returns the exit code.
 pub async fn run(command: StoreCommand, config: &Config) -> u8 {
+    if let StoreCommand::Doctor { json, verify } = command {
+        let config = config.clone();
+        let options = crate::doctor::Options { verify };
+        return tokio::task::spawn_blocking(move || crate::doctor::run(&config, json, options))
+            .await
+            .unwrap_or(1);
+    }
     // The runtime's version helps choose among a repository's files.
     let runtime_version = match (&command, config.backend) {
         (StoreCommand::Pull { .. }, BackendKind::Rkllm) => {
@@ -119,6 +126,7 @@ pub async fn run(command: StoreCommand, config: &Config) -> u8 {
                 1
             }
         },
+        StoreCommand::Doctor { .. } => 0,
         StoreCommand::Rm { name } => match service.store.remove(&name) {
             Ok(true) => {
                 println!("removed {name}");

@@ -18,7 +18,7 @@ mod settings;
 mod validate;
 
 pub use sections::{
-    BenchSection, EngineSection, HttpSection, LimitsSection, McpSection, MockSection,
+    BenchSection, BoardSection, EngineSection, HttpSection, LimitsSection, McpSection, MockSection,
     ResponsesSection, RkllmSection, RunnerKind, StdioSection, StoreSection, StreamsSection,
     UiSection, WebSocketSection,
 };
@@ -234,6 +234,18 @@ pub enum StoreCommand {
     Rm {
         /// The model's name.
         name: String,
+    },
+    /// Check the board, the NPU driver, the runtime, the models and the
+    /// configuration, each with a verdict and its fix; exit status 0 when
+    /// nothing blocks serving.
+    Doctor {
+        /// Print the findings as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also hash each stored model file against its manifest's sha256
+        /// (slow: seconds per GB).
+        #[arg(long)]
+        verify: bool,
     },
 }
 
@@ -553,6 +565,8 @@ pub struct Config {
     pub store: StoreSection,
     /// The Responses API's kept responses.
     pub responses: ResponsesSection,
+    /// Where the board's files are read.
+    pub board: BoardSection,
 }
 
 impl Default for Config {
@@ -589,6 +603,7 @@ impl Default for Config {
             bench: BenchSection::default(),
             store: StoreSection::default(),
             responses: ResponsesSection::default(),
+            board: BoardSection::default(),
         }
     }
 }

@@ -8,8 +8,10 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod board;
 pub mod commands;
 pub mod config;
+pub mod doctor;
 pub mod engine;
 pub mod metrics;
 pub mod notify;

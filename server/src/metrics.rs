@@ -54,6 +54,9 @@ struct StateLabels {
     state: &'static str,
 }
 
+/// The HTTP APIs counted by [`api_request`].
+const HTTP_APIS: [&str; 4] = ["openai", "ollama", "anthropic", "responses"];
+
 /// The states a model may be in, each a series of `rkllm_model_state`.
 const MODEL_STATES: [&str; 4] = ["available", "loading", "loaded", "failed"];
 
@@ -332,6 +335,29 @@ pub struct Gauges {
     pub mcp_sessions: usize,
     /// Every configured model.
     pub models: Vec<ModelGauge>,
+    /// The board's gauges (NPU, clocks, temperatures, memory), each family
+    /// present only where the board has its source.
+    pub board: Vec<BoardSeries>,
+}
+
+/// One labelled value of a board gauge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoardSample {
+    /// Label names and values.
+    pub labels: Vec<(&'static str, String)>,
+    /// The value.
+    pub value: f64,
+}
+
+/// A board gauge family, `rkllm_` + `name`, read at scrape time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoardSeries {
+    /// The name after `rkllm_`, with its unit (`clock_frequency_hertz`).
+    pub name: &'static str,
+    /// Its help text.
+    pub help: &'static str,
+    /// Its samples (at least one).
+    pub samples: Vec<BoardSample>,
 }
 
 /// The text exposition, with `gauges` as the current state.
@@ -344,7 +370,15 @@ pub fn render(gauges: Gauges) -> Result<String, std::fmt::Error> {
     set(&m.queued_requests, gauges.queued_requests);
     set(&m.buffered_bytes, gauges.buffered_bytes);
     set(&m.mcp_sessions, gauges.mcp_sessions);
+    // Counters start at 0, so that a rate or increase over them has data
+    // before the first request or crash.
+    for api in HTTP_APIS {
+        let _ = m.http_requests.get_or_create(&ApiLabels { api });
+    }
     for model in &gauges.models {
+        let _ = m.runner_crashes.get_or_create(&ModelLabels {
+            model: model.name.clone(),
+        });
         for state in MODEL_STATES {
             m.model_state
                 .get_or_create(&StateLabels {
@@ -370,5 +404,75 @@ pub fn render(gauges: Gauges) -> Result<String, std::fmt::Error> {
     let _one = ENCODE.lock();
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &m.registry)?;
+    // The board's families change with the board (a zone, a clock), so
+    // they are written here rather than registered, before the end marker.
+    let end = text.rfind("# EOF").unwrap_or(text.len());
+    let mut board = String::new();
+    write_board(&mut board, &gauges.board)?;
+    text.insert_str(end, &board);
     Ok(text)
+}
+
+fn write_board(out: &mut String, series: &[BoardSeries]) -> std::fmt::Result {
+    use std::fmt::Write;
+    for family in series {
+        let name = format!("rkllm_{}", family.name);
+        writeln!(out, "# HELP {name} {}", family.help)?;
+        writeln!(out, "# TYPE {name} gauge")?;
+        for sample in &family.samples {
+            out.push_str(&name);
+            if !sample.labels.is_empty() {
+                out.push('{');
+                for (i, (key, value)) in sample.labels.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write!(out, "{key}=\"")?;
+                    for c in value.chars() {
+                        match c {
+                            '\\' => out.push_str("\\\\"),
+                            '"' => out.push_str("\\\""),
+                            '\n' => out.push_str("\\n"),
+                            c => out.push(c),
+                        }
+                    }
+                    out.push('"');
+                }
+                out.push('}');
+            }
+            if sample.value.fract() == 0.0 && sample.value.abs() < 1e15 {
+                writeln!(out, " {}", sample.value as i64)?;
+            } else {
+                writeln!(out, " {}", sample.value)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn board_families_come_before_the_end_marker_with_escaped_labels() {
+        let text = render(Gauges {
+            board: vec![BoardSeries {
+                name: "thermal_zone_temperature_celsius",
+                help: "Temperature",
+                samples: vec![BoardSample {
+                    labels: vec![("zone", "thermal_zone0".into()), ("type", "a\"b".into())],
+                    value: 41.5,
+                }],
+            }],
+            ..Gauges::default()
+        })
+        .unwrap();
+        let at = text
+            .find("rkllm_thermal_zone_temperature_celsius{zone=\"thermal_zone0\",type=\"a\\\"b\"} 41.5\n")
+            .expect(&text);
+        assert!(text.contains("# TYPE rkllm_thermal_zone_temperature_celsius gauge\n"));
+        assert!(at < text.rfind("# EOF").unwrap());
+        assert!(text.ends_with("# EOF\n"));
+    }
 }

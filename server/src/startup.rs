@@ -120,12 +120,11 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
         .cloned()
         .collect();
     engine.preload(&preload)?;
-    let state = AppState::new(
-        engine,
-        config.rpc_limits(),
-        config.transport_settings(),
-        store,
-    );
+    // The board and runtime checks of `doctor`, logged; what blocks
+    // serving goes to `/ready`.
+    let mut transport = config.transport_settings();
+    transport.blocking = crate::doctor::at_start(config);
+    let state = AppState::new(engine, config.rpc_limits(), transport, store);
     if tokio::runtime::Handle::try_current().is_ok() {
         tokio::spawn(follow_store(Arc::clone(&state), configured));
         fetch_tokenizers(&state, hub_tokenizers);

@@ -429,3 +429,20 @@ impl Default for ResponsesSection {
         }
     }
 }
+
+/// `[board]`: where the board's files are read (metrics, `doctor`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BoardSection {
+    /// The root under which `sys/`, `proc/` and `dev/` are read: `/` on a
+    /// board, a copy of the tree in tests.
+    pub sys_root: std::path::PathBuf,
+}
+
+impl Default for BoardSection {
+    fn default() -> Self {
+        Self {
+            sys_root: std::path::PathBuf::from("/"),
+        }
+    }
+}

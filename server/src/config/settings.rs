@@ -391,6 +391,9 @@ impl Config {
                         .collect(),
                 ),
             },
+            sys_root: self.board.sys_root.clone(),
+            // Filled in by start-up from `doctor`'s findings.
+            blocking: Vec::new(),
         }
     }
 }

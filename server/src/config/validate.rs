@@ -378,6 +378,15 @@ impl Config {
                 format!("must be an https:// (or http:// mirror) URL, got {endpoint:?}"),
             ));
         }
+        if !self.board.sys_root.is_absolute() {
+            return Err(invalid(
+                "board.sys_root",
+                format!(
+                    "must be an absolute path, got {:?}",
+                    self.board.sys_root.display().to_string()
+                ),
+            ));
+        }
         if !matches!(
             self.store.platform.as_str(),
             "auto" | "none" | "rk3588" | "rk3576" | "rk3562"

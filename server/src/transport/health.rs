@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::state::AppState;
-use crate::metrics;
+use crate::{board, metrics};
 
 /// `GET /health`: 200 while the process serves requests, with this
 /// node's name.
@@ -23,12 +23,22 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
 
 /// `GET /ready`: 200 while some model can serve and no queue is full,
 /// 503 with the reason otherwise; failed models are listed with why
-/// either way (`failed`).
+/// either way (`failed`). What `doctor` found at start to block serving
+/// (the wrong NPU driver, a runtime known to crash on this chip) makes it
+/// 503 too, with those findings as the reason and in `blocking`.
 pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    let readiness = state.engine.readiness();
+    let mut readiness = state.engine.readiness();
+    let blocking = &state.settings.blocking;
+    if !blocking.is_empty() {
+        readiness.ready = false;
+        readiness.reason = Some(format!("doctor: {}", blocking.join("; ")));
+    }
     let mut body = json!({"ready": readiness.ready});
     if let Some(reason) = &readiness.reason {
         body["reason"] = json!(reason);
+    }
+    if !blocking.is_empty() {
+        body["blocking"] = json!(blocking);
     }
     if !readiness.failed.is_empty() {
         body["failed"] = readiness
@@ -45,9 +55,19 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// `GET /metrics`: the Prometheus text exposition with the current gauges.
+/// `GET /metrics`: the Prometheus text exposition with the current gauges,
+/// the board's read now (a few small files, off the async threads).
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let root = state.settings.sys_root.clone();
+    let board = tokio::task::spawn_blocking(move || {
+        let snapshot = board::read(&root);
+        board::log_missing_once(&snapshot);
+        board::samples(&snapshot)
+    })
+    .await
+    .unwrap_or_default();
     let gauges = metrics::Gauges {
+        board,
         active_streams: state.streams.active_streams(),
         queued_requests: state.engine.queued(),
         buffered_bytes: state.streams.total_bytes(),

@@ -60,6 +60,12 @@ pub struct Settings {
     pub remote_images: crate::service::RemoteImages,
     /// The Responses API's store of finished responses (`[responses]`).
     pub responses_store: StoreSettings,
+    /// The root under which the board's files are read for `/metrics`
+    /// (`[board] sys_root`).
+    pub sys_root: std::path::PathBuf,
+    /// What `doctor` found at start that keeps this server from serving
+    /// (one line each); `/ready` answers 503 with them.
+    pub blocking: Vec<String>,
 }
 
 /// Everything a request handler needs.
