@@ -140,7 +140,16 @@ fn one(
             "its name says runtime {made_for}, the loaded runtime is {runtime}"
         ));
     }
+    let pulled_without = model
+        .manifest
+        .as_ref()
+        .is_some_and(|m| m.tokenizer.is_none());
     match &model.spec.tokenizer {
+        // A stored model pulled without one has only the place a later
+        // pull would put it: that is no tokenizer, not a missing one.
+        _ if pulled_without => {
+            notes.push("no tokenizer (structured output is refused for it)".into());
+        }
         Some(crate::backend::constraint::TokenizerSource::File(file)) if !file.exists() => warns
             .push(format!(
                 "its tokenizer {} is missing (structured output needs it)",

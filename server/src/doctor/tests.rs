@@ -162,7 +162,7 @@ fn stored_models_are_checked_for_chip_and_with_verify_for_their_hash() {
     if quick.iter().all(|f| f.check == "models") {
         panic!("the store's manifests were not read: {quick:#?}");
     }
-    assert_eq!(verdict_of(&quick, "model:good"), Verdict::Ok);
+    assert_eq!(verdict_of(&quick, "model:good"), Verdict::Ok, "{quick:#?}");
     assert_eq!(verdict_of(&quick, "model:other-chip"), Verdict::Fail);
     // Without --verify the corrupt file's size still matches.
     assert_eq!(verdict_of(&quick, "model:corrupt"), Verdict::Ok);
