@@ -39,6 +39,7 @@ from conftest import ROOT, server_binary, start_server, stop_server
 AGENTS = ROOT / "tests" / "agents"
 CLAUDE = AGENTS / "node_modules" / ".bin" / "claude"
 CODEX = AGENTS / "node_modules" / ".bin" / "codex"
+DOC = ROOT / "docs" / "agents.md"
 KEY = "agent-key"
 TASK = "Write the file hello.txt @mock(tool_call=1)"
 # The mock model the agents use, with a context that holds their trimmed
@@ -313,27 +314,29 @@ def parse_requests(raw: bytes) -> list[dict]:
     return found
 
 
+def doc_block(heading: str, language: str) -> str:
+    """The first ```language block of the section `## heading` of
+    docs/agents.md: the page's settings are the ones tested."""
+    section = DOC.read_text(encoding="utf-8").split(f"\n## {heading}\n", 1)[1]
+    section = re.split(r"\n## ", section, maxsplit=1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)[0]
+
+
+def fill(text: str, base: str, model: str) -> str:
+    return text.replace("http://<board>:8080", base).replace("<model>", model).replace("<key>", KEY)
+
+
 def claude_command(base: str, model: str, home: pathlib.Path) -> tuple[list[str], dict]:
-    env = {
-        "PATH": PATH,
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": base,
-        "ANTHROPIC_API_KEY": KEY,
-        "ANTHROPIC_MODEL": model,
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
-        "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
-        "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
-        "CLAUDE_CODE_SUBAGENT_MODEL": model,
-        # Offline: no telemetry, update checks, error reports or other
-        # calls home; no billing block in the system prompt.
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
-        # The scratch folder is inside this repository: not a git work tree for it.
-        "GIT_CEILING_DIRECTORIES": str(home.parent),
-    }
+    # The page's `export NAME=VALUE ...` lines (a comment after them).
+    env = {"PATH": PATH, "HOME": str(home)}
+    for line in fill(doc_block("Claude Code", "sh"), base, model).splitlines():
+        if line.startswith("export "):
+            for setting in line.removeprefix("export ").split(" #")[0].split():
+                name, _, value = setting.partition("=")
+                env[name] = value
+    assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1" and env["ANTHROPIC_MODEL"] == model
+    # The scratch folder is inside this repository: not a git work tree for it.
+    env["GIT_CEILING_DIRECTORIES"] = str(home.parent)
     # `--tools Write` offers that one tool (the prompt shrinks from 12k
     # tokens to 2.4k); `--allowedTools Write` lets it run without asking.
     command = [str(CLAUDE), "-p", TASK, "--tools", "Write", "--allowedTools", "Write", "--output-format", "json"]
@@ -343,71 +346,19 @@ def claude_command(base: str, model: str, home: pathlib.Path) -> tuple[list[str]
 def codex_command(base: str, model: str, home: pathlib.Path, builtin: bool) -> tuple[list[str], dict]:
     codex_home = home / ".codex"
     codex_home.mkdir()
-    catalog = codex_home / "models.json"
-    catalog.write_text(json.dumps({"models": [codex_model(model)]}))
-    # A provider of its own posts at once; the built-in one, pointed at the
-    # server with openai_base_url, first tries a WebSocket.
-    provider = (
-        f'openai_base_url = "{base}/v1"\n'
-        if builtin
-        else f"""model_provider = "rkllm"
-
-[model_providers.rkllm]
-name = "rkllm-server"
-base_url = "{base}/v1"
-wire_api = "responses"
-env_key = "RKLLM_API_KEY"
-"""
-    )
-    (codex_home / "config.toml").write_text(
-        f"""model = "{model}"
-model_catalog_json = "{catalog}"
-check_for_update_on_startup = false
-{provider}
-[analytics]
-enabled = false
-
-[feedback]
-enabled = false
-
-[features]
-plugins = false
-
-[otel]
-exporter = "none"
-metrics_exporter = "none"
-trace_exporter = "none"
-"""
-    )
-    env = {"PATH": PATH, "HOME": str(home), "CODEX_HOME": str(codex_home), "RKLLM_API_KEY": KEY, "OPENAI_API_KEY": KEY}
+    config = fill(doc_block("Codex CLI", "toml"), base, model).replace("/home/<user>/.codex", str(codex_home))
+    catalog = json.loads(fill(doc_block("Codex CLI", "json"), base, model))
+    (codex_home / "rkllm-models.json").write_text(json.dumps(catalog))
+    if builtin:
+        # The built-in provider pointed at the server, as the page says:
+        # it tries a WebSocket first.
+        config = re.sub(r'model_provider = "rkllm"\n', "", config)
+        config = re.sub(r"\[model_providers\.rkllm\]\n(.+\n)+", "", config)
+        config = f'openai_base_url = "{base}/v1"\n' + config
+    (codex_home / "config.toml").write_text(config)
+    env = {"PATH": PATH, "HOME": str(home), "CODEX_HOME": str(codex_home), "RKLLM_API_KEY": KEY}
     command = [str(CODEX), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "--ephemeral", "--json", TASK]
     return command, env
-
-
-def codex_model(model: str) -> dict:
-    """Codex's metadata for a model it does not know; `base_instructions`
-    empty leaves out its 17 KB base prompt."""
-    return {
-        "slug": model,
-        "display_name": model,
-        "description": "a model of rkllm-server",
-        "supported_reasoning_levels": [],
-        "shell_type": "default",
-        "visibility": "list",
-        "supported_in_api": True,
-        "priority": 1,
-        "upgrade": None,
-        "base_instructions": "",
-        "supports_reasoning_summaries": False,
-        "support_verbosity": False,
-        "default_verbosity": None,
-        "apply_patch_tool_type": None,
-        "truncation_policy": {"mode": "bytes", "limit": 10000},
-        "supports_parallel_tool_calls": False,
-        "context_window": 16384,
-        "experimental_supported_tools": [],
-        "input_modalities": ["text"],
-    }
 
 
 def main(scenario: str, scratch: str) -> None:
