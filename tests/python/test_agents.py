@@ -165,13 +165,14 @@ def test_claude_code_is_told_when_its_prompt_does_not_fit():
     done = seen["agent"]
     assert done["rc"] == 1
     result = json.loads(done["stdout"])
+    # The server's words (`prompt is too long: …`) are Anthropic's, which
+    # Claude Code knows: it says so and does not send the request again
+    # (other words for a 400 make it retry with fewer betas, 6 requests).
     assert result["is_error"] and result["api_error_status"] == 400
-    assert result["api_error_type"] == "invalid_request_error"
-    assert re.search(r"the prompt is about \d+ tokens .* more than the 256 tokens", result["result"])
-    assert "max_context_len" in result["result"]
+    assert result["terminal_reason"] == "prompt_too_long"
+    assert result["result"].startswith("Prompt is too long"), result["result"]
     assert seen["files"] == {}
-    # It tries a few variants of the request (fewer betas) before it gives up.
-    assert seen["requests"] and all(r["target"] == "/v1/messages?beta=true" for r in seen["requests"])
+    assert [r["target"] for r in seen["requests"]] == ["/v1/messages?beta=true"]
 
 
 def codex_events(done: dict) -> list[dict]:
