@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import urllib.request
+import warnings
 
 import pytest
 
@@ -56,7 +57,8 @@ max_context_len = 256
 """
 # What the agents get of the host's environment: nothing but a PATH.
 PATH = "/usr/local/bin:/usr/bin:/bin"
-# Each run takes about a second (Claude Code's start-up is the longest).
+# A run takes 1-3 s, 8 s for Codex's built-in provider (its WebSocket
+# retries); the bound is for liveness only.
 RUN_TIMEOUT = 90
 
 
@@ -89,11 +91,11 @@ def offline_prefix() -> tuple[list[str], str | None]:
 
 def run_scenario(scenario: str) -> dict:
     """Runs one scenario in a child (offline where possible) and returns
-    what it saw. The agents' homes are in target/tmp: Codex refuses a home
-    under /tmp."""
+    what it saw. The agents' homes are in target/tmp: Codex will not set
+    up its helper links under /tmp."""
     prefix, why = offline_prefix()
     if why:
-        print(f"the agent runs without a network namespace of its own: {why}; its privacy switches keep it offline")
+        warnings.warn(f"the agent runs without a network namespace of its own: {why}; only its privacy switches keep it offline")
     scratch_root = ROOT / "target" / "tmp"
     scratch_root.mkdir(parents=True, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix=f"agents-{scenario}-", dir=scratch_root)
