@@ -162,6 +162,22 @@ def test_a_function_call_round_trip(server):
         assert stream.get_final_response().output_text == answer.output_text
 
 
+def requests_counted(base: str) -> float:
+    text = httpx.get(base + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    found = re.search(r'^rkllm_http_requests_total\{api="responses"\} (\S+)$', text, flags=re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_each_request_is_counted_refused_ones_included(server):
+    client = client_for(server, max_retries=0)
+    client.responses.create(model="mock", input=PROMPT)
+    with client.responses.stream(model="mock", input=PROMPT) as stream:
+        stream.get_final_response()
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="no-such-model", input=PROMPT)
+    assert requests_counted(server) == 3
+
+
 def test_reasoning_is_its_own_item(server):
     client = client_for(server)
     thinking = "Why is the sky blue? @mock(think=1)"

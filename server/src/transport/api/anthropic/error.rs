@@ -51,6 +51,28 @@ pub fn error_type(status: StatusCode) -> &'static str {
     }
 }
 
+/// What Anthropic's own message for a prompt over the context begins
+/// with, and what Claude Code knows such an error by.
+const PROMPT_TOO_LONG: &str = "prompt is too long: ";
+
+/// A conversation over a size limit (the model's context, or
+/// `limits.max_prompt_bytes`) worded as Anthropic words it: Claude Code
+/// then tells its user the prompt is too long (or compacts the
+/// conversation) and does not send it again, where other words for a 400
+/// make it retry the request with fewer betas. Other errors are unchanged.
+#[must_use]
+pub fn prompt_too_long(err: ServiceError) -> ServiceError {
+    match err {
+        ServiceError::TooLarge { field, message } if field == "messages" => {
+            ServiceError::TooLarge {
+                field,
+                message: format!("{PROMPT_TOO_LONG}{message}"),
+            }
+        }
+        other => other,
+    }
+}
+
 /// The error object (also an `error` event's data when a stream fails).
 pub fn error_body(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
@@ -81,6 +103,28 @@ pub fn shape(status: StatusCode, message: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_conversation_over_a_size_limit_is_a_prompt_that_is_too_long() {
+        let over = ServiceError::TooLarge {
+            field: "messages".into(),
+            message: "the prompt is about 2420 tokens, more than the 256 tokens".into(),
+        };
+        let err = prompt_too_long(over);
+        assert_eq!(
+            err.to_string(),
+            "prompt is too long: the prompt is about 2420 tokens, more than the 256 tokens"
+        );
+        assert_eq!(err.field(), Some("messages"));
+        let response = AnthropicError(err).into_response();
+        assert_eq!(response.status().as_u16(), 400);
+        // Another field over its limit keeps its words.
+        let images = ServiceError::TooLarge {
+            field: "images".into(),
+            message: "too many images".into(),
+        };
+        assert_eq!(prompt_too_long(images).to_string(), "too many images");
+    }
 
     #[test]
     fn a_full_server_is_529_overloaded_and_the_rest_keep_the_tables_status() {

@@ -80,8 +80,10 @@ async fn messages(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Res
         0
     };
     let running = state.service.start(generate).await.map_err(|err| {
-        err.renamed("prompt", "messages")
-            .renamed("stop", "stop_sequences")
+        error::prompt_too_long(
+            err.renamed("prompt", "messages")
+                .renamed("stop", "stop_sequences"),
+        )
     })?;
     let ids = Ids {
         id: format!("msg_{}", new_stream_id()),

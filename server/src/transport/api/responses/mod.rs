@@ -203,6 +203,7 @@ impl Keep {
 
 /// `POST /v1/responses`.
 async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    crate::metrics::api_request("responses");
     let Prepared { translated, kept } = match prepare(&state, &headers, &body) {
         Ok(prepared) => prepared,
         Err(refusal) => return refusal.into_response(),
