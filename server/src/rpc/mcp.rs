@@ -42,6 +42,7 @@ pub(super) fn tools_list() -> Value {
                         "description": "Strings that end the answer (not included)."
                     },
                     "enable_thinking": {"type": "boolean", "description": "Thinking on or off, for reasoning models."},
+                    "priority": {"type": "string", "enum": ["interactive", "background"], "description": "The lane of the model's queue: background work waits for every interactive request and runs with thinking off."},
                     "images": {
                         "type": "array",
                         "items": {"type": "string"},
