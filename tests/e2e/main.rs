@@ -10,6 +10,7 @@ mod connections;
 mod embeddings;
 mod errors;
 mod first_hour;
+mod history;
 mod lanes;
 mod lifecycle;
 mod lora;
