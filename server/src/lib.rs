@@ -100,6 +100,9 @@ pub fn app(state: Arc<AppState>) -> Router {
             }
         },
     ));
+    // Every API's generations honour `X-Rkllm-Priority` (the service reads
+    // it; see `transport::priority`).
+    let router = router.layer(axum::middleware::from_fn(transport::priority::layer));
     let router = match cors(&state.settings.cors_origins) {
         Some(cors) => router.layer(cors),
         None => router,
@@ -128,6 +131,7 @@ fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
                 header::ACCEPT,
                 HeaderName::from_static("mcp-session-id"),
                 HeaderName::from_static("mcp-protocol-version"),
+                HeaderName::from_static(service::background::HEADER),
             ])
             .expose_headers([HeaderName::from_static("mcp-session-id")]),
     )

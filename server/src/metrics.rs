@@ -28,6 +28,11 @@ struct ApiLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LaneLabels {
+    lane: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
 }
@@ -64,6 +69,7 @@ struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     http_requests: Family<ApiLabels, Counter>,
+    queued: Family<LaneLabels, Counter>,
     rejected: Family<ReasonLabels, Counter>,
     aborts: Family<CauseLabels, Counter>,
     generations: Counter,
@@ -97,6 +103,12 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "http_requests",
         "Generation requests received by each HTTP API, refused ones included",
         http_requests.clone(),
+    );
+    let queued = Family::<LaneLabels, Counter>::default();
+    registry.register(
+        "lane_requests",
+        "Generation requests admitted to a model's queue, by lane (interactive, background)",
+        queued.clone(),
     );
     let rejected = Family::<ReasonLabels, Counter>::default();
     registry.register(
@@ -212,6 +224,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         runner_memory,
         requests,
         http_requests,
+        queued,
         rejected,
         aborts,
         generations,
@@ -242,6 +255,12 @@ pub fn api_request(api: &'static str) {
         .http_requests
         .get_or_create(&ApiLabels { api })
         .inc();
+}
+
+/// Counts a generation request admitted to a model's queue in `lane`
+/// (`interactive` or `background`).
+pub fn queued(lane: &'static str) {
+    METRICS.queued.get_or_create(&LaneLabels { lane }).inc();
 }
 
 /// Counts a refused request.

@@ -11,6 +11,8 @@ mod connections;
 mod embeddings;
 mod errors;
 mod first_hour;
+mod history;
+mod lanes;
 mod lifecycle;
 mod lora;
 mod mcp;

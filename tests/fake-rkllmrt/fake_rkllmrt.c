@@ -77,6 +77,10 @@ typedef struct {
     struct timespec abort_time;
     pthread_mutex_t abort_lock;
     int kv_cache;
+    /* "@fake-no-history": a model whose KV cache cannot be reused (Qwen3.5,
+     * linear attention): a run with keep_history drops every cache itself
+     * once it is over, so nothing is held for the next turn */
+    int no_history;
     /* the image markers of ABI 1.2.x, given at init */
     char *img_start, *img_end, *img_content;
     /* LoRA adapters loaded (names) */
@@ -166,9 +170,9 @@ static size_t complete_prefix(const unsigned char *s, size_t n) {
 static float *make_base_logits(const fake_vocab *v, int width);
 
 /* Options a model file gives in its first lines (removed from its text):
- * "@fake-vocab=PATH" (the tokenizer.json of logits mode) and
+ * "@fake-vocab=PATH" (the tokenizer.json of logits mode),
  * "@fake-logits-width=N" (a logits row wider or narrower than the
- * vocabulary). Returns -1 (with the runtime's message) when the
+ * vocabulary) and "@fake-no-history" (a model that keeps no history). Returns -1 (with the runtime's message) when the
  * vocabulary cannot be read. */
 static int read_model_options(fake_handle *h) {
     char *vocab_path = NULL;
@@ -181,6 +185,8 @@ static int read_model_options(fake_handle *h) {
             vocab_path = strndup(h->text + 12, line - 12);
         } else if (strncmp(h->text, "@fake-logits-width=", 19) == 0) {
             h->logits_width = atoi(h->text + 19);
+        } else if (line == 16 && strncmp(h->text, "@fake-no-history", 16) == 0) {
+            h->no_history = 1;
         } else {
             break;
         }
@@ -620,6 +626,11 @@ static void *generate(void *arg) {
     perf.generate_time_ms = (float)(now_ms() - first);
     perf.generate_tokens = tokens;
     h->kv_cache = a->keep_history ? h->kv_cache + perf.prefill_tokens + tokens : 0;
+    if (a->keep_history && h->no_history) {
+        runtime_print("W rkllm: this model does not support kv cache reuse, clearing all caches");
+        fake_log(h, "no-history cleared kv=%d", h->kv_cache);
+        h->kv_cache = 0;
+    }
     if (stopped_by_abort) {
         fake_log(h, "aborted tokens=%d", tokens);
         if (h->after_abort == AFTER_ABORT_FINISH) {

@@ -38,6 +38,33 @@ pub struct ModelSettings {
     /// Default presence penalty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub presence_penalty: Option<f64>,
+    /// Whether a chat's next turn reuses the history the runtime holds.
+    #[serde(default, skip_serializing_if = "HistoryReuse::is_auto")]
+    pub history_reuse: HistoryReuse,
+}
+
+/// Whether a chat's next turn sends only its new message, reusing the
+/// conversation the runtime's KV cache holds (`history_reuse`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HistoryReuse {
+    /// Reused while the runtime is seen to keep it: after each kept-history
+    /// run its KV cache is checked against what the history should hold,
+    /// and a runtime that drops it switches the model to sending the whole
+    /// conversation.
+    #[default]
+    Auto,
+    /// Reused, never checked.
+    On,
+    /// Never reused: every turn sends the whole conversation.
+    Off,
+}
+
+impl HistoryReuse {
+    /// Whether it is the default.
+    pub fn is_auto(&self) -> bool {
+        *self == Self::Auto
+    }
 }
 
 /// A model as the config declares it.

@@ -22,8 +22,9 @@ mod template;
 mod utf8;
 
 pub use api::{
-    ALL_OVERRIDES, Backend, BackendError, BackendSettings, EmbeddingSpec, Generation, LoraAdapter,
-    ModelSettings, ModelSpec, Pooling, PromptCacheSpec, Runner, VISION_FAMILIES, VisionSpec,
+    ALL_OVERRIDES, Backend, BackendError, BackendSettings, EmbeddingSpec, Generation, HistoryReuse,
+    LoraAdapter, ModelSettings, ModelSpec, Pooling, PromptCacheSpec, Runner, VISION_FAMILIES,
+    VisionSpec,
 };
 pub use conversation::{ConversationState, Plan, Turn};
 pub use image::{IMAGE_TAG, ImageData, ImageLimits};

@@ -314,6 +314,10 @@ pub struct EngineSection {
     /// Program and arguments put before runner processes' command line
     /// (for example `["taskset", "-c", "4-7"]`).
     pub runner_prefix: Vec<String>,
+    /// Whether a request that names no lane goes to the background lane
+    /// when its prompt is a known client's background task (Open WebUI's
+    /// titles, tags, follow-ups, queries; Home Assistant's AI tasks).
+    pub detect_background: bool,
 }
 
 impl Default for EngineSection {
@@ -328,6 +332,7 @@ impl Default for EngineSection {
             max_crashes: 3,
             crash_window_secs: 300,
             runner_prefix: Vec::new(),
+            detect_background: true,
         }
     }
 }

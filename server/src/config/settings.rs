@@ -371,6 +371,7 @@ impl Config {
                 max_bytes: self.responses.store_max_bytes,
                 ttl: Duration::from_secs(self.responses.store_ttl_secs),
             },
+            detect_background: self.engine.detect_background,
             remote_images: crate::service::RemoteImages {
                 allowed: self.limits.allow_remote_images,
                 timeout: Duration::from_secs(self.limits.remote_image_timeout_secs),

@@ -21,6 +21,8 @@ pub(super) struct Job {
     pub reasoning: crate::backend::reasoning::ReasoningMode,
     /// How long the model stays loaded after this job (`None`: the default).
     pub keep_alive: Option<KeepAlive>,
+    /// Its lane in the model's queue.
+    pub priority: super::Priority,
 }
 
 impl std::fmt::Debug for Job {

@@ -1,4 +1,5 @@
-//! The engine: validates requests, queues them per model (bounded FIFO)
+//! The engine: validates requests, queues them per model (bounded, FIFO
+//! in each of two lanes: interactive before background)
 //! and runs one generation at a time per model on that model's own OS
 //! thread (the NPU's rule), feeding each request's stream. It knows
 //! nothing of JSON or transports; it drives a [`Backend`] and the stream
@@ -8,6 +9,7 @@ mod job;
 mod keep_alive;
 mod lifecycle;
 mod output;
+mod priority;
 mod request;
 mod scheduler;
 mod tokenizers;
@@ -19,6 +21,7 @@ pub use crate::backend::{
 };
 pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};
+pub use priority::Priority;
 pub use request::{
     BYTES_PER_TOKEN, RequestLimits, RunRequest, ValidationError, check_context, check_embedding,
     check_images, check_lora,

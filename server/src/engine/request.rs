@@ -41,6 +41,8 @@ pub struct RunRequest {
     pub stop: Vec<String>,
     /// What the answer must be (structured output, a forced tool call).
     pub constraint: Option<crate::backend::constraint::Constraint>,
+    /// The lane of its model's queue it waits in.
+    pub priority: super::Priority,
 }
 
 /// The most stop strings a request may give, and the longest one.

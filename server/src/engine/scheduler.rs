@@ -1,6 +1,9 @@
-//! Admission and per-model FIFO queues.
+//! Admission and per-model queues.
 //!
-//! Each model has a bounded queue (full → [`EngineError::QueueFull`]) and
+//! Each model has a bounded queue (full → [`EngineError::QueueFull`]) in
+//! two lanes, interactive and background, each first come, first served:
+//! a background job never starts while an interactive one waits
+//! ([`super::Priority`]); the bound counts both. It has
 //! worker threads ([`super::lifecycle`]) that load the model when work
 //! comes, run queued jobs in order, one at a time per lane, and unload it
 //! when idle. (A backend may ask for more lanes, each with its own runner
@@ -564,6 +567,7 @@ impl Engine {
             stop = template.stop_strings();
         }
         let wants_embedding = request.embed;
+        let priority = request.priority;
         let constraint = request.constraint.take();
         let mut request = request.validate(slot.name().to_owned(), &self.limits.request)?;
         if let Some(constraint) = constraint {
@@ -604,14 +608,22 @@ impl Engine {
             });
         }
         let stream = self.streams.create(slot.name(), polled)?;
-        life.jobs.push_back(Job {
-            stream: Arc::clone(&stream),
-            request,
-            enqueued: Instant::now(),
-            stop,
-            reasoning: slot.spec.reasoning,
-            keep_alive,
-        });
+        // Interactive jobs stay before background ones, so the front is
+        // always the next to run.
+        let at = super::priority::insert_at(life.jobs.iter().map(|job| job.priority), priority);
+        life.jobs.insert(
+            at,
+            Job {
+                stream: Arc::clone(&stream),
+                request,
+                enqueued: Instant::now(),
+                stop,
+                reasoning: slot.spec.reasoning,
+                keep_alive,
+                priority,
+            },
+        );
+        crate::metrics::queued(priority.as_str());
         drop(life);
         slot.wake.notify_all();
         Ok(stream)

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::context::{RequestCtx, Services, Summary};
 use super::params::Params;
 use super::{RpcError, codes};
-use crate::engine::{Role, Sampling};
+use crate::engine::{Priority, Role, Sampling};
 use crate::service::{Completed, Generate, ImageSource, Input, OutputFormat, Prepared, Running};
 use crate::stream::{PrivateStream, Stream};
 use crate::vocab::FinishReason;
@@ -60,6 +60,7 @@ pub(super) async fn prepare(state: &Services, p: &mut Params) -> Result<Prepared
             ));
         }
     };
+    let priority = priority(p)?;
     let request = Generate {
         model: p.opt_str("model")?,
         input: Input::Prompt {
@@ -84,7 +85,21 @@ pub(super) async fn prepare(state: &Services, p: &mut Params) -> Result<Prepared
         format_field: "format",
         ..Generate::default()
     };
-    Ok(state.service.prepare(request).await?)
+    Ok(state.service.prepare_in(request, priority).await?)
+}
+
+/// `priority`: `"interactive"` or `"background"` (the lane of the model's
+/// queue the request waits in).
+fn priority(p: &mut Params) -> Result<Option<Priority>, RpcError> {
+    let Some(value) = p.opt_str("priority")? else {
+        return Ok(None);
+    };
+    Priority::parse(&value).map(Some).ok_or_else(|| {
+        RpcError::invalid_params(
+            "priority",
+            format!("`priority` must be \"interactive\" or \"background\", got {value:?}"),
+        )
+    })
 }
 
 /// `images`: an array of base64 strings or `data:` URLs.

@@ -46,6 +46,7 @@ pub(super) fn tools_list() -> Value {
                         "anyOf": [{"type": "string", "enum": ["text", "json"]}, {"type": "object"}],
                         "description": "The answer's shape: \"text\" (the default), \"json\" (a JSON object) or a JSON schema the answer is held to."
                     },
+                    "priority": {"type": "string", "enum": ["interactive", "background"], "description": "The lane of the model's queue: background work waits for every interactive request and runs with thinking off."},
                     "images": {
                         "type": "array",
                         "items": {"type": "string"},

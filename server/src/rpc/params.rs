@@ -23,8 +23,9 @@ fn type_name(v: &Value) -> &'static str {
 
 /// The parameters of generating a text (`run`, the `generate` tool),
 /// besides the per-request overrides a backend may apply.
-pub(super) const GENERATION_FIELDS: &[&str] =
-    &["prompt", "model", "images", "lora", "stop", "format"];
+pub(super) const GENERATION_FIELDS: &[&str] = &[
+    "prompt", "model", "images", "lora", "stop", "format", "priority",
+];
 
 impl Params {
     /// Refuses a parameter `method` does not take (`_meta`, which MCP

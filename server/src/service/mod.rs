@@ -14,6 +14,7 @@
 //! the events and errors for its wire.
 
 pub mod address_filter;
+pub mod background;
 mod chat;
 mod embed;
 mod error;
@@ -37,7 +38,7 @@ pub use tools::ToolCall;
 
 use crate::backend::IMAGE_TAG;
 use crate::backend::constraint::Constraint;
-use crate::engine::{Engine, KeepAlive, RunRequest};
+use crate::engine::{Engine, KeepAlive, Priority, RunRequest};
 use crate::stream::PrivateStream;
 
 /// What the service works with: built once at start.
@@ -46,6 +47,9 @@ pub struct Service {
     engine: Arc<Engine>,
     remote_images: RemoteImages,
     max_embedding_inputs: usize,
+    /// Whether a request that names no lane is put in the background lane
+    /// when its prompt is a known client's background task.
+    detect_background: bool,
 }
 
 /// A request ready for the engine.
@@ -72,7 +76,42 @@ impl Service {
             engine,
             remote_images,
             max_embedding_inputs,
+            detect_background: true,
         }
+    }
+
+    /// This service with the matching of known clients' background tasks
+    /// on or off (`[engine] detect_background`); a request's header or
+    /// field still names its lane either way.
+    #[must_use]
+    pub fn detecting_background(mut self, on: bool) -> Self {
+        self.detect_background = on;
+        self
+    }
+
+    /// The lane `request` waits in: `asked` (a field of the request),
+    /// else the `X-Rkllm-Priority` header's, else background when its
+    /// prompt is a known client's background task, else interactive.
+    fn priority(
+        &self,
+        request: &Generate,
+        asked: Option<Priority>,
+    ) -> Result<Priority, ServiceError> {
+        let asked = background::asked(asked)
+            .map_err(|(field, message)| ServiceError::invalid(field, message))?;
+        if let Some(priority) = asked {
+            return Ok(priority);
+        }
+        if self.detect_background
+            && let Some(task) = background::signature(&request.input)
+        {
+            tracing::debug!(
+                task,
+                "a known background task: queued in the background lane"
+            );
+            return Ok(Priority::Background);
+        }
+        Ok(Priority::Interactive)
     }
 
     /// The engine below (models, loading, queues).
@@ -87,6 +126,21 @@ impl Service {
     /// An option that is malformed or cannot be honoured, naming it; an
     /// image that cannot be read or fetched.
     pub async fn prepare(&self, request: Generate) -> Result<Prepared, ServiceError> {
+        self.prepare_in(request, None).await
+    }
+
+    /// [`Service::prepare`] for a request that names its lane itself
+    /// (JSON-RPC's `priority`), which wins over the header and the
+    /// prompt's signature; `None` as [`Service::prepare`].
+    ///
+    /// # Errors
+    /// As [`Service::prepare`].
+    pub async fn prepare_in(
+        &self,
+        request: Generate,
+        asked: Option<Priority>,
+    ) -> Result<Prepared, ServiceError> {
+        let priority = self.priority(&request, asked)?;
         let constraint = self.constraint(&request).await?;
         let offer_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
         // An answer held to a JSON format has no calls to read.
@@ -136,7 +190,12 @@ impl Service {
             max_tokens: request.max_tokens,
             sampling: request.sampling,
             role,
-            enable_thinking: request.thinking,
+            // Background work runs with thinking off: no one reads it, and
+            // it holds the NPU the shortest.
+            enable_thinking: match priority {
+                Priority::Background => Some(false),
+                Priority::Interactive => request.thinking,
+            },
             conversation,
             tools: offer_tools.then(|| serde_json::Value::Array(request.tools).to_string()),
             images,
@@ -145,6 +204,7 @@ impl Service {
             lora: request.lora,
             stop: request.stop,
             constraint,
+            priority,
         };
         Ok(Prepared {
             run,

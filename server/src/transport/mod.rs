@@ -17,6 +17,7 @@ pub mod lines;
 pub mod mcp_http;
 pub mod mcp_session;
 pub mod origin;
+pub mod priority;
 pub mod serve;
 pub mod session;
 pub mod state;

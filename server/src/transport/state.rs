@@ -58,6 +58,9 @@ pub struct Settings {
     pub line: LineOptions,
     /// Whether and how image URLs are fetched.
     pub remote_images: crate::service::RemoteImages,
+    /// Whether known clients' background tasks are put in the background
+    /// lane (`[engine] detect_background`).
+    pub detect_background: bool,
     /// The Responses API's store of finished responses (`[responses]`).
     pub responses_store: StoreSettings,
     /// The root under which the board's files are read for `/metrics`
@@ -130,11 +133,14 @@ impl AppState {
     ) -> Arc<Self> {
         let engine = Arc::new(engine);
         let streams = Arc::clone(engine.streams());
-        let service = Arc::new(Service::new(
-            Arc::clone(&engine),
-            settings.remote_images.clone(),
-            rpc.max_embedding_inputs,
-        ));
+        let service = Arc::new(
+            Service::new(
+                Arc::clone(&engine),
+                settings.remote_images.clone(),
+                rpc.max_embedding_inputs,
+            )
+            .detecting_background(settings.detect_background),
+        );
         Arc::new(Self {
             api_keys: Arc::new(ApiKeys::new(&settings.api_keys)),
             started: std::time::SystemTime::now(),

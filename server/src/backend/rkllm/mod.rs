@@ -11,6 +11,7 @@ mod abi;
 mod constrained;
 mod encoder;
 mod handle;
+mod history;
 mod prompt_cache;
 mod runtime;
 mod steer;
@@ -322,6 +323,7 @@ impl Backend for RkllmBackend {
             init,
             next_run: Arc::clone(&self.next_run),
             conversation: ConversationState::default(),
+            history: history::History::new(&model.name, model.settings.history_reuse),
             history_dirty: false,
             tools_set: None,
             vision,
@@ -394,6 +396,8 @@ struct RkllmRunner {
     next_run: Arc<AtomicU64>,
     /// The chat the runtime's history holds (runs with `keep_history`).
     conversation: ConversationState,
+    /// Whether the runtime is trusted to keep that history.
+    history: history::History,
     /// Whether the runtime's history may hold anything (cleared before a
     /// chat restarts or a run without a chat).
     history_dirty: bool,
@@ -507,10 +511,17 @@ impl RkllmRunner {
             let (prompt, role) = (request.prompt.clone(), request.role.as_str());
             return self.run_once(request, sink, &prompt, role, false, None);
         }
-        let plan = request
+        let mut plan = request
             .conversation
             .as_deref()
+            .filter(|_| self.history.reuses())
             .map(|c| self.conversation.plan(c));
+        if matches!(plan, Some(Plan::Continue(_))) && !self.history.still_held(self.kv_cache_size())
+        {
+            // The runtime dropped the history: the whole conversation goes.
+            self.conversation.reset();
+            plan = None;
+        }
         let (prompt, role) = match plan {
             Some(Plan::Continue(turn)) => (
                 turn.text.as_str(),
@@ -526,21 +537,42 @@ impl RkllmRunner {
             self.sync_prompt_cache(prompt, &sink.cancel_token().clone());
         }
         self.history_dirty |= keep_history;
+        let checked = keep_history && self.history.checks();
+        let before = if checked { self.kv_cache_size() } else { None };
         let result = self.run_once(request, sink, prompt, role, keep_history, None);
         match (&request.conversation, &result) {
             (Some(conversation), Ok(g))
-                if g.finish_reason != FinishReason::Abort && sink.is_open() =>
+                if keep_history && g.finish_reason != FinishReason::Abort && sink.is_open() =>
             {
                 let answer = crate::backend::reasoning::answer_of(sink.produced(), self.reasoning);
                 self.conversation.commit(conversation, &answer);
+                if checked && !self.check_history(before.unwrap_or(0), g) {
+                    self.conversation.reset();
+                }
             }
-            _ => self.conversation.reset(),
+            _ => {
+                self.conversation.reset();
+                self.history.forget();
+            }
         }
         result
     }
 }
 
 impl RkllmRunner {
+    /// After a kept-history run that started with `before` KV positions:
+    /// whether the runtime still holds the history ([`history`]).
+    fn check_history(&mut self, before: u32, generation: &Generation) -> bool {
+        let usage = generation.usage.unwrap_or_default();
+        self.history.after_run(history::RunCounts {
+            before,
+            after: self.kv_cache_size(),
+            prefilled: usage.prompt_tokens,
+            generated: usage.completion_tokens,
+            context: u32::try_from(self.init.max_context_len).unwrap_or(0),
+        })
+    }
+
     /// A run with images: the whole prompt, outside the runtime's history
     /// (the images' tokens are not kept for a later turn).
     fn generate_with_images(
@@ -623,6 +655,7 @@ impl RkllmRunner {
         tracing::debug!(rc, "rkllm_clear_kv_cache");
         self.history_dirty = false;
         self.conversation.reset();
+        self.history.forget();
     }
 
     fn run_once(
