@@ -473,10 +473,51 @@ impl VisionEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum TemplateSetting {
-    /// A named template.
+    /// A named template, or a Jinja template: its text (holding `{%` or
+    /// `{{`) or the path of a file holding it.
     Named(String),
+    /// A Jinja template (text or file) with the model's special tokens.
+    Jinja(JinjaSetting),
     /// A custom one.
     Custom(crate::engine::CustomTemplate),
+}
+
+/// `{ jinja = "text or path", bos_token = "...", eos_token = "..." }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct JinjaSetting {
+    /// The template's text, or the path of a file holding it.
+    pub jinja: String,
+    /// The model's `bos_token`.
+    #[serde(default)]
+    pub bos_token: String,
+    /// The model's `eos_token` (the reply ends there).
+    #[serde(default)]
+    pub eos_token: String,
+}
+
+fn jinja_template(
+    text_or_path: &str,
+    bos_token: &str,
+    eos_token: &str,
+) -> Result<crate::engine::ChatTemplate, String> {
+    let source = if text_or_path.contains("{%") || text_or_path.contains("{{") {
+        text_or_path.to_owned()
+    } else {
+        std::fs::read_to_string(text_or_path).map_err(|e| {
+            format!(
+                "must be builtin, chatml, llama3, a Jinja template or a file holding one; \
+                 {text_or_path:?} cannot be read: {e}"
+            )
+        })?
+    };
+    let template = crate::engine::JinjaTemplate {
+        source,
+        bos_token: bos_token.to_owned(),
+        eos_token: eos_token.to_owned(),
+    };
+    template.check()?;
+    Ok(crate::engine::ChatTemplate::Jinja(template))
 }
 
 impl TemplateSetting {
@@ -487,8 +528,11 @@ impl TemplateSetting {
     pub fn resolve(&self) -> Result<crate::engine::ChatTemplate, String> {
         use crate::engine::ChatTemplate;
         match self {
-            Self::Named(name) => ChatTemplate::named(name)
-                .ok_or_else(|| format!("must be builtin, chatml, llama3 or a table, got {name:?}")),
+            Self::Named(name) => match ChatTemplate::named(name) {
+                Some(template) => Ok(template),
+                None => jinja_template(name, "", ""),
+            },
+            Self::Jinja(j) => jinja_template(&j.jinja, &j.bos_token, &j.eos_token),
             Self::Custom(custom) if !custom.message.contains("{content}") => {
                 Err("a custom template's `message` must contain {content}".into())
             }

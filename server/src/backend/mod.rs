@@ -11,6 +11,7 @@ mod api;
 pub mod constraint;
 mod conversation;
 pub mod image;
+mod jinja;
 pub mod mock;
 pub mod process;
 pub mod reasoning;
@@ -28,6 +29,7 @@ pub use api::{
 };
 pub use conversation::{ConversationState, Plan, Turn};
 pub use image::{IMAGE_TAG, ImageData, ImageLimits};
+pub use jinja::{JinjaTemplate, RenderOptions, TemplateCall, TemplateMessage};
 pub use mock::{MockBackend, MockConfig};
 pub use request::{Constrained, Role, Sampling, ValidRunRequest};
 pub use rkllm::{InitSettings, RkllmBackend, RkllmSettings, SamplingValues};

@@ -35,6 +35,10 @@ pub enum ChatTemplate {
     Llama3,
     /// A template from the config.
     Custom(CustomTemplate),
+    /// The model's own Hugging Face template (Jinja): the service renders
+    /// conversations with it (`crate::service`), with their tool calls,
+    /// tools and thinking switch.
+    Jinja(super::JinjaTemplate),
 }
 
 impl ChatTemplate {
@@ -60,6 +64,8 @@ impl ChatTemplate {
             Self::ChatMl => vec!["<|im_end|>".into(), "<|im_start|>".into()],
             Self::Llama3 => vec!["<|eot_id|>".into(), "<|start_header_id|>".into()],
             Self::Custom(t) => t.stop.clone(),
+            Self::Jinja(t) if t.eos_token.is_empty() => Vec::new(),
+            Self::Jinja(t) => vec![t.eos_token.clone()],
         }
     }
 
@@ -98,6 +104,30 @@ impl ChatTemplate {
                     );
                 }
                 out.push_str(&t.assistant);
+            }
+            Self::Jinja(t) => {
+                // The service renders chats itself; this is for a
+                // conversation handed straight to the engine.
+                let messages: Vec<_> = conversation
+                    .iter()
+                    .map(|turn| super::TemplateMessage {
+                        role: turn.role.clone(),
+                        content: turn.text.clone(),
+                        tool_calls: Vec::new(),
+                    })
+                    .collect();
+                let options = super::RenderOptions {
+                    tools: None,
+                    enable_thinking: None,
+                    now: std::time::SystemTime::now(),
+                };
+                match t.render(&messages, options) {
+                    Ok(text) => out = text,
+                    Err(why) => {
+                        tracing::warn!("{why}; sent as ChatML");
+                        out = Self::ChatMl.render(conversation);
+                    }
+                }
             }
         }
         out

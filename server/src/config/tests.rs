@@ -472,3 +472,38 @@ fn a_tokenizer_is_a_file_or_a_repository_fetched_into_the_store() {
     .validate()
     .unwrap();
 }
+
+#[test]
+fn a_jinja_chat_template_is_read_as_text_or_from_a_file_and_a_broken_one_is_named() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/chat-templates/qwen2.5.jinja"
+    );
+    let text = TemplateSetting::Named("{% for m in messages %}{{ m.content }}{% endfor %}".into());
+    assert!(matches!(
+        text.resolve().unwrap(),
+        crate::engine::ChatTemplate::Jinja(_)
+    ));
+    let file = TemplateSetting::Named(fixture.into()).resolve().unwrap();
+    assert!(
+        matches!(&file, crate::engine::ChatTemplate::Jinja(t) if t.source.contains("<|im_start|>"))
+    );
+    let table: Config = toml::from_str(&format!(
+        "[[models]]\nname = \"q\"\nchat_template = {{ jinja = {fixture:?}, eos_token = \"<|im_end|>\" }}\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        table.model_specs()[0].template.stop_strings(),
+        vec!["<|im_end|>".to_owned()]
+    );
+    let broken = Config {
+        chat_template: TemplateSetting::Named("{% for m in messages %}".into()),
+        ..Config::default()
+    };
+    assert_eq!(key_of(broken.validate().unwrap_err()), "chat_template");
+    let missing = Config {
+        chat_template: TemplateSetting::Named("/nonexistent/template.jinja".into()),
+        ..Config::default()
+    };
+    assert_eq!(key_of(missing.validate().unwrap_err()), "chat_template");
+}

@@ -16,8 +16,8 @@ mod tokenizers;
 
 pub use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, ChatTemplate, CustomTemplate, EmbeddingSpec, ImageData,
-    ImageLimits, LoraAdapter, ModelSettings, ModelSpec, Pooling, PromptCacheSpec, Role, Sampling,
-    Turn, VISION_FAMILIES, ValidRunRequest, VisionSpec, reasoning::ReasoningMode,
+    ImageLimits, JinjaTemplate, LoraAdapter, ModelSettings, ModelSpec, Pooling, PromptCacheSpec,
+    Role, Sampling, Turn, VISION_FAMILIES, ValidRunRequest, VisionSpec, reasoning::ReasoningMode,
 };
 pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};

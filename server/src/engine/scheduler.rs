@@ -448,6 +448,15 @@ impl Engine {
             .collect()
     }
 
+    /// The model's own (Jinja) chat template, which the service renders
+    /// conversations with; `None` for an unknown model or another kind.
+    pub fn jinja_template(&self, model: Option<&str>) -> Option<crate::backend::JinjaTemplate> {
+        match &self.slot(model).ok()?.spec.template {
+            crate::backend::ChatTemplate::Jinja(t) => Some(t.clone()),
+            _ => None,
+        }
+    }
+
     fn unknown_model(&self, name: &str) -> ValidationError {
         ValidationError::UnknownModel {
             name: name.to_owned(),

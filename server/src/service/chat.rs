@@ -12,7 +12,7 @@
 
 use super::images::ImageSource;
 use super::tools::ToolCall;
-use crate::backend::IMAGE_TAG;
+use crate::backend::{IMAGE_TAG, JinjaTemplate, RenderOptions, TemplateCall, TemplateMessage};
 use crate::engine::{Role, Turn};
 
 /// Who speaks.
@@ -101,6 +101,50 @@ impl Message {
             Part::Text(_) => None,
         })
     }
+}
+
+/// The prompt for a conversation (its system messages first) in the
+/// model's own template, with the tools offered and the thinking switch.
+///
+/// # Errors
+/// What the template raised or failed on.
+pub fn render(
+    template: &JinjaTemplate,
+    messages: &[Message],
+    tools: Option<&str>,
+    enable_thinking: Option<bool>,
+) -> Result<String, String> {
+    let messages: Vec<TemplateMessage> = messages
+        .iter()
+        .map(|m| TemplateMessage {
+            role: m.speaker.as_str().to_owned(),
+            content: m
+                .parts
+                .iter()
+                .map(|part| match part {
+                    Part::Text(text) => text.as_str(),
+                    Part::Image(_) => IMAGE_TAG,
+                })
+                .collect(),
+            tool_calls: m
+                .tool_calls
+                .iter()
+                .map(|call| TemplateCall {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    template.render(
+        &messages,
+        RenderOptions {
+            tools,
+            enable_thinking,
+            now: std::time::SystemTime::now(),
+        },
+    )
 }
 
 /// The conversation as the engine keeps it, for history reuse.

@@ -38,7 +38,7 @@ pub use tools::ToolCall;
 
 use crate::backend::IMAGE_TAG;
 use crate::backend::constraint::Constraint;
-use crate::engine::{Engine, KeepAlive, Priority, RunRequest};
+use crate::engine::{Engine, KeepAlive, Priority, Role, RunRequest};
 use crate::stream::PrivateStream;
 
 /// What the service works with: built once at start.
@@ -156,7 +156,22 @@ impl Service {
                     prompt_of(&messages).map_err(|m| ServiceError::invalid("messages", m))?;
                 let sources: Vec<ImageSource> =
                     messages.iter().flat_map(Message::images).cloned().collect();
-                (prompt, role, Some(turns(&messages)), sources)
+                match self.engine.jinja_template(request.model.as_deref()) {
+                    // The model's own template: the whole conversation,
+                    // rendered, goes every time (no history reuse).
+                    Some(template) => {
+                        let tools = offer_tools
+                            .then(|| serde_json::Value::Array(request.tools.clone()).to_string());
+                        let thinking = match priority {
+                            Priority::Background => Some(false),
+                            Priority::Interactive => request.thinking,
+                        };
+                        let prompt = chat::render(&template, &messages, tools.as_deref(), thinking)
+                            .map_err(|m| ServiceError::invalid("messages", m))?;
+                        (prompt, Role::User, None, sources)
+                    }
+                    None => (prompt, role, Some(turns(&messages)), sources),
+                }
             }
             Input::Prompt {
                 text,

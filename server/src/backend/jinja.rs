@@ -1,0 +1,323 @@
+//! A model's own chat template (Hugging Face `chat_template`, Jinja),
+//! rendered with minijinja the way `transformers`' `apply_chat_template`
+//! renders it: blocks trimmed, Python's string methods, its `tojson`
+//! (Python's `json.dumps` spacing, keys in their order), `raise_exception`
+//! and `strftime_now`, the conversation as `messages` (tool calls with
+//! their arguments as an object), `tools` in OpenAI's shape,
+//! `add_generation_prompt`, `enable_thinking` when the request sets it,
+//! and the model's `bos_token`/`eos_token`. A template is untrusted text
+//! (a model's repository ships it): it runs sandboxed with bounded fuel.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use minijinja::value::{Kwargs, Value};
+use minijinja::{Environment, Error, ErrorKind};
+use serde::{Deserialize, Serialize};
+
+/// Work a render may do (minijinja's fuel: about one unit per
+/// instruction), far above what any real template needs for a long chat.
+const FUEL: u64 = 50_000_000;
+
+/// A model's Jinja chat template and the special tokens it writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JinjaTemplate {
+    /// The template's text.
+    pub source: String,
+    /// `bos_token` (empty when the model has none).
+    #[serde(default)]
+    pub bos_token: String,
+    /// `eos_token`: the reply ends there.
+    #[serde(default)]
+    pub eos_token: String,
+}
+
+/// One call an assistant message made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateCall {
+    /// Its id.
+    pub id: String,
+    /// The function's name.
+    pub name: String,
+    /// Its arguments, JSON text of an object.
+    pub arguments: String,
+}
+
+/// One message as the template reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateMessage {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// Its text.
+    pub content: String,
+    /// The calls an assistant message made.
+    pub tool_calls: Vec<TemplateCall>,
+}
+
+/// What a conversation is rendered with besides its messages.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderOptions<'a> {
+    /// The function tools offered: a JSON array in OpenAI's shape.
+    pub tools: Option<&'a str>,
+    /// The thinking switch (Qwen3's `enable_thinking`), when set.
+    pub enable_thinking: Option<bool>,
+    /// The time `strftime_now` tells (UTC).
+    pub now: SystemTime,
+}
+
+impl JinjaTemplate {
+    /// Compiles the template, to refuse a broken one before any request.
+    ///
+    /// # Errors
+    /// Its syntax error, with the line.
+    pub fn check(&self) -> Result<(), String> {
+        let env = environment(UNIX_EPOCH);
+        env.template_from_str(&self.source)
+            .map(|_| ())
+            .map_err(|e| describe(&e))
+    }
+
+    /// Renders `messages`, ending with the assistant's header.
+    ///
+    /// # Errors
+    /// What the template raised or failed on.
+    pub fn render(
+        &self,
+        messages: &[TemplateMessage],
+        options: RenderOptions<'_>,
+    ) -> Result<String, String> {
+        let env = environment(options.now);
+        let template = env
+            .template_from_str(&self.source)
+            .map_err(|e| describe(&e))?;
+        let tools = match options.tools {
+            Some(text) => serde_json::from_str::<Value>(text)
+                .map_err(|e| format!("`tools` is not a JSON array: {e}"))?,
+            None => Value::from(()),
+        };
+        let mut context: Vec<(&str, Value)> = vec![
+            (
+                "messages",
+                Value::from(messages.iter().map(message_value).collect::<Vec<_>>()),
+            ),
+            ("tools", tools),
+            ("add_generation_prompt", Value::from(true)),
+            ("bos_token", Value::from(self.bos_token.as_str())),
+            ("eos_token", Value::from(self.eos_token.as_str())),
+        ];
+        if let Some(on) = options.enable_thinking {
+            context.push(("enable_thinking", Value::from(on)));
+        }
+        template
+            .render(Value::from_iter(context))
+            .map_err(|e| describe(&e))
+    }
+}
+
+fn describe(e: &Error) -> String {
+    let mut text = match e.kind() {
+        ErrorKind::InvalidOperation if e.detail().is_some() => {
+            e.detail().unwrap_or_default().to_owned()
+        }
+        _ => e.to_string(),
+    };
+    if let Some(line) = e.line() {
+        text.push_str(&format!(" (template line {line})"));
+    }
+    format!("the model's chat template: {text}")
+}
+
+fn message_value(m: &TemplateMessage) -> Value {
+    let mut fields = vec![
+        ("role", Value::from(m.role.as_str())),
+        ("content", Value::from(m.content.as_str())),
+    ];
+    if !m.tool_calls.is_empty() {
+        let calls: Vec<Value> = m
+            .tool_calls
+            .iter()
+            .map(|call| {
+                let arguments = serde_json::from_str::<Value>(&call.arguments)
+                    .ok()
+                    .filter(|v| v.as_object().is_some())
+                    .unwrap_or_else(|| Value::from_iter(Vec::<(String, Value)>::new()));
+                Value::from_iter([
+                    ("id", Value::from(call.id.as_str())),
+                    ("type", Value::from("function")),
+                    (
+                        "function",
+                        Value::from_iter([
+                            ("name", Value::from(call.name.as_str())),
+                            ("arguments", arguments),
+                        ]),
+                    ),
+                ])
+            })
+            .collect();
+        fields.push(("tool_calls", Value::from(calls)));
+    }
+    Value::from_iter(fields)
+}
+
+fn environment(now: SystemTime) -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_fuel(Some(FUEL));
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_filter("tojson", tojson);
+    env.add_function(
+        "raise_exception",
+        |message: String| -> Result<Value, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, message))
+        },
+    );
+    env.add_function("strftime_now", move |format: String| strftime(now, &format));
+    env
+}
+
+/// `tojson` as `transformers` defines it: Python's `json.dumps` with
+/// `ensure_ascii=False` (`", "` and `": "` between items, or `indent`).
+fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    // Accepted for templates that pass them; Python's defaults apply.
+    let _: Option<Value> = kwargs.get("ensure_ascii")?;
+    let _: Option<Value> = kwargs.get("separators")?;
+    let _: Option<Value> = kwargs.get("sort_keys")?;
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let result = match indent {
+        Some(n) => {
+            let spaces = vec![b' '; n];
+            let mut ser = serde_json::Serializer::with_formatter(
+                &mut out,
+                serde_json::ser::PrettyFormatter::with_indent(&spaces),
+            );
+            value.serialize(&mut ser)
+        }
+        None => {
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonFormatter);
+            value.serialize(&mut ser)
+        }
+    };
+    result.map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    Ok(Value::from_safe_string(
+        String::from_utf8(out).unwrap_or_default(),
+    ))
+}
+
+/// Python's default `json.dumps` spacing: `, ` and `: `.
+struct PythonFormatter;
+
+impl serde_json::ser::Formatter for PythonFormatter {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const DAYS: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
+
+/// Python's `strftime` for the directives templates use (`%d %b %Y`, ...),
+/// in UTC; an unknown directive is written as it is.
+fn strftime(now: SystemTime, format: &str) -> String {
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let (year, month, day) = civil_from_days(days);
+    let weekday = usize::try_from((days + 4).rem_euclid(7)).unwrap_or(0);
+    let of_day = secs % 86_400;
+    let month_name = MONTHS[usize::try_from(month - 1).unwrap_or(0)];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", year.rem_euclid(100))),
+            Some('b') => out.push_str(&month_name[..3]),
+            Some('B') => out.push_str(month_name),
+            Some('a') => out.push_str(&DAYS[weekday][..3]),
+            Some('A') => out.push_str(DAYS[weekday]),
+            Some('H') => out.push_str(&format!("{:02}", of_day / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", of_day / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", of_day % 60)),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// The civil date (year, month, day) of a day count since 1970-01-01.
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+#[path = "jinja_tests.rs"]
+mod tests;
