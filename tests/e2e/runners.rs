@@ -287,12 +287,16 @@ fn children_of(pid: u64) -> Vec<u64> {
 
 #[tokio::test]
 async fn a_hung_runner_behind_a_forking_prefix_dies_with_a_sigkilled_server() {
-    let config = mock_config(
-        100.0,
-        0,
-        "runner = \"process\"\n[engine]\nrunner_prefix = [\"timeout\", \"100000\"]\n",
+    let config = mock_config(100.0, 0, "runner = \"process\"\n");
+    // The forking wrapper goes first; under an emulator the runner's own
+    // prefix (which the harness gives as RKLLM_SERVER_RUNNER_PREFIX) after it.
+    let emulator = std::env::var("RKLLM_E2E_RUNNER").unwrap_or_default();
+    let prefix = format!("timeout 100000 {}", emulator.trim());
+    let mut server = Server::start_env(
+        &config,
+        &[],
+        &[("RKLLM_SERVER_RUNNER_PREFIX", prefix.trim())],
     );
-    let mut server = Server::start(&config, &[]);
     let hung = start_polled(&server, "hang @mock(length=100, stall_after=3)").await;
     server.wait_state(&hung, "active").await;
     let wrapper = model(&server, "mock").await["runner_pids"][0]
