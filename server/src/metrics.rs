@@ -77,6 +77,8 @@ struct Metrics {
     time_to_first_token: Histogram,
     queue_wait: Histogram,
     decode_tokens_per_second: Gauge<f64, std::sync::atomic::AtomicU64>,
+    model_generated_tokens: Family<ModelLabels, Counter>,
+    model_decode_tokens_per_second: Family<ModelLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     runtime_memory_bytes: Gauge<f64, std::sync::atomic::AtomicU64>,
     active_streams: Gauge,
     queued_requests: Gauge,
@@ -147,6 +149,19 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "decode_tokens_per_second",
         "Decode rate of the last generation",
         decode_tokens_per_second.clone(),
+    );
+    let model_generated_tokens = Family::<ModelLabels, Counter>::default();
+    registry.register(
+        "model_generated_tokens",
+        "Tokens generated, per model",
+        model_generated_tokens.clone(),
+    );
+    let model_decode_tokens_per_second =
+        Family::<ModelLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    registry.register(
+        "model_decode_tokens_per_second",
+        "Decode rate of each model's last generation",
+        model_decode_tokens_per_second.clone(),
     );
     let runtime_memory_bytes = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     registry.register(
@@ -232,6 +247,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         time_to_first_token,
         queue_wait,
         decode_tokens_per_second,
+        model_generated_tokens,
+        model_decode_tokens_per_second,
         runtime_memory_bytes,
         active_streams,
         queued_requests,
@@ -278,6 +295,7 @@ pub fn aborted(cause: &'static str) {
 
 /// Records a generation that ran.
 pub fn generation(
+    model: &str,
     queue_ms: f64,
     prefill_ms: f64,
     tokens: u32,
@@ -287,10 +305,19 @@ pub fn generation(
     let m = &*METRICS;
     m.generations.inc();
     m.generated_tokens.inc_by(u64::from(tokens));
+    let labels = ModelLabels {
+        model: model.to_owned(),
+    };
+    m.model_generated_tokens
+        .get_or_create(&labels)
+        .inc_by(u64::from(tokens));
     m.queue_wait.observe(queue_ms / 1000.0);
     m.time_to_first_token.observe(prefill_ms / 1000.0);
     if tokens_per_second > 0.0 {
         m.decode_tokens_per_second.set(tokens_per_second);
+        m.model_decode_tokens_per_second
+            .get_or_create(&labels)
+            .set(tokens_per_second);
     }
     if let Some(mb) = memory_mb {
         m.runtime_memory_bytes.set(mb * 1024.0 * 1024.0);
@@ -395,9 +422,13 @@ pub fn render(gauges: Gauges) -> Result<String, std::fmt::Error> {
         let _ = m.http_requests.get_or_create(&ApiLabels { api });
     }
     for model in &gauges.models {
-        let _ = m.runner_crashes.get_or_create(&ModelLabels {
+        let labels = ModelLabels {
             model: model.name.clone(),
-        });
+        };
+        let _ = m.runner_crashes.get_or_create(&labels);
+        let _ = m.model_generated_tokens.get_or_create(&labels);
+        // 0 until the model's first generation, as the unlabelled gauge.
+        let _ = m.model_decode_tokens_per_second.get_or_create(&labels);
         for state in MODEL_STATES {
             m.model_state
                 .get_or_create(&StateLabels {
@@ -493,5 +524,30 @@ mod tests {
         assert!(text.contains("# TYPE rkllm_thermal_zone_temperature_celsius gauge\n"));
         assert!(at < text.rfind("# EOF").unwrap());
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn tokens_and_decode_rate_are_counted_per_model() {
+        generation("per-model-a", 1.0, 2.0, 5, 12.5, None);
+        generation("per-model-a", 1.0, 2.0, 3, 20.0, None);
+        generation("per-model-b", 1.0, 2.0, 4, 0.0, None);
+        let text = render(Gauges::default()).unwrap();
+        assert!(
+            text.contains("rkllm_model_generated_tokens_total{model=\"per-model-a\"} 8\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rkllm_model_generated_tokens_total{model=\"per-model-b\"} 4\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rkllm_model_decode_tokens_per_second{model=\"per-model-a\"} 20.0\n"),
+            "{text}"
+        );
+        // A generation without a rate leaves that model's gauge unset.
+        assert!(
+            !text.contains("rkllm_model_decode_tokens_per_second{model=\"per-model-b\"}"),
+            "{text}"
+        );
     }
 }

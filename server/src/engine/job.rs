@@ -42,6 +42,7 @@ fn record_generation(
     memory_mb: Option<f64>,
 ) {
     crate::metrics::generation(
+        stream.model(),
         timings.queue_ms,
         timings.prefill_ms,
         usage.completion_tokens,
