@@ -28,6 +28,7 @@ mod lock;
 mod names;
 mod progress;
 pub mod pull;
+mod reach;
 mod source;
 pub mod tokenizer;
 
