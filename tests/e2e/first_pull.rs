@@ -6,9 +6,9 @@
 
 use std::path::Path;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::harness::{ScratchDir, server_command};
+use crate::harness::{ScratchDir, Server, mock_config, server_command};
 use crate::store::FakeHf;
 
 const PROXY_VARS: [&str; 6] = [
@@ -159,4 +159,105 @@ fn a_pull_without_a_reachable_hub_names_the_host_and_the_cause() {
         "{err}"
     );
     assert!(err.contains("nohost.invalid"), "{err}");
+}
+
+/// `GET /v1/models`'s model names.
+async fn served(server: &Server) -> Vec<String> {
+    let body: Value = server
+        .send(reqwest::Method::GET, "/v1/models", None, None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    body["data"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_model_file_copied_into_the_store_is_served_without_a_restart() {
+    let dir = ScratchDir::new();
+    let models = dir.0.join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    // A configured model's file in the store's folder stays where it is.
+    let configured = models.join("configured.rkllm");
+    std::fs::write(&configured, "configured").unwrap();
+    let config = mock_config(
+        1000.0,
+        0,
+        &format!(
+            "[store]\nmodels_dir = \"{}\"\n\n[[models]]\nname = \"mine\"\npath = \"{}\"\n",
+            models.display(),
+            configured.display()
+        ),
+    );
+    let server = Server::start(&config, &[]);
+    assert!(!served(&server).await.contains(&"dropped_rk3588".to_owned()));
+
+    let content = "a model copied by hand ".repeat(1000);
+    std::fs::write(models.join("Dropped_rk3588.rkllm"), &content).unwrap();
+    let mut found = false;
+    for _ in 0..120 {
+        if served(&server).await.contains(&"dropped_rk3588".to_owned()) {
+            found = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert!(found, "never served: {:?}", server.log());
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(models.join("dropped_rk3588/manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["file"], "Dropped_rk3588.rkllm");
+    assert_eq!(manifest["size"], content.len());
+    assert_eq!(manifest["sha256_verified"], false);
+    let out = std::process::Command::new("sha256sum")
+        .arg(models.join("dropped_rk3588/Dropped_rk3588.rkllm"))
+        .output()
+        .unwrap();
+    let sha = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        manifest["sha256"].as_str(),
+        sha.split_whitespace().next(),
+        "{manifest}"
+    );
+    assert!(!models.join("Dropped_rk3588.rkllm").exists());
+    assert!(configured.exists(), "the configured file was left alone");
+
+    // It answers, and a broken manifest elsewhere is warned about once.
+    let answer = server
+        .send(
+            reqwest::Method::POST,
+            "/v1/chat/completions",
+            Some(json!({"model": "dropped_rk3588",
+                        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})),
+            None,
+        )
+        .await;
+    assert_eq!(answer.status(), 200);
+    std::fs::create_dir_all(models.join("broken")).unwrap();
+    std::fs::write(models.join("broken/manifest.json"), "{").unwrap();
+    let warned = |log: &[String]| {
+        log.iter()
+            .filter(|l| l.contains("manifest refused") && l.contains("broken"))
+            .count()
+    };
+    for _ in 0..120 {
+        if warned(&server.log()) > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    // Several more rounds of the store's scan (every 2 s).
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let log = server.log();
+    assert_eq!(warned(&log), 1, "{log:?}");
+    let adopted = log.iter().filter(|l| l.contains("is now a model")).count();
+    assert_eq!(adopted, 1, "the checksum is computed once: {log:?}");
 }
