@@ -261,3 +261,150 @@ async fn a_model_file_copied_into_the_store_is_served_without_a_restart() {
     let adopted = log.iter().filter(|l| l.contains("is now a model")).count();
     assert_eq!(adopted, 1, "the checksum is computed once: {log:?}");
 }
+
+#[test]
+fn models_dir_is_taken_before_or_after_the_subcommand() {
+    let hf = FakeHf::start(&json!({"repos": {
+        "acme/small": {"files": {"small_rk3588.rkllm": {"text": "small model "}}},
+    }}));
+    let dir = ScratchDir::new();
+    let config = dir.0.join("cli.toml");
+    std::fs::write(&config, "[store]\nplatform = \"rk3588\"\n").unwrap();
+    for (at, store) in [("before", "one"), ("after", "two")] {
+        let store = dir.0.join(store);
+        let mut command = server_command();
+        command.arg("--config").arg(&config);
+        if at == "before" {
+            command
+                .arg("--models-dir")
+                .arg(&store)
+                .args(["pull", "acme/small"]);
+        } else {
+            command
+                .args(["pull", "acme/small", "--models-dir"])
+                .arg(&store);
+        }
+        let output = command
+            .env("HF_ENDPOINT", hf.endpoint())
+            .env_remove("HF_TOKEN")
+            .env_remove("RKLLM_SERVER_MODELS_DIR")
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{at}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            store.join("small_rk3588/small_rk3588.rkllm").is_file(),
+            "{at}: not in {}",
+            store.display()
+        );
+        let listed = server_command()
+            .arg("--config")
+            .arg(&config)
+            .arg("list")
+            .arg("--models-dir")
+            .arg(&store)
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&listed.stdout).contains("small_rk3588"));
+    }
+}
+
+#[test]
+fn help_shows_defaults_and_variables_and_pull_help_names_the_token_the_mirror_and_the_store() {
+    let help = server_command().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for needle in [
+        "[default: 127.0.0.1:8080]",
+        "RKLLM_SERVER_LISTEN",
+        "[default: librkllmrt.so]",
+        "[default: /etc/rkllm-server/config.toml]",
+        "RKLLM_SERVER_MODELS_DIR",
+    ] {
+        assert!(help.contains(needle), "{needle}: {help}");
+    }
+    let pull = server_command().args(["pull", "--help"]).output().unwrap();
+    let pull = String::from_utf8_lossy(&pull.stdout);
+    for needle in [
+        "HF_TOKEN",
+        "HF_ENDPOINT",
+        "HTTPS_PROXY",
+        "--models-dir",
+        "[store] models_dir",
+    ] {
+        assert!(pull.contains(needle), "{needle}: {pull}");
+    }
+}
+
+/// Runs the server with `args` and `env` (no configuration file) to its
+/// exit; returns (success, stderr).
+fn exits(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let output = server_command()
+        .args(["--config", "/dev/null"])
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn errors_name_the_flag_or_variable_typed_and_the_next_step() {
+    let (ok, err) = exits(&["--listen", "nope"], &[]);
+    assert!(!ok);
+    assert!(err.contains("invalid value for --listen"), "{err}");
+    let (ok, err) = exits(&[], &[("RKLLM_SERVER_LISTEN", "bad:x")]);
+    assert!(!ok);
+    assert!(
+        err.contains("the environment variable RKLLM_SERVER_LISTEN"),
+        "{err}"
+    );
+    let (ok, err) = exits(&["--check-config", "--model", "/nonexistent.rkllm"], &[]);
+    assert!(!ok);
+    assert!(err.contains("invalid value for --model"), "{err}");
+    assert!(!err.contains("models.path"), "{err}");
+    let (ok, err) = exits(
+        &["--check-config"],
+        &[("RKLLM_SERVER_MODEL", "/nonexistent.rkllm")],
+    );
+    assert!(!ok);
+    assert!(err.contains("RKLLM_SERVER_MODEL"), "{err}");
+
+    // An address in use: what to do next.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (ok, err) = exits(&["--listen", &addr], &[]);
+    assert!(!ok);
+    assert!(err.contains("Address already in use"), "{err}");
+    assert!(
+        err.contains("ss -ltnp") && err.contains("--listen"),
+        "{err}"
+    );
+
+    // A library that is not the RKLLM runtime: no advice to force its ABI.
+    let dir = ScratchDir::new();
+    let model = dir.0.join("m.rkllm");
+    std::fs::write(&model, "model").unwrap();
+    let other = crate::harness::fake_rknn_runtime();
+    let (ok, err) = exits(
+        &[
+            "--check-config",
+            "--backend",
+            "rkllm",
+            "--runtime",
+            other.to_str().unwrap(),
+            "--model",
+            model.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("is not the RKLLM runtime"), "{err}");
+    assert!(!err.contains("--runtime-abi"), "{err}");
+}
