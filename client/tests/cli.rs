@@ -203,5 +203,5 @@ fn in_stdio_mode_the_servers_logs_stay_out_of_the_output() {
     let output = client(&failing, &[]);
     assert!(!output.status.success());
     let stderr = text(&output.stderr);
-    assert!(stderr.contains("log_level"), "{stderr}");
+    assert!(stderr.contains("--log-level"), "{stderr}");
 }

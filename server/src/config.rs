@@ -10,9 +10,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::builder::BoolishValueParser;
-use clap::{CommandFactory, Parser, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 
+mod given;
 mod sections;
 mod settings;
 mod validate;
@@ -24,6 +25,7 @@ pub use sections::{
 };
 
 pub use crate::transport::lines::Framing;
+pub use given::{Given, listen_hint};
 
 /// Default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -97,7 +99,7 @@ pub enum RuntimeAbi {
 pub struct Cli {
     /// TOML config file. Without it, /etc/rkllm-server/config.toml is read
     /// when it exists (the installed package's); otherwise the defaults.
-    #[arg(long, env = "RKLLM_SERVER_CONFIG", value_name = "FILE")]
+    #[arg(long, env = "RKLLM_SERVER_CONFIG", value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
     /// Address to listen on for HTTP and WebSocket.
     #[arg(long, env = "RKLLM_SERVER_LISTEN", value_name = "ADDR")]
@@ -156,8 +158,14 @@ pub struct Cli {
     /// Mock generations that may run at once per model (benchmarks).
     #[arg(long, env = "RKLLM_SERVER_MOCK_LANES", value_name = "N")]
     pub mock_lanes: Option<usize>,
-    /// Folder of the model store ([store] models_dir).
-    #[arg(long, env = "RKLLM_SERVER_MODELS_DIR", value_name = "DIR")]
+    /// Folder of the model store ([store] models_dir); before or after
+    /// the subcommand.
+    #[arg(
+        long,
+        env = "RKLLM_SERVER_MODELS_DIR",
+        value_name = "DIR",
+        global = true
+    )]
     pub models_dir: Option<PathBuf>,
     /// Models to load at start, before the server reports ready
     /// (engine.preload; repeatable, or comma-separated in the variable).
@@ -197,6 +205,9 @@ pub struct Cli {
     /// Print the manual page (roff) and exit.
     #[arg(long, hide = true)]
     pub man_page: bool,
+    /// The flags and variables given (for messages that name them).
+    #[arg(skip)]
+    pub given: Vec<Given>,
 }
 
 /// The model-store commands.
@@ -204,6 +215,16 @@ pub struct Cli {
 pub enum StoreCommand {
     /// Download a model into the store: OWNER/REPO (the file for this board
     /// is chosen), OWNER/REPO:FILE, or an https:// URL of a .rkllm file.
+    #[command(after_help = "\
+The model goes into the store: --models-dir (RKLLM_SERVER_MODELS_DIR), else [store] models_dir
+of the configuration (/etc/rkllm-server/config.toml when it exists, or --config), else
+$XDG_DATA_HOME/rkllm-server/models. The service serves /var/lib/rkllm-server/models: pull as
+its user (sudo -u rkllm rkllm-server pull ...).
+
+Environment:
+  HF_TOKEN     a Hugging Face token, for gated or private repositories
+  HF_ENDPOINT  a mirror of Hugging Face (default https://huggingface.co; [store] endpoint)
+  HTTPS_PROXY  the proxy to reach it through")]
     Pull {
         /// What to pull.
         source: String,
@@ -250,9 +271,14 @@ pub enum StoreCommand {
 }
 
 impl Cli {
+    /// The command line's definition, with the defaults in its help.
+    pub fn full_command() -> clap::Command {
+        given::with_defaults(Self::command())
+    }
+
     /// Writes the completion script for `shell`, made from this definition.
     pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
-        clap_complete::generate(shell, &mut Self::command(), "rkllm-server", out);
+        clap_complete::generate(shell, &mut Self::full_command(), "rkllm-server", out);
     }
 
     /// Writes the manual page, made from this definition.
@@ -260,14 +286,19 @@ impl Cli {
     /// # Errors
     /// When `out` cannot be written.
     pub fn write_man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        clap_mangen::Man::new(Self::command()).render(out)
+        clap_mangen::Man::new(Self::full_command()).render(out)
     }
 
     /// Parses the command line and the `RKLLM_SERVER_*` variables, or
     /// exits with clap's message (status 2). A bad value that came from a
     /// variable is reported naming the variable, not the flag.
     pub fn parse_or_exit() -> Self {
-        match Self::try_parse() {
+        let parsed = Self::full_command().try_get_matches().and_then(|matches| {
+            let mut cli = Self::from_arg_matches(&matches)?;
+            cli.given = given::given(&matches);
+            Ok(cli)
+        });
+        match parsed {
             Ok(cli) => cli,
             Err(err) => {
                 if let Some(message) = variable_error(&err) {
@@ -548,6 +579,9 @@ pub struct Config {
     /// The file this configuration was read from, if any (not a key).
     #[serde(skip)]
     pub source: Option<PathBuf>,
+    /// The flags and variables given (not a key; for messages).
+    #[serde(skip)]
+    pub given: Vec<Given>,
     /// HTTP/WebSocket listen address.
     pub listen: String,
     /// Backend kind.
@@ -617,6 +651,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             source: None,
+            given: Vec::new(),
             listen: DEFAULT_LISTEN.to_owned(),
             backend: BackendKind::default(),
             model: None,
@@ -679,6 +714,14 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// A bad value of a flag or environment variable.
+    #[error("invalid value for {named}: {message}")]
+    Given {
+        /// The flag or variable, in words.
+        named: String,
+        /// What is wrong.
+        message: String,
+    },
     /// An error in a configuration that was read from a file.
     #[error("{inner} (configuration read from {path})")]
     InFile {
@@ -694,7 +737,13 @@ impl ConfigError {
     #[must_use]
     pub fn in_file(self, file: Option<&Path>) -> Self {
         match (self, file) {
-            (err @ (Self::Read { .. } | Self::Parse { .. } | Self::InFile { .. }), _)
+            (
+                err @ (Self::Read { .. }
+                | Self::Parse { .. }
+                | Self::InFile { .. }
+                | Self::Given { .. }),
+                _,
+            )
             | (err, None) => err,
             (err, Some(path)) => Self::InFile {
                 path: path.to_owned(),
@@ -749,8 +798,10 @@ impl Config {
             None => Self::default(),
         };
         config.source.clone_from(&file);
+        let given = cli.given.clone();
+        config.given.clone_from(&given);
         config.apply(cli);
-        let named = |e: ConfigError| e.in_file(file.as_deref());
+        let named = |e: ConfigError| given::rename(e, &given).in_file(file.as_deref());
         config.load_key_file().map_err(named)?;
         config.validate().map_err(named)?;
         Ok(config)
@@ -805,14 +856,20 @@ impl Config {
     pub fn check_files(&self) -> Result<(), ConfigError> {
         for model in self.model_specs() {
             if let Some(path) = model.path.filter(|p| !p.is_file()) {
-                return Err(invalid(
-                    "models.path",
+                let key = if self.model.as_ref() == Some(&path) {
+                    "model"
+                } else {
+                    "models.path"
+                };
+                let err = invalid(
+                    key,
                     format!(
                         "the file of model `{}`, {}, does not exist",
                         model.name,
                         path.display()
                     ),
-                ));
+                );
+                return Err(given::rename(err, &self.given));
             }
         }
         Ok(())

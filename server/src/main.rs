@@ -143,7 +143,10 @@ async fn serve() -> ExitCode {
                 spawn(listener, std::sync::Arc::clone(&state));
             }
             Err(err) => {
-                eprintln!("rkllm-server: cannot listen on {addr} ({key}): {err}");
+                eprintln!(
+                    "rkllm-server: cannot listen on {addr} ({key}): {err}{}",
+                    rkllm_server::config::listen_hint(addr, &err)
+                );
                 return ExitCode::FAILURE;
             }
         }
@@ -167,7 +170,10 @@ async fn serve() -> ExitCode {
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(listener) => listener,
         Err(err) => {
-            eprintln!("rkllm-server: cannot listen on {addr}: {err}");
+            eprintln!(
+                "rkllm-server: cannot listen on {addr}: {err}{}",
+                rkllm_server::config::listen_hint(addr, &err)
+            );
             return ExitCode::FAILURE;
         }
     };

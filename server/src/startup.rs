@@ -2,6 +2,7 @@
 //! backend, the stream manager and the engine, then the transports' shared
 //! state, handing each part only its own typed settings.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::process::{ProcessBackend, RunnerSettings};
@@ -68,6 +69,7 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
     // The configured models, then the store's (a configured name wins).
     let mut specs = config.model_specs();
     let configured: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    let configured_files: Vec<PathBuf> = specs.iter().filter_map(|s| s.path.clone()).collect();
     let mut stored = Vec::new();
     for manifest in store.store.list() {
         if configured.contains(&manifest.name) {
@@ -126,7 +128,11 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
     transport.blocking = crate::doctor::at_start(config);
     let state = AppState::new(engine, config.rpc_limits(), transport, store);
     if tokio::runtime::Handle::try_current().is_ok() {
-        tokio::spawn(follow_store(Arc::clone(&state), configured));
+        tokio::spawn(follow_store(
+            Arc::clone(&state),
+            configured,
+            configured_files,
+        ));
         fetch_tokenizers(&state, hub_tokenizers);
     }
     Ok(state)
@@ -207,14 +213,25 @@ fn fetch_tokenizers(state: &Arc<AppState>, wanted: Vec<(String, HubTokenizer)>) 
 
 /// Keeps the engine's models in step with the store while the server
 /// runs, so that `rkllm-server pull` and `rm` from a shell take effect
-/// within seconds: new stored models become available, removed ones go.
-async fn follow_store(state: Arc<AppState>, configured: Vec<String>) {
+/// within seconds: new stored models become available, removed ones go,
+/// and a `.rkllm` file put into the store by hand becomes a model (unless
+/// it is one of `configured_files`).
+async fn follow_store(
+    state: Arc<AppState>,
+    configured: Vec<String>,
+    configured_files: Vec<PathBuf>,
+) {
     let mut ticks = tokio::time::interval(std::time::Duration::from_secs(2));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let store = Arc::clone(&state.store);
-        let Ok(stored) = tokio::task::spawn_blocking(move || store.store.list()).await else {
+        let keep = configured_files.clone();
+        let scan = move || {
+            store.store.adopt_dropped(&keep);
+            store.store.list()
+        };
+        let Ok(stored) = tokio::task::spawn_blocking(scan).await else {
             continue;
         };
         for manifest in &stored {

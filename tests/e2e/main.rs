@@ -11,6 +11,7 @@ mod connections;
 mod embeddings;
 mod errors;
 mod first_hour;
+mod first_pull;
 mod history;
 mod lanes;
 mod lifecycle;

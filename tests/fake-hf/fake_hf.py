@@ -13,7 +13,8 @@ Hugging Face does with its hub and its file CDN:
 
 Repository description (JSON):
   {"token": "secret",                          the token gated repositories need
-   "repos": {"OWNER/REPO": {"gated": false,
+   "repos": {"OWNER/REPO": {"gated": false,     a 401/403 GatedRepo without the token
+                            "private": false,   a 401/404 RepoNotFound without the token
      "files": {"NAME": {"text": "...",          the file's content
                         "repeat": 1,            repeated this many times
                         "lfs": true,            served from the CDN (default true for .rkllm)
@@ -114,10 +115,25 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def authorized(self, repo):
-        if not CONFIG["repos"].get(repo, {}).get("gated"):
+    def authorized(self, repo, private=False):
+        if not CONFIG["repos"].get(repo, {}).get("private" if private else "gated"):
             return True
         return self.headers.get("Authorization") == f"Bearer {TOKEN}"
+
+    def refuse(self, repo):
+        """How Hugging Face refuses `repo`, if it does: a missing (or private)
+        repository is a 401 to an anonymous request and a 404 to one with a
+        token, both with X-Error-Code RepoNotFound; a gated one is a 401
+        (anonymous) or 403 (a token without access) with GatedRepo."""
+        has_token = self.headers.get("Authorization") is not None
+        if repo not in CONFIG["repos"] or CONFIG["repos"][repo].get("private") and not self.authorized(repo, True):
+            status = 404 if has_token else 401
+            return lambda: self.send_json(status, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+        if not self.authorized(repo):
+            status = 403 if has_token else 401
+            return lambda: self.send_json(status, {"error": "Access to this repository is restricted"},
+                                          {"X-Error-Code": "GatedRepo"})
+        return None
 
     def do_HEAD(self):
         self.do_GET()
@@ -130,10 +146,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.cdn(parts)
         if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] == "tree":
             repo = "/".join(parts[2:4])
-            if repo not in CONFIG["repos"]:
-                return self.send_json(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
-            if not self.authorized(repo):
-                return self.send_json(401, {"error": "Access to this repository is restricted"})
+            refused = self.refuse(repo)
+            if refused:
+                return refused()
             listing = []
             for name, spec in files_of(repo).items():
                 data = content(spec)
@@ -153,10 +168,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, listing)
         if len(parts) >= 5 and parts[2] == "resolve":
             repo, name = "/".join(parts[:2]), "/".join(parts[4:])
-            if repo not in CONFIG["repos"]:
-                return self.send_json(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
-            if not self.authorized(repo):
-                return self.send_json(401, {"error": "Access to this repository is restricted"})
+            refused = self.refuse(repo)
+            if refused:
+                return refused()
             spec = files_of(repo).get(name)
             if spec is None:
                 return self.send_json(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})

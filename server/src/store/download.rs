@@ -469,7 +469,8 @@ async fn hash_earlier(part: &Path, have: u64, hasher: &mut Sha256) -> Result<(),
     Ok(())
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` in lower-case hex.
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

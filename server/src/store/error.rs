@@ -23,6 +23,16 @@ pub enum PullError {
         /// 401 or 403.
         status: u16,
     },
+    /// The hub does not know the token sent.
+    #[error(
+        "Hugging Face refused the token in HF_TOKEN while reading {repo}: it is not a valid token; \
+         set HF_TOKEN to a token from https://huggingface.co/settings/tokens, or unset it for a \
+         public repository"
+    )]
+    BadToken {
+        /// The repository.
+        repo: String,
+    },
     /// The repository has no `.rkllm` file.
     #[error("{0} has no .rkllm file")]
     NoModelFile(String),
@@ -46,6 +56,14 @@ pub enum PullError {
          as the endpoint, HF_ENDPOINT or [store] endpoint)"
     )]
     Insecure(String),
+    /// The hub (or its file host, or the proxy) could not be reached.
+    #[error("cannot reach the model host: {what}; {hint}")]
+    Unreachable {
+        /// What failed, naming the host.
+        what: String,
+        /// What to do about it.
+        hint: String,
+    },
     /// The transfer failed.
     #[error("download failed: {0}")]
     Transfer(String),

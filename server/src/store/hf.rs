@@ -163,6 +163,16 @@ impl Hub {
         }
     }
 
+    /// The error for a request to `url` that got no answer: why the host
+    /// could not be reached, when that is what failed.
+    fn send_error(&self, url: &str, err: &reqwest::Error) -> PullError {
+        if err.is_connect() || err.is_timeout() {
+            super::reach::unreachable(url, &self.endpoint, err)
+        } else {
+            PullError::Transfer(format!("{url}: {err}"))
+        }
+    }
+
     /// The address of `file` in `repo` at `revision`.
     pub fn resolve_url(&self, repo: &str, revision: &str, file: &str) -> String {
         format!("{}/{repo}/resolve/{revision}/{file}", self.endpoint)
@@ -181,9 +191,10 @@ impl Hub {
             .with_token(self.clients()?.direct.get(&url))
             .send()
             .await
-            .map_err(|e| PullError::Transfer(format!("{url}: {e}")))?;
+            .map_err(|e| self.send_error(&url, &e))?;
         check_status(
             response.status(),
+            response.headers(),
             repo,
             &format!("repository {repo} at {revision}"),
         )?;
@@ -233,7 +244,7 @@ impl Hub {
             .with_token(self.clients()?.direct.head(url))
             .send()
             .await
-            .map_err(|e| PullError::Transfer(format!("{url}: {e}")))?;
+            .map_err(|e| self.send_error(url, &e))?;
         let status = response.status();
         let headers = response.headers();
         let linked_size = header_str(headers, "x-linked-size").and_then(|s| s.parse().ok());
@@ -263,7 +274,7 @@ impl Hub {
                 commit,
             });
         }
-        check_status(status, repo, what)?;
+        check_status(status, headers, repo, what)?;
         Ok(Resolved {
             location: url.to_owned(),
             size: linked_size.or_else(|| {
@@ -346,26 +357,56 @@ impl Hub {
                 request = request.header(header::IF_RANGE, etag);
             }
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| PullError::Transfer(format!("{what}: {e}")))?;
+        let response = request.send().await.map_err(|e| {
+            let url = e
+                .url()
+                .map_or_else(|| resolved.location.clone(), ToString::to_string);
+            match self.send_error(&url, &e) {
+                PullError::Transfer(why) => PullError::Transfer(format!("{what}: {why}")),
+                other => other,
+            }
+        })?;
         if response.status() != StatusCode::RANGE_NOT_SATISFIABLE {
-            check_status(response.status(), repo, what)?;
+            check_status(response.status(), response.headers(), repo, what)?;
         }
         Ok(response)
     }
 }
 
-/// Maps an HTTP status to the error a user can act on.
-fn check_status(status: StatusCode, repo: &str, what: &str) -> Result<(), PullError> {
-    match status {
-        s if s.is_success() => Ok(()),
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(PullError::Denied {
+/// Maps an HTTP status to the error a user can act on. Hugging Face names
+/// its refusals in `X-Error-Code`: a missing repository is a 401 to an
+/// anonymous request (`RepoNotFound`, as a private one is), a gated one is
+/// `GatedRepo`, and a token it does not know is "Invalid credentials".
+fn check_status(
+    status: StatusCode,
+    headers: &HeaderMap,
+    repo: &str,
+    what: &str,
+) -> Result<(), PullError> {
+    if status.is_success() {
+        return Ok(());
+    }
+    let code = header_str(headers, "x-error-code").unwrap_or("");
+    let message = header_str(headers, "x-error-message").unwrap_or("");
+    match (status, code) {
+        (_, "RepoNotFound") => Err(PullError::NotFound(format!(
+            "repository {repo} (check its spelling: owner/name as on its Hugging Face page; a \
+             private repository reads as not found unless HF_TOKEN may read it)"
+        ))),
+        (_, "RevisionNotFound") => Err(PullError::NotFound(format!(
+            "{what} (no such branch, tag or commit in {repo})"
+        ))),
+        (_, "EntryNotFound") => Err(PullError::NotFound(what.to_owned())),
+        (StatusCode::UNAUTHORIZED, _) if message.contains("Invalid credentials") => {
+            Err(PullError::BadToken {
+                repo: repo.to_owned(),
+            })
+        }
+        (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN, _) => Err(PullError::Denied {
             repo: repo.to_owned(),
             status: status.as_u16(),
         }),
-        StatusCode::NOT_FOUND => Err(PullError::NotFound(what.to_owned())),
-        other => Err(PullError::Transfer(format!("{what}: HTTP {other}"))),
+        (StatusCode::NOT_FOUND, _) => Err(PullError::NotFound(what.to_owned())),
+        (other, _) => Err(PullError::Transfer(format!("{what}: HTTP {other}"))),
     }
 }

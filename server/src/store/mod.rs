@@ -20,6 +20,7 @@
 //! it holds is checked (see [`Manifest::check`]) when it is read and before
 //! it is written, and one that fails is refused, never used.
 
+mod adopt;
 mod choose;
 mod download;
 mod error;
@@ -28,6 +29,7 @@ mod lock;
 mod names;
 mod progress;
 pub mod pull;
+mod reach;
 mod source;
 pub mod tokenizer;
 
@@ -217,6 +219,10 @@ impl Store {
             .filter_map(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
                 check_name(&name).ok()?;
+                // A file (a `.rkllm` put here by hand) waits for `adopt_dropped`.
+                if !self.model_dir(&name).is_dir() {
+                    return None;
+                }
                 let path = self.model_dir(&name).join(MANIFEST);
                 match self.get(&name) {
                     Ok(found) => {

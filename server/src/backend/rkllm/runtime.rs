@@ -85,6 +85,16 @@ impl Runtime {
         } else {
             path.to_owned()
         };
+        // SAFETY: only the symbol's address is looked up; it is not called.
+        let has_init = unsafe { library.get::<unsafe extern "C" fn()>(b"rkllm_init\0") }.is_ok();
+        if !has_init {
+            return Err(LoadError(format!(
+                "{} is not the RKLLM runtime: it has no rkllm_init function; install \
+                 librkllmrt.so ({SUPPORTED}) from Rockchip's rknn-llm release (see \
+                 docs/board-setup.md) or pass --runtime PATH",
+                file.display()
+            )));
+        }
         let version = std::fs::read(&file)
             .ok()
             .and_then(|bytes| find_version(&bytes));

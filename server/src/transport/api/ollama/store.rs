@@ -123,12 +123,13 @@ fn pull_status(err: &PullError) -> StatusCode {
         | PullError::Insecure(_)
         | PullError::Ambiguous { .. } => StatusCode::BAD_REQUEST,
         PullError::NotFound(_) | PullError::NoModelFile(_) => StatusCode::NOT_FOUND,
-        PullError::Denied { .. } => StatusCode::FORBIDDEN,
+        PullError::Denied { .. } | PullError::BadToken { .. } => StatusCode::FORBIDDEN,
         PullError::NeedsVisionRuntime { .. } => StatusCode::CONFLICT,
         PullError::DiskFull { .. } | PullError::LowSpace { .. } | PullError::TooLarge { .. } => {
             StatusCode::INSUFFICIENT_STORAGE
         }
         PullError::Transfer(_)
+        | PullError::Unreachable { .. }
         | PullError::Cut { .. }
         | PullError::Checksum { .. }
         | PullError::Oversize { .. }
