@@ -128,9 +128,57 @@ static COMPILED: Mutex<Compiled> = Mutex::new(Compiled {
     entries: Vec::new(),
 });
 
+/// What the engine would let an answer break: `minProperties` above the
+/// members a schema requires by name. The engine does not keep the names
+/// of open members apart, so the model could meet the count by repeating
+/// a name (`{"": "", "": ""}`), which a JSON parser reads as fewer members.
+fn unheld(schema: &Value) -> Option<String> {
+    match schema {
+        Value::Object(object) => {
+            if let Some(min) = object.get("minProperties").and_then(Value::as_u64) {
+                let required = object
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len) as u64;
+                if min > required {
+                    return Some(format!(
+                        "`minProperties` {min} asks for members beyond the {required} required by \
+                         name, and an answer could meet it only by repeating a name: list the \
+                         members in `properties` and `required`"
+                    ));
+                }
+            }
+            object
+                .iter()
+                // Data, not schemas.
+                .filter(|(key, _)| {
+                    !matches!(key.as_str(), "enum" | "const" | "default" | "examples")
+                })
+                .find_map(|(_, value)| unheld(value))
+        }
+        Value::Array(items) => items.iter().find_map(unheld),
+        _ => None,
+    }
+}
+
+impl Constraint {
+    /// A part of the constraint an answer could satisfy only in a way its
+    /// schema refuses, in words for the client.
+    fn unheld(&self) -> Option<String> {
+        match self {
+            Self::JsonObject => None,
+            Self::JsonSchema(schema) => unheld(schema),
+            Self::ToolCall(tools) => tools.iter().find_map(|tool| unheld(&tool.parameters)),
+        }
+    }
+}
+
 /// A fresh parser of `constraint` over `vocabulary`, compiled once and
 /// then cloned.
 fn parser(vocabulary: &Arc<Vocabulary>, constraint: &Constraint) -> Result<TokenParser, String> {
+    if let Some(reason) = constraint.unheld() {
+        return Err(reason);
+    }
     let key = constraint.key();
     let id = vocabulary.id();
     {

@@ -288,3 +288,37 @@ fn the_tokens_a_grammar_forces_are_cut_from_its_forced_bytes() {
     }
     assert!(guide.forced().is_empty());
 }
+
+#[test]
+fn min_properties_beyond_the_required_names_is_refused_anywhere_in_a_schema() {
+    let vocabulary = mock();
+    let refused = [
+        json!({"type": "object", "minProperties": 2}),
+        json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "minProperties": 2}),
+        json!({"$defs": {"open": {"type": "object", "minProperties": 1}},
+               "type": "object", "properties": {"x": {"$ref": "#/$defs/open"}}}),
+        json!({"type": "array", "items": {"anyOf": [{"type": "object", "minProperties": 3}]}}),
+    ];
+    for schema in refused {
+        let err = check(&vocabulary, &Constraint::JsonSchema(schema.clone())).unwrap_err();
+        assert!(err.contains("`minProperties`"), "{schema}: {err}");
+    }
+    let tool = Constraint::ToolCall(vec![ToolSchema {
+        name: "f".into(),
+        parameters: json!({"type": "object", "minProperties": 1}),
+    }]);
+    assert!(
+        check(&vocabulary, &tool)
+            .unwrap_err()
+            .contains("`minProperties`")
+    );
+    // Met by the required names, or only data: followed.
+    for schema in [
+        json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+               "required": ["a", "b"], "minProperties": 2}),
+        json!({"type": "object", "properties": {"a": {"const": {"minProperties": 5}}}}),
+    ] {
+        check(&vocabulary, &Constraint::JsonSchema(schema.clone()))
+            .unwrap_or_else(|e| panic!("{schema}: {e}"));
+    }
+}
