@@ -185,6 +185,8 @@ fn constraints() -> Vec<(&'static str, Constraint)> {
 struct Steps {
     times: Vec<Duration>,
     masks: Vec<Duration>,
+    samples: Vec<Duration>,
+    accepts: Vec<Duration>,
     answers: u64,
     complete: u64,
 }
@@ -198,6 +200,8 @@ fn generate(vocabulary: &Arc<Vocabulary>, constraint: &Constraint) -> Steps {
     let mut steps = Steps {
         times: Vec::new(),
         masks: Vec::new(),
+        samples: Vec::new(),
+        accepts: Vec::new(),
         answers: 0,
         complete: 0,
     };
@@ -216,12 +220,17 @@ fn generate(vocabulary: &Arc<Vocabulary>, constraint: &Constraint) -> Steps {
             }
             let started = Instant::now();
             let allowed = guide.mask().expect("a mask").clone();
-            steps.masks.push(started.elapsed());
+            let masked = started.elapsed();
+            steps.masks.push(masked);
             let token = sample(&logits, &allowed, &params, guide.tokens(), &mut rng);
+            let sampled = started.elapsed();
+            steps.samples.push(sampled - masked);
             let Some(token) = token else { break };
             let done = token == vocabulary.eos();
             guide.accept(token).expect("an allowed token is taken");
-            steps.times.push(started.elapsed());
+            let total = started.elapsed();
+            steps.accepts.push(total - sampled);
+            steps.times.push(total);
             if done || guide.is_done() {
                 steps.complete += 1;
                 break;
@@ -275,10 +284,14 @@ fn main() {
         let total: Duration = sorted.iter().sum();
         let mut masks = steps.masks.clone();
         masks.sort_unstable();
+        let mut samples = steps.samples.clone();
+        samples.sort_unstable();
+        let mut accepts = steps.accepts.clone();
+        accepts.sort_unstable();
         println!(
             "{name}: compile {} cold, {} cached; {} tokens in {} answers ({} complete): \
              mask + sample per token p50 {}, p90 {}, p99 {}, max {}, mean {}; the mask alone \
-             p50 {}, p99 {}",
+             p50 {}, p99 {}; the sampling p50 {}, p99 {}; taking the token p50 {}, p99 {}",
             ms(cold),
             ms(cached),
             sorted.len(),
@@ -291,6 +304,10 @@ fn main() {
             ms(total / u32::try_from(sorted.len()).expect("few steps")),
             ms(percentile(&masks, 0.5)),
             ms(percentile(&masks, 0.99)),
+            ms(percentile(&samples, 0.5)),
+            ms(percentile(&samples, 0.99)),
+            ms(percentile(&accepts, 0.5)),
+            ms(percentile(&accepts, 0.99)),
         );
     }
 }
