@@ -222,6 +222,20 @@ async fn pull(
                     why.as_deref().unwrap_or("none found")
                 ),
             }
+            match manifest.tokenizer.as_ref().map(|t| (t, &t.chat_template)) {
+                Some((t, Some(_))) => println!(
+                    "chat template from {}'s tokenizer_config.json: a conversation sent whole \
+                     reaches the model in its own format",
+                    t.repository
+                ),
+                Some((t, None)) => eprintln!(
+                    "warning: no chat template recorded: {}; a conversation sent whole goes to \
+                     the runtime's own template as a `role: text` transcript (set \
+                     `chat_template` in a [[models]] entry to give it one)",
+                    t.chat_template_missing.as_deref().unwrap_or("none found")
+                ),
+                None => {}
+            }
             0
         }
         Err(err) => {

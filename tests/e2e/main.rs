@@ -19,6 +19,7 @@ mod lora;
 mod mcp;
 mod production;
 mod prompt_cache;
+mod pulled_templates;
 mod queueing;
 mod reasoning;
 mod remote_images;

@@ -31,6 +31,7 @@ mod progress;
 pub mod pull;
 mod reach;
 mod source;
+mod template;
 pub mod tokenizer;
 
 use std::io;
@@ -38,8 +39,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::JinjaTemplate;
 use crate::backend::constraint::TokenizerSource;
-use crate::engine::{ChatTemplate, ModelSettings, ModelSpec, TokenizerOrigin, VisionSpec};
+use crate::engine::{ModelSettings, ModelSpec, TokenizerOrigin, VisionSpec};
 
 pub use download::PullLimits;
 pub use error::PullError;
@@ -161,6 +163,14 @@ pub struct StoredTokenizer {
     /// Tokens in its vocabulary, as read when it was pulled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<usize>,
+    /// The model's own chat template, from the `tokenizer_config.json`
+    /// beside it (see [`template`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_template: Option<JinjaTemplate>,
+    /// Why the pull recorded no chat template (absent in a manifest
+    /// written before templates were pulled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_template_missing: Option<String>,
 }
 
 /// A further file of a stored model, in its folder.
@@ -304,11 +314,7 @@ impl Store {
         ModelSpec {
             name: manifest.name.clone(),
             path: Some(self.model_dir(&manifest.name).join(&manifest.file)),
-            template: manifest
-                .chat_template
-                .as_deref()
-                .and_then(ChatTemplate::named)
-                .unwrap_or_default(),
+            template: template::of(manifest),
             settings: manifest.settings.clone(),
             embedding: None,
             lora: Vec::new(),
@@ -558,7 +564,7 @@ mod tests {
         let names: Vec<String> = store.list().into_iter().map(|m| m.name).collect();
         assert_eq!(names, ["a-model", "b-model"]);
         let spec = store.spec(&store.get("a-model").unwrap().unwrap());
-        assert_eq!(spec.template, ChatTemplate::ChatMl);
+        assert_eq!(spec.template, crate::engine::ChatTemplate::ChatMl);
         assert_eq!(spec.settings.max_context_len, Some(2048));
         assert_eq!(spec.path.unwrap(), dir.join("a-model/m.rkllm"));
         assert!(store.remove("a-model").unwrap());
@@ -606,6 +612,8 @@ mod tests {
             revision: "main".into(),
             commit: Some("0123".into()),
             tokens: Some(308),
+            chat_template: None,
+            chat_template_missing: None,
         }
     }
 

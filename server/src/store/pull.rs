@@ -8,8 +8,10 @@
 //! from the request or the hub is checked before any file is touched.
 //!
 //! The model's tokenizer comes along when it can be had (see
-//! [`super::tokenizer`]); a model in place without one gets it from a
-//! later pull, without its file being downloaded again.
+//! [`super::tokenizer`]), with the chat template beside it (see
+//! [`super::template`]); a model in place without one (or pulled before
+//! templates were) gets it from a later pull, without its file being
+//! downloaded again.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -220,6 +222,18 @@ pub async fn pull(
                     .is_none_or(|named| named.repo == t.repository && named.path == t.path)
         });
         if has_tokenizer {
+            let mut existing = existing;
+            // Pulled before chat templates were: only the template is read.
+            if let Some(t) = existing.tokenizer.as_mut()
+                && t.chat_template.is_none()
+                && t.chat_template_missing.is_none()
+            {
+                progress(Progress::Writing);
+                super::template::record(hub, t).await;
+                store
+                    .write_manifest(&existing)
+                    .map_err(io_error(&store.model_dir(&name).display().to_string()))?;
+            }
             progress(Progress::Done { fresh: false });
             return Ok(existing);
         }

@@ -256,6 +256,8 @@ async fn fetch(
             revision: revision.to_owned(),
             commit: resolved.commit,
             tokens: Some(tokens),
+            chat_template: None,
+            chat_template_missing: None,
         },
     })
 }
@@ -289,11 +291,22 @@ pub(super) struct ForPull<'a> {
 /// The tokenizer of a pulled model: the one named, else the
 /// `tokenizer.json` beside the model file (or at the top) of its
 /// repository, else the first of the base models its card names that has
-/// one.
+/// one; with the chat template beside it (see [`super::template`]).
 ///
 /// # Errors
 /// Why there is none, in words for the manifest.
 pub(super) async fn for_pull(
+    fetcher: &Fetcher<'_>,
+    wanted: &ForPull<'_>,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<Got, String> {
+    let mut got = find(fetcher, wanted, progress).await?;
+    super::template::record(fetcher.hub, &mut got.stored).await;
+    Ok(got)
+}
+
+/// The tokenizer of a pulled model, as [`for_pull`] finds it.
+async fn find(
     fetcher: &Fetcher<'_>,
     wanted: &ForPull<'_>,
     progress: &mut (dyn FnMut(Progress) + Send),
