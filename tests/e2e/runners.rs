@@ -489,6 +489,11 @@ async fn with_one_place_a_second_model_waits_for_the_busy_one_to_finish() {
         .ok("stream_status", json!({"stream_id": other}))
         .await;
     assert_eq!(status["state"], "queued", "{status}");
+    // In its queue, or out of it (0) waiting for the place.
+    assert!(
+        status["queue_position"].as_u64().is_some_and(|p| p <= 1),
+        "{status}"
+    );
     let busy_chunks = server.poll_to_end(&busy).await;
     check_chunks(&busy_chunks);
     assert_eq!(busy_chunks.last().unwrap()["finish_reason"], "stop");

@@ -304,9 +304,10 @@ fn stream_status(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
     let (stream_state, next_seq) = stream.status();
     let mut result = json!({ "state": stream_state, "next_seq": next_seq });
     if stream_state == StreamState::Queued {
-        if let Some(position) = state.engine.queue_position(&stream) {
-            result["queue_position"] = json!(position);
-        }
+        // 0: out of the queue, its model loading or waiting for a place
+        // (the stream is `initializing` once its prefill starts).
+        let position = state.engine.queue_position(&stream).unwrap_or(0);
+        result["queue_position"] = json!(position);
     }
     done(&result)
 }
