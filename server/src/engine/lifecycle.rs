@@ -522,7 +522,16 @@ fn run(shared: &Shared, slot: &Arc<ModelSlot>, runner: &mut Option<Box<dyn Runne
         return;
     }
     let Some(r) = runner.as_mut() else { return };
-    slot.life.lock().busy += 1;
+    {
+        // The request's keep_alive holds from its start too: its client may
+        // read `ps` as soon as its answer ends, before the count below.
+        let mut life = slot.life.lock();
+        life.busy += 1;
+        life.expires = job
+            .keep_alive
+            .unwrap_or(shared.lifecycle.keep_alive)
+            .expiry(Instant::now());
+    }
     let started = Instant::now();
     let lost_runner = run_job(r.as_mut(), &job, &slot.kv_cache_tokens);
     let took = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
