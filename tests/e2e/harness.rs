@@ -661,3 +661,44 @@ pub fn check_chunks(chunks: &[Value]) -> String {
     assert!(end["usage"]["completion_tokens"].is_u64(), "{end}");
     text
 }
+
+/// `POST path` with a JSON body that must succeed; the response's text.
+pub async fn post_text(server: &Server, path: &str, body: Value) -> String {
+    let response = server
+        .send(reqwest::Method::POST, path, Some(body), None)
+        .await;
+    let status = response.status();
+    let text = response.text().await.expect("a body");
+    assert_eq!(status, 200, "{path}: {text}");
+    text
+}
+
+/// An SSE response's `data:` events, `[DONE]` last.
+pub async fn sse(server: &Server, path: &str, body: Value) -> Vec<Value> {
+    let text = post_text(server, path, body).await;
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
+    data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("an SSE event is JSON"))
+        .collect()
+}
+
+/// An NDJSON response's lines, `done: true` last.
+pub async fn ndjson(server: &Server, path: &str, body: Value) -> Vec<Value> {
+    let text = post_text(server, path, body).await;
+    let lines: Vec<Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("an NDJSON line is JSON"))
+        .collect();
+    assert_eq!(
+        lines.last().map(|l| &l["done"]),
+        Some(&json!(true)),
+        "{text}"
+    );
+    lines
+}

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, LIVENESS, ScratchDir, Server, fake_runtime};
+use crate::harness::{Fake, LIVENESS, ScratchDir, Server, fake_runtime, ndjson, sse};
 
 const ABIS: [(Fake, &str); 2] = [(Fake::V1_3, "1.3"), (Fake::V1_2, "1.2")];
 
@@ -127,47 +127,6 @@ fn string(field: &Value, body: &Value) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("not a string where one was due: {body}"))
         .to_owned()
-}
-
-/// `POST path` with a JSON body that must succeed; the response's text.
-async fn post_text(server: &Server, path: &str, body: Value) -> String {
-    let response = server
-        .send(reqwest::Method::POST, path, Some(body), None)
-        .await;
-    let status = response.status();
-    let text = response.text().await.expect("a body");
-    assert_eq!(status, 200, "{path}: {text}");
-    text
-}
-
-/// An SSE response's `data:` events, `[DONE]` last.
-async fn sse(server: &Server, path: &str, body: Value) -> Vec<Value> {
-    let text = post_text(server, path, body).await;
-    let data: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .collect();
-    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
-    data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).expect("an SSE event is JSON"))
-        .collect()
-}
-
-/// An NDJSON response's lines, `done: true` last.
-async fn ndjson(server: &Server, path: &str, body: Value) -> Vec<Value> {
-    let text = post_text(server, path, body).await;
-    let lines: Vec<Value> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("an NDJSON line is JSON"))
-        .collect();
-    assert_eq!(
-        lines.last().map(|l| &l["done"]),
-        Some(&json!(true)),
-        "{text}"
-    );
-    lines
 }
 
 /// What an OpenAI chat stream said: thinking, content, finish reason and
