@@ -271,14 +271,44 @@ impl Guide {
         Ok(self.mask.get_or_insert_with(SimpleVob::new))
     }
 
-    /// Whether `token` may come next.
+    /// Whether `token` may come next. The step's mask answers when it is
+    /// computed already; otherwise the engine checks the one token, which
+    /// costs a walk of its bytes instead of one over the vocabulary.
     ///
     /// # Errors
     /// The engine's failure.
     pub fn allows(&mut self, token: u32) -> Result<bool, String> {
-        let size = self.vocabulary.len();
+        if token as usize >= self.vocabulary.len() {
+            return Ok(false);
+        }
+        if let Some(mask) = &self.mask {
+            return Ok(mask.is_allowed(token));
+        }
+        if token == self.vocabulary.eos() {
+            return Ok(self.mask()?.is_allowed(token));
+        }
+        let valid = self
+            .matcher
+            .validate_tokens(&[token])
+            .map_err(|e| e.to_string())?;
+        Ok(valid == 1)
+    }
+
+    /// Whether nothing but the end may follow: the answer is complete.
+    /// The mask is computed only where the grammar may end.
+    ///
+    /// # Errors
+    /// The engine's failure.
+    pub fn only_end_follows(&mut self) -> Result<bool, String> {
+        if self.is_done() {
+            return Ok(true);
+        }
+        if !self.matcher.is_accepting().map_err(|e| e.to_string())? {
+            return Ok(false);
+        }
+        let eos = self.vocabulary.eos();
         let mask = self.mask()?;
-        Ok((token as usize) < size && mask.is_allowed(token))
+        Ok(mask.num_set() == 1 && mask.is_allowed(eos))
     }
 
     /// Takes `token` as the next of the answer.

@@ -322,3 +322,46 @@ fn min_properties_beyond_the_required_names_is_refused_anywhere_in_a_schema() {
             .unwrap_or_else(|e| panic!("{schema}: {e}"));
     }
 }
+
+/// The one-token check a standing pick gets answers as the step's mask
+/// does, for every token of the vocabulary, at every step of an answer;
+/// and the answer is complete exactly when only the end may follow.
+#[test]
+fn a_picks_check_and_completeness_agree_with_the_mask() {
+    let vocabulary = mock();
+    let logits = closing_logits(&vocabulary);
+    let constraint = Constraint::JsonSchema(json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 5},
+            "n": {"type": "integer", "minimum": 0, "maximum": 99},
+        },
+        "required": ["name", "n"],
+        "additionalProperties": false
+    }));
+    let mut guide = Guide::new(&vocabulary, &constraint).unwrap();
+    let eos = vocabulary.eos();
+    let mut steps = 0;
+    loop {
+        let checked: Vec<bool> = (0..vocabulary.len() as u32)
+            .filter(|&t| t != eos)
+            .map(|t| guide.allows(t).unwrap())
+            .collect();
+        let mask = guide.mask().unwrap().clone();
+        let from_mask: Vec<bool> = (0..vocabulary.len() as u32)
+            .filter(|&t| t != eos)
+            .map(|t| mask.is_allowed(t))
+            .collect();
+        assert_eq!(checked, from_mask, "step {steps}");
+        let only_end = mask.num_set() == 1 && mask.is_allowed(eos);
+        assert_eq!(guide.only_end_follows().unwrap(), only_end, "step {steps}");
+        if only_end {
+            break;
+        }
+        let token = sample(&logits, &mask, &SamplingParams::default(), &[], &mut 1).unwrap();
+        guide.accept(token).unwrap();
+        steps += 1;
+        assert!(steps < 100, "the walk ends");
+    }
+    assert!(steps > 5, "{steps} steps");
+}

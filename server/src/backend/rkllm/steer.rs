@@ -496,12 +496,7 @@ impl Steering {
 
     /// Whether nothing but the end may follow.
     fn complete(&mut self) -> Result<bool, String> {
-        if self.guide.is_done() {
-            return Ok(true);
-        }
-        let eos = self.vocabulary.eos();
-        let mask = self.guide.mask()?;
-        Ok(mask.num_set() == 1 && mask.is_allowed(eos))
+        self.guide.only_end_follows()
     }
 
     /// Takes `forced` (tokens the grammar forces now) into `fed`; an
