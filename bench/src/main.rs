@@ -7,6 +7,7 @@
 //! Markdown summary. Nothing here asserts a timing: targets are reported.
 
 mod clients;
+mod conversations;
 mod fakes;
 mod memory;
 mod picture;
@@ -102,6 +103,11 @@ struct Args {
     /// token (the test double of the runtime, built with `cc`).
     #[arg(long)]
     prompt_cache: bool,
+    /// Measure only the time to first token of chats alternating on one
+    /// model against the same chat alone, with and without conversation
+    /// snapshots (the test double of the runtime, built with `cc`).
+    #[arg(long)]
+    conversations: bool,
     /// Where to write the JSON report.
     #[arg(long, value_name = "FILE", default_value = "bench-report.json")]
     json: PathBuf,
@@ -154,6 +160,24 @@ async fn main() {
             binary.display()
         );
         std::process::exit(2);
+    }
+    if args.conversations {
+        eprintln!("rkllm-bench: alternating conversations");
+        match conversations::measure(&binary).await {
+            Ok(result) => {
+                print!("{}", result.markdown());
+                let json = serde_json::to_string_pretty(&result).expect("report serialises");
+                if let Err(e) = std::fs::write(&args.json, json + "\n") {
+                    eprintln!("rkllm-bench: cannot write the report: {e}");
+                    std::process::exit(1);
+                }
+                return;
+            }
+            Err(message) => {
+                eprintln!("rkllm-bench: conversations: {message}");
+                std::process::exit(1);
+            }
+        }
     }
     if args.prompt_cache {
         eprintln!("rkllm-bench: prompt cache");

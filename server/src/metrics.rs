@@ -90,6 +90,10 @@ struct Metrics {
     model_state: Family<StateLabels, Gauge>,
     runner_memory: Family<ModelLabels, Gauge>,
     tokenizer_memory: Family<ModelLabels, Gauge>,
+    snapshot_hits: Family<ModelLabels, Counter>,
+    snapshot_misses: Family<ModelLabels, Counter>,
+    snapshot_files: Family<ModelLabels, Gauge>,
+    snapshot_bytes: Family<ModelLabels, Gauge>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -155,6 +159,30 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "model_generated_tokens",
         "Tokens generated, per model",
         model_generated_tokens.clone(),
+    );
+    let snapshot_hits = Family::<ModelLabels, Counter>::default();
+    registry.register(
+        "snapshot_hits",
+        "Conversations sent whole that started from a snapshot, per model",
+        snapshot_hits.clone(),
+    );
+    let snapshot_misses = Family::<ModelLabels, Counter>::default();
+    registry.register(
+        "snapshot_misses",
+        "Conversations sent whole with no snapshot to start from, per model",
+        snapshot_misses.clone(),
+    );
+    let snapshot_files = Family::<ModelLabels, Gauge>::default();
+    registry.register(
+        "snapshot_files",
+        "Conversation snapshot files kept, per model",
+        snapshot_files.clone(),
+    );
+    let snapshot_bytes = Family::<ModelLabels, Gauge>::default();
+    registry.register(
+        "snapshot_bytes",
+        "Bytes of the conversation snapshots kept, per model",
+        snapshot_bytes.clone(),
     );
     let model_decode_tokens_per_second =
         Family::<ModelLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
@@ -249,6 +277,10 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         decode_tokens_per_second,
         model_generated_tokens,
         model_decode_tokens_per_second,
+        snapshot_hits,
+        snapshot_misses,
+        snapshot_files,
+        snapshot_bytes,
         runtime_memory_bytes,
         active_streams,
         queued_requests,
@@ -322,6 +354,36 @@ pub fn generation(
     if let Some(mb) = memory_mb {
         m.runtime_memory_bytes.set(mb * 1024.0 * 1024.0);
     }
+}
+
+/// What a run left of its model's conversation snapshots: the hits and
+/// misses it adds, and the files and bytes kept.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotCounts {
+    pub hits: u32,
+    pub misses: u32,
+    pub files: u32,
+    pub bytes: u64,
+}
+
+/// Records what a run left of its model's conversation snapshots.
+pub fn snapshots(model: &str, report: SnapshotCounts) {
+    let m = &*METRICS;
+    let labels = ModelLabels {
+        model: model.to_owned(),
+    };
+    m.snapshot_hits
+        .get_or_create(&labels)
+        .inc_by(u64::from(report.hits));
+    m.snapshot_misses
+        .get_or_create(&labels)
+        .inc_by(u64::from(report.misses));
+    m.snapshot_files
+        .get_or_create(&labels)
+        .set(i64::from(report.files));
+    m.snapshot_bytes
+        .get_or_create(&labels)
+        .set(i64::try_from(report.bytes).unwrap_or(i64::MAX));
 }
 
 /// Counts a model load.

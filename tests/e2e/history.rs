@@ -27,8 +27,10 @@ impl Board {
         std::fs::write(&model, format!("{options}{TEXT}")).unwrap();
         let log = scratch.0.join("fake.log");
         let runtime = fake_runtime(fake);
+        // No conversation snapshots: the prompt tokens counted are then the
+        // whole conversation's (tests/e2e/snapshots.rs has them).
         let mut config = format!(
-            "[[models]]\nname = \"fake-model\"\npath = {:?}\n",
+            "[[models]]\nname = \"fake-model\"\npath = {:?}\nsnapshots = false\n",
             model.to_str().unwrap()
         );
         if let Some(mode) = history_reuse {

@@ -25,6 +25,7 @@ mod reasoning;
 mod remote_images;
 mod rkllm;
 mod runners;
+mod snapshots;
 mod soak;
 mod stdio;
 mod store;

@@ -22,8 +22,10 @@ fn start(fake: Fake, scratch: &ScratchDir) -> Server {
         std::fs::write(&model, "Cached answer.").unwrap();
     }
     let cache = scratch.0.join("caches").join("chat.prompt-cache");
+    // No conversation snapshots: the saves and loads counted are the
+    // system prompt cache's alone.
     let config = format!(
-        "[[models]]\nname = \"chat\"\npath = {model:?}\n\
+        "[[models]]\nname = \"chat\"\npath = {model:?}\nsnapshots = false\n\
          [models.system_prompt_cache]\nprompt = {prompt:?}\npath = {cache:?}\n",
         prompt = system_prompt()
     );

@@ -440,11 +440,13 @@ int rkllm_release_prompt_cache(LLMHandle handle) {
     return 0;
 }
 
-/* Bytes of `prompt` the loaded prompt cache covers. */
+/* Bytes of `prompt` the loaded prompt cache covers: the longest common
+ * prefix of the two, as the runtime matches a cache (RKLLM_ABI.md 3.5). */
 static size_t cached_bytes(const fake_handle *h, const char *prompt) {
     if (!h->cached_prompt) return 0;
-    size_t n = strlen(h->cached_prompt);
-    return strncmp(prompt, h->cached_prompt, n) == 0 ? n : 0;
+    size_t n = 0;
+    while (h->cached_prompt[n] && prompt[n] == h->cached_prompt[n]) n++;
+    return n;
 }
 
 static void save_prompt_cache(fake_handle *h, const char *path, const char *prompt) {
@@ -625,7 +627,8 @@ static void *generate(void *arg) {
     perf.prefill_time_ms = (float)(first - start);
     perf.generate_time_ms = (float)(now_ms() - first);
     perf.generate_tokens = tokens;
-    h->kv_cache = a->keep_history ? h->kv_cache + perf.prefill_tokens + tokens : 0;
+    /* The KV holds the cached prefix too (the loaded cache's positions). */
+    h->kv_cache = a->keep_history ? h->kv_cache + (int)(a->cached / 4) + perf.prefill_tokens + tokens : 0;
     if (a->keep_history && h->no_history) {
         runtime_print("W rkllm: this model does not support kv cache reuse, clearing all caches");
         fake_log(h, "no-history cleared kv=%d", h->kv_cache);

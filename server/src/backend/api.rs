@@ -41,6 +41,11 @@ pub struct ModelSettings {
     /// Whether a chat's next turn reuses the history the runtime holds.
     #[serde(default, skip_serializing_if = "HistoryReuse::is_auto")]
     pub history_reuse: HistoryReuse,
+    /// Whether conversations sent whole are kept as snapshots (prompt-cache
+    /// files) and restored from them (default true; `[rkllm]
+    /// snapshot_dir` and `snapshot_max_mb` say where and how much).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<bool>,
 }
 
 /// Whether a chat's next turn sends only its new message, reusing the
@@ -314,6 +319,24 @@ pub struct Generation {
     /// Positions the runtime's KV cache holds after the run, when it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_cache_tokens: Option<u32>,
+    /// The model's conversation snapshots after the run, when it keeps
+    /// them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<SnapshotReport>,
+}
+
+/// A model's conversation snapshots, as a run leaves them: the hits and
+/// misses since the last report, and what is kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SnapshotReport {
+    /// Conversations sent whole that started from a snapshot.
+    pub hits: u32,
+    /// Conversations sent whole with none to start from.
+    pub misses: u32,
+    /// Snapshot files kept.
+    pub files: u32,
+    /// Their bytes.
+    pub bytes: u64,
 }
 
 impl Generation {
@@ -327,6 +350,7 @@ impl Generation {
             memory_mb: None,
             embedding: None,
             kv_cache_tokens: None,
+            snapshots: None,
         }
     }
 }

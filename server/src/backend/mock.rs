@@ -353,6 +353,7 @@ impl Runner for MockRunner {
             self.conversation.reset();
             return Ok(Generation {
                 kv_cache_tokens: Some(0),
+                snapshots: None,
                 ..Generation::ended(FinishReason::Stop)
             });
         }
@@ -417,6 +418,7 @@ fn mock_embedding(text: &str, spec: crate::backend::EmbeddingSpec) -> Generation
         memory_mb: None,
         embedding: Some(spec.pool(&rows, MOCK_EMBEDDING_WIDTH)),
         kv_cache_tokens: None,
+        snapshots: None,
     }
 }
 

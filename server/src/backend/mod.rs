@@ -24,15 +24,15 @@ mod utf8;
 
 pub use api::{
     ALL_OVERRIDES, Backend, BackendError, BackendSettings, EmbeddingSpec, Generation, HistoryReuse,
-    LoraAdapter, ModelSettings, ModelSpec, Pooling, PromptCacheSpec, Runner, VISION_FAMILIES,
-    VisionSpec,
+    LoraAdapter, ModelSettings, ModelSpec, Pooling, PromptCacheSpec, Runner, SnapshotReport,
+    VISION_FAMILIES, VisionSpec,
 };
 pub use conversation::{ConversationState, Plan, Turn};
 pub use image::{IMAGE_TAG, ImageData, ImageLimits};
 pub use jinja::{JinjaTemplate, RenderOptions, TemplateCall, TemplateMessage};
 pub use mock::{MockBackend, MockConfig};
 pub use request::{Constrained, Role, Sampling, ValidRunRequest};
-pub use rkllm::{InitSettings, RkllmBackend, RkllmSettings, SamplingValues};
+pub use rkllm::{InitSettings, RkllmBackend, RkllmSettings, SamplingValues, SnapshotSettings};
 pub use sink::{TokenOutput, TokenSink};
 pub use template::{ChatTemplate, CustomTemplate};
 pub use utf8::Utf8Assembler;

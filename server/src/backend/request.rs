@@ -62,6 +62,10 @@ pub struct ValidRunRequest {
     pub enable_thinking: bool,
     /// The chat, for history reuse.
     pub conversation: Option<Vec<Turn>>,
+    /// A chat rendered whole by the server (the model's own template): its
+    /// system message's text, empty without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub whole_chat: Option<String>,
     /// Function tools (a JSON array), when the request offers some.
     pub tools: Option<String>,
     /// Images, in the order of the prompt's `<image>` tags (vision models).

@@ -81,6 +81,13 @@ pub struct RkllmSection {
     /// restarts when the runtime crashes, the default) or `thread` (in the
     /// server, which a runtime crash then takes down).
     pub runner: RunnerKind,
+    /// Folder of conversation snapshots (prompt-cache files of chats sent
+    /// whole), one folder per model in it; absent: `snapshots` beside the
+    /// store's `models` folder.
+    pub snapshot_dir: Option<std::path::PathBuf>,
+    /// Megabytes each model's snapshots may take (least recently used
+    /// evicted first); 0 keeps none.
+    pub snapshot_max_mb: f64,
 }
 
 impl Default for RkllmSection {
@@ -100,6 +107,8 @@ impl Default for RkllmSection {
             base_domain_id: 0,
             skip_special_token: true,
             runner: RunnerKind::Process,
+            snapshot_dir: None,
+            snapshot_max_mb: 2048.0,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{Config, DEFAULT_MOCK_MODEL, ModelEntry, RuntimeAbi};
 use crate::backend::constraint::TokenizerSource;
-use crate::backend::{InitSettings, MockConfig, RkllmSettings, SamplingValues};
+use crate::backend::{InitSettings, MockConfig, RkllmSettings, SamplingValues, SnapshotSettings};
 use crate::engine::{
     EngineLimits, KeepAlive, Lifecycle, ModelSettings, ModelSpec, ReasoningMode, RequestLimits,
 };
@@ -317,6 +317,16 @@ impl Config {
                 cpu_threads: i8::try_from(r.cpu_threads).unwrap_or(4),
                 embed_flash: r.embed_flash,
                 base_domain_id: r.base_domain_id,
+            },
+            snapshots: SnapshotSettings {
+                dir: Some(r.snapshot_dir.clone().unwrap_or_else(|| {
+                    let models = self.models_dir();
+                    models
+                        .parent()
+                        .map_or_else(|| models.join("snapshots"), |p| p.join("snapshots"))
+                })),
+                // Validated: finite and not negative.
+                max_bytes: (r.snapshot_max_mb * 1024.0 * 1024.0) as u64,
             },
         }
     }

@@ -553,7 +553,8 @@ impl Config {
                 format!("must be between 0 and 1000, got {}", r.top_k),
             ));
         }
-        let ranges: [(&'static str, f64, f64, f64); 5] = [
+        let ranges: [(&'static str, f64, f64, f64); 6] = [
+            ("rkllm.snapshot_max_mb", r.snapshot_max_mb, 0.0, 1.0e9),
             ("rkllm.top_p", r.top_p, 0.0, 1.0),
             ("rkllm.temperature", r.temperature, 0.0, 2.0),
             ("rkllm.repeat_penalty", r.repeat_penalty, 0.0, 10.0),

@@ -69,6 +69,7 @@ pub(super) fn run_job(
     runner: &mut dyn Runner,
     job: &Job,
     kv_cache_tokens: &std::sync::atomic::AtomicU64,
+    snapshots: &parking_lot::Mutex<Option<crate::backend::SnapshotReport>>,
 ) -> Option<BackendError> {
     let stream = &job.stream;
     stream.set_initializing();
@@ -94,6 +95,24 @@ pub(super) fn run_job(
                 generation.kv_cache_tokens.map_or(u64::MAX, u64::from),
                 std::sync::atomic::Ordering::Relaxed,
             );
+            if let Some(report) = generation.snapshots {
+                crate::metrics::snapshots(
+                    &job.request.model,
+                    crate::metrics::SnapshotCounts {
+                        hits: report.hits,
+                        misses: report.misses,
+                        files: report.files,
+                        bytes: report.bytes,
+                    },
+                );
+                let mut totals = snapshots.lock();
+                let before = totals.unwrap_or_default();
+                *totals = Some(crate::backend::SnapshotReport {
+                    hits: before.hits.saturating_add(report.hits),
+                    misses: before.misses.saturating_add(report.misses),
+                    ..report
+                });
+            }
             let (prefill_ms, generate_ms) = generation
                 .runtime_timings
                 .unwrap_or((measured_prefill, measured_generate));

@@ -160,6 +160,9 @@ pub(super) struct ModelSlot {
     /// The runtime's KV cache length after the last job (`u64::MAX`:
     /// unknown, or not loaded).
     pub kv_cache_tokens: AtomicU64,
+    /// Its conversation snapshots: hits and misses since the start, files
+    /// and bytes after the last job (`None`: it keeps none).
+    pub snapshots: Mutex<Option<crate::backend::SnapshotReport>>,
 }
 
 impl std::fmt::Debug for ModelSlot {
@@ -179,6 +182,7 @@ impl ModelSlot {
             changed: tokio::sync::watch::Sender::new(0),
             avg_job_ms: AtomicU64::new(1000),
             kv_cache_tokens: AtomicU64::new(u64::MAX),
+            snapshots: Mutex::new(None),
         }
     }
 
@@ -533,7 +537,7 @@ fn run(shared: &Shared, slot: &Arc<ModelSlot>, runner: &mut Option<Box<dyn Runne
             .expiry(Instant::now());
     }
     let started = Instant::now();
-    let lost_runner = run_job(r.as_mut(), &job, &slot.kv_cache_tokens);
+    let lost_runner = run_job(r.as_mut(), &job, &slot.kv_cache_tokens, &slot.snapshots);
     let took = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
     let avg = slot.avg_job_ms.load(Ordering::Relaxed);
     slot.avg_job_ms

@@ -26,6 +26,10 @@ pub struct RunRequest {
     /// `prompt` is then the whole conversation, sent when the runtime's
     /// history cannot be reused.
     pub conversation: Option<Vec<Turn>>,
+    /// A chat the server rendered whole with the model's own template: its
+    /// system message's text (empty without one). The runner keeps such
+    /// prompts as conversation snapshots.
+    pub whole_chat: Option<String>,
     /// Function tools the model may call: a JSON array in OpenAI's shape.
     pub tools: Option<String>,
     /// Images for a vision model, one per `<image>` tag of the prompt, in
@@ -217,6 +221,7 @@ impl RunRequest {
             role: self.role,
             enable_thinking: self.enable_thinking.unwrap_or(false),
             conversation: self.conversation,
+            whole_chat: self.whole_chat,
             tools: self.tools,
             images: self.images,
             embed: None,

@@ -130,6 +130,10 @@ pub struct ModelInfo {
     /// (runtimes 1.2.1 and later; absent when unknown or not loaded).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_cache_tokens: Option<u64>,
+    /// Its conversation snapshots (absent: it keeps none, or has not run a
+    /// conversation since it loaded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<crate::backend::SnapshotReport>,
     /// Size of the model file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<u64>,
@@ -429,6 +433,7 @@ impl Engine {
                     lora_adapters: slot.spec.lora.iter().map(|a| a.name.clone()).collect(),
                     kv_cache_tokens: Some(slot.kv_cache_tokens.load(Ordering::Relaxed))
                         .filter(|n| *n != u64::MAX && state == ModelState::Loaded),
+                    snapshots: *slot.snapshots.lock(),
                     size_bytes: slot
                         .spec
                         .path

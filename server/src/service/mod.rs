@@ -149,6 +149,7 @@ impl Service {
                 constraint,
                 Some(Constraint::JsonObject | Constraint::JsonSchema(_))
             );
+        let mut whole_chat = None;
         let (prompt, role, conversation, sources) = match request.input {
             Input::Chat(messages) => {
                 let messages = system_first(messages);
@@ -168,6 +169,13 @@ impl Service {
                         };
                         let prompt = chat::render(&template, &messages, tools.as_deref(), thinking)
                             .map_err(|m| ServiceError::invalid("messages", m))?;
+                        whole_chat = Some(
+                            messages
+                                .first()
+                                .filter(|m| m.speaker == Speaker::System)
+                                .map(Message::rendered)
+                                .unwrap_or_default(),
+                        );
                         (prompt, Role::User, None, sources)
                     }
                     None => (prompt, role, Some(turns(&messages)), sources),
@@ -212,6 +220,7 @@ impl Service {
                 Priority::Interactive => request.thinking,
             },
             conversation,
+            whole_chat,
             tools: offer_tools.then(|| serde_json::Value::Array(request.tools).to_string()),
             images,
             embed: false,

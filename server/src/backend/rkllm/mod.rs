@@ -14,6 +14,7 @@ mod handle;
 mod history;
 mod prompt_cache;
 mod runtime;
+mod snapshots;
 mod steer;
 
 use std::ffi::CString;
@@ -34,6 +35,8 @@ use self::encoder::Encoder;
 use self::handle::{CallbackSlot, ModelHandle};
 use self::prompt_cache::PromptCache;
 use self::runtime::{Api, shared_call};
+pub use self::snapshots::SnapshotSettings;
+use self::snapshots::Snapshots;
 use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, ImageLimits, ModelSpec,
     Plan, Runner, TokenSink, ValidRunRequest, VisionSpec,
@@ -57,6 +60,9 @@ pub struct RkllmSettings {
     pub abi: Option<Abi>,
     /// Init parameters, before each model's own settings.
     pub init: InitSettings,
+    /// Where conversation snapshots are kept, and how many bytes.
+    #[serde(default)]
+    pub snapshots: SnapshotSettings,
 }
 
 /// `abi` as `"1.3"`, `"1.2"` or null, for the order to a runner.
@@ -94,6 +100,7 @@ pub struct RkllmBackend {
     /// Whether pictures are decoded in the server's own process (models
     /// on its worker threads, `runner = "thread"`).
     decodes_in_server: bool,
+    snapshots: SnapshotSettings,
 }
 
 impl RkllmBackend {
@@ -110,6 +117,7 @@ impl RkllmBackend {
             rknn_path: settings.rknn_runtime,
             rknn: parking_lot::Mutex::new(None),
             decodes_in_server: false,
+            snapshots: settings.snapshots,
         })
     }
 
@@ -164,6 +172,7 @@ impl RkllmBackend {
             rknn_runtime: self.rknn_path.clone(),
             abi: Some(self.runtime.abi()),
             init: self.init.clone(),
+            snapshots: self.snapshots.clone(),
         }
     }
 
@@ -329,7 +338,9 @@ impl Backend for RkllmBackend {
             vision,
             reasoning: model.reasoning,
             constrained: constrained::ConstrainedState::default(),
+            snapshots: None,
         };
+        runner.snapshots = Snapshots::open(model, &self.snapshots, &runner.handle.runtime);
         if let Some(spec) = &model.prompt_cache {
             runner.prepare_prompt_cache(model, spec);
         }
@@ -418,6 +429,8 @@ struct RkllmRunner {
     /// Its tokenizer and what was learnt of the runtime's logits, for
     /// constrained answers.
     constrained: constrained::ConstrainedState,
+    /// Its conversation snapshots, when it keeps them.
+    snapshots: Option<Snapshots>,
 }
 
 impl RkllmRunner {
@@ -463,6 +476,7 @@ impl Runner for RkllmRunner {
         let mut result = self.generate_inner(request, sink);
         if let Ok(generation) = &mut result {
             generation.kv_cache_tokens = self.kv_cache_size();
+            generation.snapshots = self.snapshots.as_mut().map(Snapshots::report);
         }
         result
     }
@@ -530,16 +544,39 @@ impl RkllmRunner {
             _ => (request.prompt.as_str(), request.role.as_str()),
         };
         let keep_history = plan.is_some();
+        let mut snapshot_to = None;
         if !matches!(plan, Some(Plan::Continue(_))) {
             if self.history_dirty {
                 self.clear_history();
             }
-            self.sync_prompt_cache(prompt, &sink.cancel_token().clone());
+            let cancel = sink.cancel_token().clone();
+            self.sync_prompt_cache(prompt, &cancel);
+            // A chat sent whole: the server's render, or the transcript.
+            let system = match (&request.whole_chat, &request.conversation) {
+                (Some(system), _) => Some(system.as_str()),
+                (None, Some(conversation)) => Some(
+                    conversation
+                        .first()
+                        .filter(|t| t.role == "system")
+                        .map_or("", |t| t.text.as_str()),
+                ),
+                (None, None) => None,
+            };
+            if let Some(system) = system {
+                snapshot_to = self.restore_snapshot(&request.model, system, prompt, &cancel);
+            }
         }
         self.history_dirty |= keep_history;
         let checked = keep_history && self.history.checks();
         let before = if checked { self.kv_cache_size() } else { None };
+        self.save_cache_to = snapshot_to
+            .as_deref()
+            .and_then(|p| CString::new(p.to_string_lossy().into_owned()).ok());
         let result = self.run_once(request, sink, prompt, role, keep_history, None);
+        self.save_cache_to = None;
+        if let Some(tmp) = snapshot_to {
+            self.keep_snapshot(prompt, &tmp, result.is_ok());
+        }
         match (&request.conversation, &result) {
             (Some(conversation), Ok(g))
                 if keep_history && g.finish_reason != FinishReason::Abort && sink.is_open() =>
@@ -767,6 +804,7 @@ impl RkllmRunner {
                 memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
                 embedding: Some(spec.pool(rows, *width)),
                 kv_cache_tokens: None,
+                snapshots: None,
             });
         }
         let generated = perf.map_or(run.tokens, |p| {
@@ -789,6 +827,7 @@ impl RkllmRunner {
             memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
             embedding: None,
             kv_cache_tokens: None,
+            snapshots: None,
         })
     }
 }

@@ -79,6 +79,19 @@ impl PromptCache {
         })
     }
 
+    /// The text it covers, when the runtime holds it now.
+    pub(super) fn loaded_prompt(&self) -> Option<&str> {
+        (self.state == State::Loaded).then_some(self.prompt.as_str())
+    }
+
+    /// Another prompt cache (a conversation snapshot) took its place in
+    /// the runtime: loaded again for the next request that starts with it.
+    pub(super) fn displaced(&mut self) {
+        if self.state == State::Loaded {
+            self.state = State::Released;
+        }
+    }
+
     /// Logs, once, that the file is damaged and why, and removes it (and
     /// its fingerprint) so that it is built again.
     fn damaged(&self, cause: &str, next: &str) {
@@ -268,7 +281,7 @@ fn check(path: &Path, sidecar: &Path, made_from: &MadeFrom) -> Check {
 
 /// The length and SHA-256 (lowercase hex) of what `file` holds from where
 /// it stands.
-fn digest(file: &mut std::fs::File) -> std::io::Result<(u64, String)> {
+pub(super) fn digest(file: &mut std::fs::File) -> std::io::Result<(u64, String)> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut len = 0u64;
@@ -287,7 +300,7 @@ fn digest(file: &mut std::fs::File) -> std::io::Result<(u64, String)> {
 }
 
 /// The folder a file is in (`.` for a bare name).
-fn folder(path: &Path) -> &Path {
+pub(super) fn folder(path: &Path) -> &Path {
     path.parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
@@ -301,7 +314,7 @@ fn sync_folder(path: &Path) -> std::io::Result<()> {
 /// Moves the file the runtime wrote at `tmp` to `path`: readable by its
 /// owner only, flushed to the disk before the rename and the folder
 /// after. Returns its length and SHA-256.
-fn install(tmp: &Path, path: &Path) -> std::io::Result<(u64, String)> {
+pub(super) fn install(tmp: &Path, path: &Path) -> std::io::Result<(u64, String)> {
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -317,7 +330,7 @@ fn install(tmp: &Path, path: &Path) -> std::io::Result<(u64, String)> {
 
 /// Writes `bytes` to `path` through a temporary file, readable by its
 /// owner only, flushed before the rename and the folder after.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     let mut file = std::fs::OpenOptions::new()
         .create(true)
@@ -333,7 +346,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Discards a run's output (the run that builds a prompt cache).
-struct NullOutput(CancelToken);
+pub(super) struct NullOutput(pub(super) CancelToken);
 
 impl TokenOutput for NullOutput {
     fn push(&self, _text: &str, _thinking: bool, _tokens: u32, _produced_ns: Option<u64>) -> bool {
@@ -349,7 +362,7 @@ impl TokenOutput for NullOutput {
 }
 
 /// How a build ended without a cache.
-enum NotBuilt {
+pub(super) enum NotBuilt {
     /// The request it was built for went away first: tried again later.
     Aborted,
     /// It cannot be built: why.
@@ -438,13 +451,7 @@ impl RkllmRunner {
                 return;
             }
             (false, State::Loaded) => {
-                let handle = self.handle.handle.0.as_ptr();
-                // SAFETY: the handle is live and owned by this thread, no run
-                // is in progress.
-                let rc = unsafe {
-                    shared_call!(self.handle.runtime.api, rkllm_release_prompt_cache(handle))
-                };
-                tracing::debug!(rc, "rkllm_release_prompt_cache");
+                self.release_cache_file();
                 cache.state = State::Released;
             }
             _ => {}
@@ -515,43 +522,11 @@ impl RkllmRunner {
         let tmp = cache
             .path
             .with_extension(format!("building-{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        self.save_cache_to = Some(
-            CString::new(tmp.to_string_lossy().into_owned())
-                .map_err(|_| failed("the path contains a NUL byte".into()))?,
-        );
-        let request = ValidRunRequest {
-            prompt: cache.prompt.clone(),
-            model: cache.model.clone(),
-            max_tokens: 1,
-            max_tokens_requested: true,
-            sampling: Sampling::default(),
-            role: Role::User,
-            enable_thinking: false,
-            conversation: None,
-            tools: None,
-            images: Vec::new(),
-            embed: None,
-            clear_cache: false,
-            stop: Vec::new(),
-            constraint: None,
-            lora: None,
-        };
-        let null = NullOutput(cancel.clone());
-        let mut sink = TokenSink::new(&null, false);
-        let built = self.run_once(&request, &mut sink, &cache.prompt, "user", false, None);
-        self.save_cache_to = None;
-        // The build run's state is not a conversation.
-        self.clear_history();
-        let installed = match built {
-            _ if cancel.is_cancelled() => Err(NotBuilt::Aborted),
-            Ok(g) if g.finish_reason == FinishReason::Abort => Err(NotBuilt::Aborted),
-            Err(e) => Err(failed(format!("building it failed: {e}"))),
-            Ok(_) if !tmp.is_file() => Err(failed("the runtime did not write it".into())),
-            Ok(_) => {
+        let installed = self
+            .prefill_and_save(&cache.prompt, &cache.model, &tmp, cancel)
+            .and_then(|()| {
                 install(&tmp, &cache.path).map_err(|e| failed(format!("cannot install it: {e}")))
-            }
-        };
+            });
         let (cache_size, cache_sha256) = match installed {
             Ok(installed) => installed,
             Err(not_built) => {
@@ -570,8 +545,66 @@ impl RkllmRunner {
         Stamp::of(&cache.path).map_err(|e| failed(format!("cannot read it back: {e}")))
     }
 
+    /// Has the runtime prefill `prompt` alone and save its state at `tmp`:
+    /// a run of one token whose output is discarded, with the history
+    /// cleared after it (its state is not a conversation).
+    pub(super) fn prefill_and_save(
+        &mut self,
+        prompt: &str,
+        model: &str,
+        tmp: &Path,
+        cancel: &CancelToken,
+    ) -> Result<(), NotBuilt> {
+        let failed = NotBuilt::Failed;
+        let _ = std::fs::remove_file(tmp);
+        self.save_cache_to = Some(
+            CString::new(tmp.to_string_lossy().into_owned())
+                .map_err(|_| failed("the path contains a NUL byte".into()))?,
+        );
+        let request = ValidRunRequest {
+            prompt: prompt.to_owned(),
+            model: model.to_owned(),
+            max_tokens: 1,
+            max_tokens_requested: true,
+            sampling: Sampling::default(),
+            role: Role::User,
+            enable_thinking: false,
+            conversation: None,
+            whole_chat: None,
+            tools: None,
+            images: Vec::new(),
+            embed: None,
+            clear_cache: false,
+            stop: Vec::new(),
+            constraint: None,
+            lora: None,
+        };
+        let null = NullOutput(cancel.clone());
+        let mut sink = TokenSink::new(&null, false);
+        let built = self.run_once(&request, &mut sink, prompt, "user", false, None);
+        self.save_cache_to = None;
+        self.clear_history();
+        match built {
+            _ if cancel.is_cancelled() => Err(NotBuilt::Aborted),
+            Ok(g) if g.finish_reason == FinishReason::Abort => Err(NotBuilt::Aborted),
+            Err(e) => Err(failed(format!("building it failed: {e}"))),
+            Ok(_) if !tmp.is_file() => Err(failed("the runtime did not write it".into())),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// `rkllm_release_prompt_cache`: prompts prefill from their start.
+    pub(super) fn release_cache_file(&self) {
+        let handle = self.handle.handle.0.as_ptr();
+        // SAFETY: the handle is live and owned by this thread, no run is in
+        // progress.
+        let rc =
+            unsafe { shared_call!(self.handle.runtime.api, rkllm_release_prompt_cache(handle)) };
+        tracing::debug!(rc, "rkllm_release_prompt_cache");
+    }
+
     /// `rkllm_load_prompt_cache`; the runtime's code when it refuses.
-    fn load_cache_file(&self, path: &CStr) -> Result<(), i32> {
+    pub(super) fn load_cache_file(&self, path: &CStr) -> Result<(), i32> {
         let handle = self.handle.handle.0.as_ptr();
         // SAFETY: the handle is live and owned by this thread, no run is in
         // progress; the path is a NUL-terminated string.
@@ -585,7 +618,7 @@ impl RkllmRunner {
     }
 }
 
-fn refused(rc: i32) -> String {
+pub(super) fn refused(rc: i32) -> String {
     format!("the runtime cannot load it (rkllm_load_prompt_cache returned {rc})")
 }
 

@@ -1,0 +1,608 @@
+//! Conversation snapshots: the runtime's prefill of conversations, kept in
+//! prompt-cache files so that a conversation that comes back after another
+//! one ran is not prefilled again from its start.
+//!
+//! The runtime holds one conversation in its KV cache (`keep_history`); a
+//! chat whose next turn arrives after another chat ran is sent whole. Each
+//! such run saves its prefill (`save_prompt_cache`) as a snapshot of the
+//! prompt sent. Before a conversation is sent whole, the snapshot sharing
+//! the longest prefix with its prompt is loaded (`rkllm_load_prompt_cache`):
+//! the runtime matches a loaded cache by longest common prefix (RKLLM_ABI.md
+//! §3.5) and prefills only the rest. A conversation that opens with a long
+//! system prompt (an agent's) has that prompt saved first, on its own, so
+//! every conversation that starts with it reuses it.
+//!
+//! The files live in a folder per model file under `[rkllm] snapshot_dir`,
+//! owner-only, each with a `.json` beside it: what it was made from (model
+//! file, runtime, chat template), the prompt it holds, and its size and
+//! SHA-256. They are bounded in bytes (`[rkllm] snapshot_max_mb`) and in
+//! number, the least recently used evicted first; a file made from
+//! something else is removed when the model loads; a file that does not
+//! match its fingerprint, or that the runtime refuses, is removed and its
+//! request prefilled in full (which saves it again). Nothing about a
+//! snapshot ever fails a request or a load.
+
+use std::ffi::CString;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+
+use super::RkllmRunner;
+use super::prompt_cache::{NotBuilt, PromptCache, digest, install, refused, write_private};
+use super::runtime::Runtime;
+use crate::backend::{ModelSpec, SnapshotReport};
+use crate::vocab::CancelToken;
+
+/// A loaded snapshot is worth its file only when it covers this much.
+const MIN_REUSE_BYTES: usize = 64;
+
+/// A system prompt at least this long (about 500 tokens) is saved on its
+/// own before the first conversation that starts with it.
+pub(super) const SYSTEM_PREFIX_MIN_BYTES: usize = 2048;
+
+/// Files at most per model, whatever their bytes.
+const MAX_FILES: usize = 256;
+
+/// Where a model's snapshots go and how many bytes they may take
+/// (`[rkllm] snapshot_dir`, `snapshot_max_mb`); `None` or 0: none kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SnapshotSettings {
+    /// The folder; each model has its own folder in it.
+    pub dir: Option<PathBuf>,
+    /// Bytes all of a model's snapshots may take.
+    pub max_bytes: u64,
+}
+
+/// What a snapshot was made from: one made from another model file,
+/// runtime or chat template is of no use and is removed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct MadeFrom {
+    model_file: String,
+    model_size: u64,
+    model_modified: u64,
+    runtime_version: Option<String>,
+    abi: String,
+    template_sha256: String,
+}
+
+/// The `.json` beside a snapshot.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Fingerprint {
+    #[serde(flatten)]
+    made_from: MadeFrom,
+    /// The prompt whose prefill it holds.
+    prompt: String,
+    /// A system prompt saved on its own.
+    #[serde(default)]
+    system_prefix: bool,
+    cache_size: u64,
+    cache_sha256: String,
+}
+
+/// One snapshot on disk.
+#[derive(Debug)]
+struct Entry {
+    /// File name without extension (from the prompt's SHA-256).
+    stem: String,
+    prompt: String,
+    system_prefix: bool,
+    bytes: u64,
+    sha256: String,
+    /// When it was last used or saved (a counter).
+    used: u64,
+}
+
+/// A model's snapshots, as its runner keeps them.
+#[derive(Debug)]
+pub(super) struct Snapshots {
+    model: String,
+    dir: PathBuf,
+    max_bytes: u64,
+    made_from: MadeFrom,
+    entries: Vec<Entry>,
+    clock: u64,
+    /// The snapshot the runtime holds now.
+    loaded: Option<String>,
+    /// Counts not yet reported.
+    hits: u32,
+    misses: u32,
+}
+
+/// Bytes two texts share from their start, cut back to a character
+/// boundary of `a`.
+pub(super) fn common_prefix(a: &str, b: &str) -> usize {
+    let n = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    (0..=n).rev().find(|&i| a.is_char_boundary(i)).unwrap_or(0)
+}
+
+fn stem_of(prompt: &str) -> String {
+    let hash = format!("{:x}", Sha256::digest(prompt.as_bytes()));
+    hash[..32].to_owned()
+}
+
+/// A model name as a folder name: other characters than letters, digits,
+/// `.`, `-` and `_` become `_`.
+fn folder_name(model: &str) -> String {
+    let name: String = model
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.starts_with('.') || name.is_empty() {
+        format!("_{name}")
+    } else {
+        name
+    }
+}
+
+impl Snapshots {
+    /// The model's snapshots, when it keeps them (the model's `snapshots`
+    /// setting, a folder and a byte budget). Files made from something else
+    /// are removed, and files cut short.
+    pub(super) fn open(
+        model: &ModelSpec,
+        settings: &SnapshotSettings,
+        runtime: &Runtime,
+    ) -> Option<Self> {
+        if !model.settings.snapshots.unwrap_or(true) || settings.max_bytes == 0 {
+            return None;
+        }
+        let model_path = model.path.clone().unwrap_or_default();
+        // One folder per model file: two models of one name never share.
+        let file_hash = format!(
+            "{:x}",
+            Sha256::digest(model_path.to_string_lossy().as_bytes())
+        );
+        let dir = settings.dir.as_ref()?.join(format!(
+            "{}-{}",
+            folder_name(&model.name),
+            &file_hash[..8]
+        ));
+        let made = std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)));
+        if let Err(e) = made {
+            tracing::warn!(
+                model = %model.name,
+                dir = %dir.display(),
+                error = %e,
+                "conversation snapshots are off for this model: cannot make their folder"
+            );
+            return None;
+        }
+        let meta = std::fs::metadata(&model_path).ok();
+        let made_from = MadeFrom {
+            model_file: model_path.display().to_string(),
+            model_size: meta.as_ref().map_or(0, std::fs::Metadata::len),
+            model_modified: meta
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs()),
+            runtime_version: runtime.version().map(|v| v.to_string()),
+            abi: runtime.abi().versions().to_owned(),
+            template_sha256: format!(
+                "{:x}",
+                Sha256::digest(format!("{:?}", model.template).as_bytes())
+            ),
+        };
+        let mut snapshots = Self {
+            model: model.name.clone(),
+            dir,
+            max_bytes: settings.max_bytes,
+            made_from,
+            entries: Vec::new(),
+            clock: 0,
+            loaded: None,
+            hits: 0,
+            misses: 0,
+        };
+        snapshots.scan();
+        Some(snapshots)
+    }
+
+    fn path(&self, stem: &str) -> PathBuf {
+        self.dir.join(format!("{stem}.snapshot"))
+    }
+
+    fn sidecar(&self, stem: &str) -> PathBuf {
+        self.dir.join(format!("{stem}.snapshot.json"))
+    }
+
+    /// Where a run saves the snapshot it is making.
+    pub(super) fn building_path(&self) -> PathBuf {
+        self.dir
+            .join(format!("building-{}.snapshot-tmp", std::process::id()))
+    }
+
+    /// Reads the folder: keeps the snapshots made from this model file,
+    /// runtime and template whose size is the one recorded; removes the
+    /// rest, and files left by an interrupted save.
+    fn scan(&mut self) {
+        let Ok(listing) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut names: Vec<String> = listing
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        for name in &names {
+            if name.ends_with(".snapshot-tmp") {
+                let _ = std::fs::remove_file(self.dir.join(name));
+            }
+            if let Some(stem) = name.strip_suffix(".snapshot")
+                && !names.contains(&format!("{name}.json"))
+            {
+                self.remove_files(stem);
+            }
+            let Some(stem) = name.strip_suffix(".snapshot.json") else {
+                continue;
+            };
+            match self.read_entry(stem) {
+                Ok(entry) => self.entries.push(entry),
+                Err(why) => {
+                    tracing::info!(
+                        model = %self.model,
+                        snapshot = %self.path(stem).display(),
+                        cause = %why,
+                        "conversation snapshot removed"
+                    );
+                    self.remove_files(stem);
+                }
+            }
+        }
+        self.evict();
+    }
+
+    fn read_entry(&self, stem: &str) -> Result<Entry, String> {
+        let text = std::fs::read(self.sidecar(stem)).map_err(|e| format!("cannot read: {e}"))?;
+        let fingerprint: Fingerprint = serde_json::from_slice(&text)
+            .map_err(|e| format!("its fingerprint is not valid: {e}"))?;
+        if fingerprint.made_from != self.made_from {
+            return Err("made from another model file, runtime or chat template".into());
+        }
+        let len = std::fs::metadata(self.path(stem))
+            .map_err(|e| format!("cannot read it: {e}"))?
+            .len();
+        if len != fingerprint.cache_size {
+            return Err(format!(
+                "it holds {len} bytes, its fingerprint says {}",
+                fingerprint.cache_size
+            ));
+        }
+        Ok(Entry {
+            stem: stem.to_owned(),
+            prompt: fingerprint.prompt,
+            system_prefix: fingerprint.system_prefix,
+            bytes: len,
+            sha256: fingerprint.cache_sha256,
+            used: 0,
+        })
+    }
+
+    fn remove_files(&self, stem: &str) {
+        for path in [self.path(stem), self.sidecar(stem)] {
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(file = %path.display(), error = %e, "cannot remove a snapshot file");
+            }
+        }
+    }
+
+    /// Removes a snapshot's files. The runtime may still hold it (it is
+    /// released, or replaced, before the next conversation sent whole).
+    fn remove(&mut self, index: usize) {
+        let entry = self.entries.remove(index);
+        self.remove_files(&entry.stem);
+    }
+
+    /// The snapshot sharing the longest prefix with `prompt` (at least
+    /// [`MIN_REUSE_BYTES`]), and that length.
+    pub(super) fn best(&self, prompt: &str) -> Option<(usize, usize)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, common_prefix(&e.prompt, prompt)))
+            .filter(|&(_, shared)| shared >= MIN_REUSE_BYTES)
+            .max_by_key(|&(i, shared)| (shared, self.entries[i].used))
+    }
+
+    /// Whether a snapshot of exactly `prompt` is kept (marked used).
+    pub(super) fn holds(&mut self, prompt: &str) -> bool {
+        self.clock += 1;
+        let clock = self.clock;
+        match self.entries.iter_mut().find(|e| e.prompt == prompt) {
+            Some(entry) => {
+                entry.used = clock;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The snapshot at `index` ready to load: its path when its bytes are
+    /// still the ones recorded; otherwise it is removed, with why.
+    pub(super) fn checked_path(&mut self, index: usize) -> Result<(String, CString), String> {
+        let entry = &self.entries[index];
+        let path = self.path(&entry.stem);
+        let matches = std::fs::File::open(&path)
+            .and_then(|mut f| digest(&mut f))
+            .map_err(|e| format!("cannot read it: {e}"))
+            .and_then(|(len, sha256)| {
+                if len == entry.bytes && sha256 == entry.sha256 {
+                    Ok(())
+                } else {
+                    Err("its size or SHA-256 is not the one its fingerprint records".to_owned())
+                }
+            });
+        let c_path = CString::new(path.to_string_lossy().into_owned())
+            .map_err(|_| "the path contains a NUL byte".to_owned());
+        match matches.and(c_path) {
+            Ok(c_path) => Ok((entry.stem.clone(), c_path)),
+            Err(why) => {
+                self.damaged(index, &why);
+                Err(why)
+            }
+        }
+    }
+
+    /// A snapshot the runtime refused, or whose bytes changed: removed,
+    /// with a warning; the conversation's next run saves it again.
+    pub(super) fn damaged(&mut self, index: usize, why: &str) {
+        tracing::warn!(
+            model = %self.model,
+            snapshot = %self.path(&self.entries[index].stem).display(),
+            cause = why,
+            "conversation snapshot damaged: removed; the conversation is prefilled in full and \
+             saved again"
+        );
+        self.remove(index);
+    }
+
+    /// The runtime now holds the snapshot `stem`: a hit.
+    pub(super) fn loaded_now(&mut self, index: usize) {
+        self.clock += 1;
+        self.entries[index].used = self.clock;
+        self.loaded = Some(self.entries[index].stem.clone());
+        self.hits += 1;
+    }
+
+    /// The runtime holds the snapshot at `index` already: a hit.
+    pub(super) fn is_loaded(&self, index: usize) -> bool {
+        self.loaded.as_deref() == Some(self.entries[index].stem.as_str())
+    }
+
+    /// A conversation sent whole with no snapshot to start from.
+    pub(super) fn missed(&mut self) {
+        self.misses += 1;
+    }
+
+    /// Whether the runtime holds one of these snapshots.
+    pub(super) fn any_loaded(&self) -> bool {
+        self.loaded.is_some()
+    }
+
+    /// The runtime holds none of them any more (released, or another cache
+    /// took its place).
+    pub(super) fn unloaded(&mut self) {
+        self.loaded = None;
+    }
+
+    /// Installs the snapshot a run saved at `tmp` for `prompt`. Snapshots
+    /// of earlier turns of the same conversation (prompts this one starts
+    /// with) go; a system prompt saved on its own stays.
+    pub(super) fn keep(&mut self, prompt: &str, system_prefix: bool, tmp: &Path) {
+        if let Err(why) = self.install(prompt, system_prefix, tmp) {
+            let _ = std::fs::remove_file(tmp);
+            tracing::warn!(
+                model = %self.model,
+                cause = %why,
+                "conversation snapshot not kept"
+            );
+        }
+    }
+
+    fn install(&mut self, prompt: &str, system_prefix: bool, tmp: &Path) -> Result<(), String> {
+        let stem = stem_of(prompt);
+        let path = self.path(&stem);
+        let (bytes, sha256) =
+            install(tmp, &path).map_err(|e| format!("cannot install {}: {e}", path.display()))?;
+        let fingerprint = Fingerprint {
+            made_from: self.made_from.clone(),
+            prompt: prompt.to_owned(),
+            system_prefix,
+            cache_size: bytes,
+            cache_sha256: sha256.clone(),
+        };
+        let text = serde_json::to_vec(&fingerprint).unwrap_or_default();
+        let sidecar = self.sidecar(&stem);
+        if let Err(e) = write_private(&sidecar, &text) {
+            self.remove_files(&stem);
+            return Err(format!("cannot write {}: {e}", sidecar.display()));
+        }
+        self.entries.retain(|e| e.stem != stem);
+        let earlier: Vec<usize> = (0..self.entries.len())
+            .filter(|&i| {
+                let e = &self.entries[i];
+                !e.system_prefix && e.prompt.len() < prompt.len() && prompt.starts_with(&e.prompt)
+            })
+            .collect();
+        for index in earlier.into_iter().rev() {
+            self.remove(index);
+        }
+        self.clock += 1;
+        self.entries.push(Entry {
+            stem,
+            prompt: prompt.to_owned(),
+            system_prefix,
+            bytes,
+            sha256,
+            used: self.clock,
+        });
+        self.evict();
+        Ok(())
+    }
+
+    /// Removes the least recently used snapshots until they fit the byte
+    /// budget and [`MAX_FILES`].
+    fn evict(&mut self) {
+        loop {
+            let total: u64 = self.entries.iter().map(|e| e.bytes).sum();
+            if (total <= self.max_bytes && self.entries.len() <= MAX_FILES)
+                || self.entries.is_empty()
+            {
+                return;
+            }
+            let oldest = (0..self.entries.len())
+                .min_by_key(|&i| self.entries[i].used)
+                .unwrap_or(0);
+            tracing::debug!(
+                model = %self.model,
+                snapshot = %self.entries[oldest].stem,
+                "conversation snapshot evicted"
+            );
+            self.remove(oldest);
+        }
+    }
+
+    /// What to report after a run: the counts since the last report, and
+    /// what is kept now.
+    pub(super) fn report(&mut self) -> SnapshotReport {
+        let report = SnapshotReport {
+            hits: self.hits,
+            misses: self.misses,
+            files: u32::try_from(self.entries.len()).unwrap_or(u32::MAX),
+            bytes: self.entries.iter().map(|e| e.bytes).sum(),
+        };
+        self.hits = 0;
+        self.misses = 0;
+        report
+    }
+}
+
+/// Where the chat's system prompt (`system`, its text) ends in `prompt`.
+fn system_prefix_end(system: &str, prompt: &str) -> Option<usize> {
+    if system.is_empty() {
+        return None;
+    }
+    prompt.find(system).map(|at| at + system.len())
+}
+
+impl RkllmRunner {
+    /// Before a chat is sent whole (`system`: its system message's text,
+    /// empty without one): saves its long system prompt on
+    /// its own when no snapshot covers it yet, then has the runtime hold the
+    /// snapshot that shares the longest prefix with `prompt` (unless the
+    /// model's system-prompt cache, loaded already, covers more). Returns
+    /// where the run saves its own snapshot, unless one of exactly this
+    /// prompt is kept.
+    pub(super) fn restore_snapshot(
+        &mut self,
+        model: &str,
+        system: &str,
+        prompt: &str,
+        cancel: &CancelToken,
+    ) -> Option<PathBuf> {
+        let mut snaps = self.snapshots.take()?;
+        let system_cache = self
+            .prompt_cache
+            .as_ref()
+            .and_then(PromptCache::loaded_prompt)
+            .map(|p| common_prefix(p, prompt));
+        if system_cache.is_some() {
+            // The system-prompt cache took the runtime's place.
+            snaps.unloaded();
+        }
+        let covered = system_cache.unwrap_or(0);
+        if let Some(end) = system_prefix_end(system, prompt)
+            && end >= SYSTEM_PREFIX_MIN_BYTES
+            && covered < end
+            && snaps.best(prompt).is_none_or(|(_, shared)| shared < end)
+        {
+            let tmp = snaps.building_path();
+            match self.prefill_and_save(&prompt[..end], model, &tmp, cancel) {
+                Ok(()) => snaps.keep(&prompt[..end], true, &tmp),
+                Err(not_built) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    if let NotBuilt::Failed(why) = not_built {
+                        tracing::warn!(model, cause = %why, "system prompt snapshot not made");
+                    }
+                }
+            }
+        }
+        match snaps.best(prompt) {
+            Some((index, shared)) if shared > covered => {
+                if snaps.is_loaded(index) {
+                    snaps.loaded_now(index);
+                } else if let Ok((_, path)) = snaps.checked_path(index) {
+                    match self.load_cache_file(&path) {
+                        Ok(()) => {
+                            snaps.loaded_now(index);
+                            if let Some(cache) = self.prompt_cache.as_mut() {
+                                cache.displaced();
+                            }
+                        }
+                        Err(rc) => {
+                            snaps.damaged(index, &refused(rc));
+                            snaps.unloaded();
+                            snaps.missed();
+                        }
+                    }
+                } else {
+                    snaps.missed();
+                }
+            }
+            _ => {
+                if covered == 0 {
+                    snaps.missed();
+                    if snaps.any_loaded() {
+                        self.release_cache_file();
+                        snaps.unloaded();
+                    }
+                }
+            }
+        }
+        let save = (!snaps.holds(prompt)).then(|| snaps.building_path());
+        self.snapshots = Some(snaps);
+        save
+    }
+
+    /// After a run that was to save a snapshot of `prompt` at `tmp`: kept
+    /// when the run went well and the runtime wrote it.
+    pub(super) fn keep_snapshot(&mut self, prompt: &str, tmp: &Path, ran: bool) {
+        match self.snapshots.as_mut() {
+            Some(snaps) if ran && tmp.is_file() => snaps.keep(prompt, false, tmp),
+            _ => {
+                let _ = std::fs::remove_file(tmp);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_prefix_stops_at_a_character_boundary() {
+        assert_eq!(common_prefix("abcdef", "abcxyz"), 3);
+        assert_eq!(common_prefix("abc", "abcdef"), 3);
+        assert_eq!(common_prefix("", "abc"), 0);
+        // "é" is two bytes; "è" shares its first byte only.
+        assert_eq!(common_prefix("aé", "aè"), 1);
+    }
+
+    #[test]
+    fn model_names_become_plain_folder_names() {
+        assert_eq!(folder_name("qwen2.5-1.5b"), "qwen2.5-1.5b");
+        assert_eq!(folder_name("org/model:q8"), "org_model_q8");
+        assert_eq!(folder_name(".."), "_..");
+        assert_eq!(folder_name(""), "_");
+    }
+}

@@ -1,0 +1,424 @@
+//! Conversation snapshots on the runtime test double of both ABIs: two
+//! chats alternating on one model each come back to their own snapshot
+//! (the double prefills only what follows the longest common prefix of
+//! the loaded cache and the prompt, and logs `run-cached bytes=N`); a long
+//! system prompt is saved on its own first and shared; the files are
+//! owner-only and counted in `models` and the metrics; the least recently
+//! used go when the budget is spent; a damaged file, or one the runtime
+//! refuses, is removed and its chat answered in full and saved again.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::harness::{Fake, ScratchDir, Server, fake_runtime};
+
+const ANSWER: &str = "Snapshot answer.";
+
+/// The model's own chat template (ChatML): every turn of a chat is sent
+/// whole, rendered with it, and each render starts with the previous one.
+const TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// What the template renders for `messages` (role, text), as the server
+/// sends it.
+fn render(messages: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    for (role, text) in messages {
+        out.push_str(&format!("<|im_start|>{role}\n{text}<|im_end|>\n"));
+    }
+    out + "<|im_start|>assistant\n"
+}
+const ABIS: [Fake; 2] = [Fake::V1_3, Fake::V1_2];
+
+fn long_system() -> String {
+    "You are the careful assistant of a Rock 5B board; answer in one line. "
+        .repeat(40)
+        .trim_end()
+        .to_owned()
+}
+
+struct Board {
+    server: Server,
+    scratch: ScratchDir,
+}
+
+impl Board {
+    fn start(fake: Fake, max_mb: f64) -> Self {
+        Self::start_in(fake, max_mb, ScratchDir::new())
+    }
+
+    /// A server on the folders of `scratch` (a restart, when another ran
+    /// there).
+    fn start_in(fake: Fake, max_mb: f64, scratch: ScratchDir) -> Self {
+        let model = scratch.0.join("chat.rkllm");
+        std::fs::write(&model, ANSWER).unwrap();
+        let config = format!(
+            "[rkllm]\nsnapshot_dir = {:?}\nsnapshot_max_mb = {max_mb}\n\
+             [[models]]\nname = \"chat\"\npath = {model:?}\nchat_template = {TEMPLATE:?}\n",
+            scratch.0.join("snapshots")
+        );
+        let runtime = fake_runtime(fake);
+        let log = scratch.0.join("fake.log");
+        let server = Server::start_env(
+            &config,
+            &["--backend", "rkllm", "--runtime", runtime.to_str().unwrap()],
+            &[
+                ("FAKE_RKLLM_TOKEN_MS", "0"),
+                ("FAKE_RKLLM_PREFILL_US_PER_BYTE", "1"),
+                ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
+            ],
+        );
+        Self { server, scratch }
+    }
+
+    fn events(&self, event: &str) -> Vec<String> {
+        std::fs::read_to_string(self.scratch.0.join("fake.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(event))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Bytes the loaded cache covered in each run that had one.
+    fn cached_runs(&self) -> Vec<usize> {
+        self.events("run-cached bytes=")
+            .iter()
+            .map(|l| l["run-cached bytes=".len()..].parse().unwrap())
+            .collect()
+    }
+
+    /// The model's folder of snapshots.
+    fn folder(&self) -> PathBuf {
+        let root = self.scratch.0.join("snapshots");
+        let mut folders: Vec<PathBuf> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(folders.len(), 1, "{folders:?}");
+        folders.pop().unwrap()
+    }
+
+    /// The snapshot files and the prompts their fingerprints hold.
+    fn files(&self) -> Vec<(PathBuf, String)> {
+        let mut files: Vec<(PathBuf, String)> = std::fs::read_dir(self.folder())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "snapshot"))
+            .map(|p| {
+                let sidecar = format!("{}.json", p.display());
+                let fingerprint: Value =
+                    serde_json::from_slice(&std::fs::read(sidecar).unwrap()).unwrap();
+                (p, fingerprint["prompt"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    async fn chat(&self, messages: &[Value]) {
+        let response = self
+            .server
+            .send(
+                reqwest::Method::POST,
+                "/v1/chat/completions",
+                Some(json!({"model": "chat", "messages": messages})),
+                None,
+            )
+            .await;
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["choices"][0]["message"]["content"], ANSWER, "{body}");
+    }
+
+    async fn snapshots_info(&self) -> Value {
+        let models = self.server.ok("models", json!({})).await;
+        models["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "chat")
+            .map(|m| m["snapshots"].clone())
+            .unwrap()
+    }
+}
+
+fn system(text: &str) -> Value {
+    json!({"role": "system", "content": text})
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+fn assistant() -> Value {
+    json!({"role": "assistant", "content": ANSWER})
+}
+
+/// The prompt of the one kept snapshot that contains `text`.
+fn kept(board: &Board, text: &str) -> String {
+    let found: Vec<String> = board
+        .files()
+        .into_iter()
+        .map(|(_, p)| p)
+        .filter(|p| p.contains(text))
+        .collect();
+    assert_eq!(found.len(), 1, "{text:?}: {found:?}");
+    found[0].clone()
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test]
+async fn alternating_chats_come_back_to_their_own_snapshot() {
+    for fake in ABIS {
+        let board = Board::start(fake, 2048.0);
+        let sys = long_system();
+        let a1 = vec![system(&sys), user("alpha one")];
+        board.chat(&a1).await;
+        // The system prompt is saved on its own first, then the chat, which
+        // the runtime prefilled from the system prompt's snapshot on.
+        let saves = board.events("prompt-cache-save");
+        assert_eq!(saves.len(), 2, "{fake:?}: {saves:?}");
+        let system_prefix = format!("<|im_start|>system\n{sys}");
+        let prompts: Vec<String> = board.files().into_iter().map(|(_, p)| p).collect();
+        assert!(prompts.contains(&system_prefix), "{fake:?}: {prompts:?}");
+        let a1_prompt = kept(&board, "alpha one");
+        assert_eq!(
+            a1_prompt,
+            render(&[("system", &sys), ("user", "alpha one")]),
+            "{fake:?}"
+        );
+        assert_eq!(board.cached_runs(), vec![system_prefix.len()], "{fake:?}");
+
+        // Another chat with the same system prompt starts from it (from the
+        // first chat's snapshot, which shares a little more: the user's
+        // opening tag).
+        let b1 = vec![system(&sys), user("beta one")];
+        board.chat(&b1).await;
+        let shared = *board.cached_runs().last().unwrap();
+        assert!(
+            shared >= system_prefix.len() && shared < a1_prompt.len(),
+            "{fake:?}: {shared}"
+        );
+        let b1_prompt = kept(&board, "beta one");
+
+        // The first chat comes back: the runtime holds the second, so the
+        // first is sent whole, from its own snapshot.
+        let mut a2 = a1.clone();
+        a2.extend([assistant(), user("alpha two")]);
+        board.chat(&a2).await;
+        assert_eq!(
+            board.cached_runs().last(),
+            Some(&a1_prompt.len()),
+            "{fake:?}"
+        );
+        // And the second: from its own.
+        let mut b2 = b1.clone();
+        b2.extend([assistant(), user("beta two")]);
+        board.chat(&b2).await;
+        assert_eq!(
+            board.cached_runs().last(),
+            Some(&b1_prompt.len()),
+            "{fake:?}"
+        );
+
+        // Kept: the system prompt and each chat's latest turn (an earlier
+        // turn's snapshot goes when its chat saves a longer one).
+        let prompts: Vec<String> = board.files().into_iter().map(|(_, p)| p).collect();
+        assert_eq!(prompts.len(), 3, "{fake:?}: {prompts:?}");
+        assert!(prompts.contains(&system_prefix), "{fake:?}: {prompts:?}");
+        assert!(
+            kept(&board, "alpha two").starts_with(&a1_prompt),
+            "{fake:?}"
+        );
+        assert!(kept(&board, "beta two").starts_with(&b1_prompt), "{fake:?}");
+        // Owner-only.
+        assert_eq!(mode(&board.folder()), 0o700, "{fake:?}");
+        for (path, _) in board.files() {
+            assert_eq!(mode(&path), 0o600, "{fake:?}: {path:?}");
+        }
+
+        // What is kept, and the hits and misses, in models and metrics.
+        let info = board.snapshots_info().await;
+        assert_eq!(info["files"], 3, "{fake:?}: {info}");
+        assert_eq!(info["hits"], 4, "{fake:?}: {info}");
+        assert_eq!(info["misses"], 0, "{fake:?}: {info}");
+        let bytes: u64 = board
+            .files()
+            .iter()
+            .map(|(p, _)| std::fs::metadata(p).unwrap().len())
+            .sum();
+        assert_eq!(info["bytes"], bytes, "{fake:?}: {info}");
+        let metrics = board.server.metrics_text().await;
+        for line in [
+            "rkllm_snapshot_hits_total{model=\"chat\"} 4\n".to_owned(),
+            "rkllm_snapshot_misses_total{model=\"chat\"} 0\n".to_owned(),
+            "rkllm_snapshot_files{model=\"chat\"} 3\n".to_owned(),
+            format!("rkllm_snapshot_bytes{{model=\"chat\"}} {bytes}\n"),
+        ] {
+            assert!(metrics.contains(&line), "{fake:?}: {line} in\n{metrics}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_least_recently_used_snapshot_goes_when_the_budget_is_spent() {
+    for fake in ABIS {
+        // Room for two snapshots of these short chats, not three (the
+        // double's file is the prompt and 62 bytes around it).
+        let one =
+            render(&[("system", "be brief"), ("user", "question number 1")]).len() as f64 + 62.0;
+        let board = Board::start(fake, one * 2.5 / 1024.0 / 1024.0);
+        for n in 1..=3 {
+            board
+                .chat(&[system("be brief"), user(&format!("question number {n}"))])
+                .await;
+        }
+        let prompts: Vec<String> = board.files().into_iter().map(|(_, p)| p).collect();
+        assert_eq!(prompts.len(), 2, "{fake:?}: {prompts:?}");
+        assert!(
+            prompts.iter().all(|p| !p.contains("question number 1")),
+            "{fake:?}: the oldest stays: {prompts:?}"
+        );
+        // The first chat comes back to no snapshot of its own: a miss, and
+        // it is saved again (evicting the next oldest).
+        let before = board.cached_runs().len();
+        board
+            .chat(&[
+                system("be brief"),
+                user("question number 1"),
+                assistant(),
+                user("more"),
+            ])
+            .await;
+        let covered = board.cached_runs()[before..].to_vec();
+        let shared =
+            prompts[0].find("question number").expect("a chat's prompt") + "question number ".len();
+        assert!(
+            covered.iter().all(|&n| n <= shared),
+            "{fake:?}: {covered:?}"
+        );
+        let info = board.snapshots_info().await;
+        assert_eq!(info["files"], 2, "{fake:?}: {info}");
+        assert!(info["misses"].as_u64().unwrap() >= 1, "{fake:?}: {info}");
+    }
+}
+
+/// How a snapshot file is harmed.
+#[derive(Debug, Clone, Copy)]
+enum Harm {
+    /// Its bytes change: the fingerprint tells.
+    Changed,
+    /// Garbage the fingerprint vouches for: only the runtime can tell.
+    Refused,
+}
+
+fn harm(path: &Path, how: Harm) {
+    use sha2::{Digest, Sha256};
+    let bad: Vec<u8> = std::fs::read(path)
+        .unwrap()
+        .iter()
+        .map(|b| b ^ 0x5a)
+        .collect();
+    std::fs::write(path, &bad).unwrap();
+    if let Harm::Refused = how {
+        let sidecar = format!("{}.json", path.display());
+        let mut fingerprint: Value =
+            serde_json::from_slice(&std::fs::read(&sidecar).unwrap()).unwrap();
+        fingerprint["cache_sha256"] = json!(format!("{:x}", Sha256::digest(&bad)));
+        std::fs::write(&sidecar, fingerprint.to_string()).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_damaged_snapshot_is_removed_and_its_chat_answered_in_full_and_saved_again() {
+    for fake in ABIS {
+        for how in [Harm::Changed, Harm::Refused] {
+            let board = Board::start(fake, 2048.0);
+            let a1 = vec![system("be brief"), user("alpha one")];
+            board.chat(&a1).await;
+            board.chat(&[system("be brief"), user("beta one")]).await;
+            let a1_prompt = kept(&board, "alpha one");
+            let (path, _) = board
+                .files()
+                .into_iter()
+                .find(|(_, p)| *p == a1_prompt)
+                .unwrap();
+            harm(&path, how);
+            let board = if let Harm::Refused = how {
+                // Read again from its fingerprint by the next start: kept.
+                let Board { server, scratch } = board;
+                drop(server);
+                let board = Board::start_in(fake, 2048.0, scratch);
+                assert!(board.files().iter().any(|(p, _)| *p == path), "{fake:?}");
+                board
+            } else {
+                board
+            };
+            let mut a2 = a1.clone();
+            a2.extend([assistant(), user("alpha two")]);
+            board.chat(&a2).await;
+            // Nothing of the damaged file reached the run.
+            assert!(
+                board.cached_runs().iter().all(|&n| n < a1_prompt.len()),
+                "{fake:?} {how:?}: {:?}",
+                board.cached_runs()
+            );
+            let warnings: Vec<String> = board
+                .server
+                .log()
+                .into_iter()
+                .filter(|l| l.contains("WARN") && l.contains("snapshot damaged"))
+                .collect();
+            assert_eq!(warnings.len(), 1, "{fake:?} {how:?}: {warnings:?}");
+            if let Harm::Refused = how {
+                assert!(
+                    warnings[0].contains("rkllm_load_prompt_cache"),
+                    "{warnings:?}"
+                );
+                assert_eq!(board.events("prompt-cache-refused").len(), 1, "{fake:?}");
+            }
+            // Saved again, for this turn.
+            let prompts: Vec<String> = board.files().into_iter().map(|(_, p)| p).collect();
+            assert!(
+                prompts.iter().any(|p| p.contains("alpha two")),
+                "{fake:?} {how:?}: {prompts:?}"
+            );
+            let info = board.snapshots_info().await;
+            let misses = if let Harm::Refused = how { 1 } else { 3 };
+            assert_eq!(info["misses"], misses, "{fake:?} {how:?}: {info}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn snapshots_off_for_a_model_keep_nothing() {
+    let scratch = ScratchDir::new();
+    let model = scratch.0.join("chat.rkllm");
+    std::fs::write(&model, ANSWER).unwrap();
+    let config = format!(
+        "[rkllm]\nsnapshot_dir = {:?}\n[[models]]\nname = \"chat\"\npath = {model:?}\n\
+         snapshots = false\n",
+        scratch.0.join("snapshots")
+    );
+    let runtime = fake_runtime(Fake::V1_3);
+    let log = scratch.0.join("fake.log");
+    let server = Server::start_env(
+        &config,
+        &["--backend", "rkllm", "--runtime", runtime.to_str().unwrap()],
+        &[
+            ("FAKE_RKLLM_TOKEN_MS", "0"),
+            ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
+        ],
+    );
+    let board = Board { server, scratch };
+    board.chat(&[system("be brief"), user("alpha one")]).await;
+    assert!(board.events("prompt-cache-save").is_empty());
+    assert!(!board.scratch.0.join("snapshots").exists());
+    assert_eq!(board.snapshots_info().await, Value::Null);
+}
