@@ -184,41 +184,118 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
     let _: Option<Value> = kwargs.get("separators")?;
     let _: Option<Value> = kwargs.get("sort_keys")?;
     kwargs.assert_all_used()?;
+    let spaces = indent.map(|n| vec![b' '; n]);
     let mut out = Vec::new();
-    let result = match indent {
-        Some(n) => {
-            let spaces = vec![b' '; n];
-            let mut ser = serde_json::Serializer::with_formatter(
-                &mut out,
-                serde_json::ser::PrettyFormatter::with_indent(&spaces),
-            );
-            value.serialize(&mut ser)
-        }
-        None => {
-            let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonFormatter);
-            value.serialize(&mut ser)
-        }
-    };
-    result.map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    let mut ser = serde_json::Serializer::with_formatter(
+        &mut out,
+        PythonJson {
+            indent: spaces.as_deref(),
+            depth: 0,
+            has_value: false,
+        },
+    );
+    value
+        .serialize(&mut ser)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
     Ok(Value::from_safe_string(
         String::from_utf8(out).unwrap_or_default(),
     ))
 }
 
-/// Python's default `json.dumps` spacing: `, ` and `: `.
-struct PythonFormatter;
+/// Python's `json.dumps` layout: `, ` and `: ` between items, or with an
+/// `indent` one item a line (a `,` ending it), and floats as Python's
+/// `repr` writes them.
+struct PythonJson<'a> {
+    /// One level's indent, when the items go one a line.
+    indent: Option<&'a [u8]>,
+    /// How many arrays and objects are open.
+    depth: usize,
+    /// Whether the innermost open one has an item yet.
+    has_value: bool,
+}
 
-impl serde_json::ser::Formatter for PythonFormatter {
+impl PythonJson<'_> {
+    fn newline<W: ?Sized + std::io::Write>(&self, writer: &mut W) -> std::io::Result<()> {
+        writer.write_all(b"\n")?;
+        if let Some(indent) = self.indent {
+            for _ in 0..self.depth {
+                writer.write_all(indent)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn open<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.depth += 1;
+        self.has_value = false;
+        writer.write_all(bracket)
+    }
+
+    fn close<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.depth -= 1;
+        if self.indent.is_some() && self.has_value {
+            self.newline(writer)?;
+        }
+        writer.write_all(bracket)
+    }
+
+    fn item<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if self.indent.is_some() {
+            if !first {
+                writer.write_all(b",")?;
+            }
+            self.newline(writer)
+        } else if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+}
+
+impl serde_json::ser::Formatter for PythonJson<'_> {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"[")
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"]")
+    }
+
     fn begin_array_value<W: ?Sized + std::io::Write>(
         &mut self,
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        self.item(writer, first)
+    }
+
+    fn end_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        _writer: &mut W,
+    ) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"{")
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"}")
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -226,11 +303,7 @@ impl serde_json::ser::Formatter for PythonFormatter {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        self.item(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(
@@ -238,6 +311,52 @@ impl serde_json::ser::Formatter for PythonFormatter {
         writer: &mut W,
     ) -> std::io::Result<()> {
         writer.write_all(b": ")
+    }
+
+    fn end_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        _writer: &mut W,
+    ) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+
+    fn write_f64<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        value: f64,
+    ) -> std::io::Result<()> {
+        writer.write_all(python_float(value).as_bytes())
+    }
+
+    fn write_f32<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        value: f32,
+    ) -> std::io::Result<()> {
+        self.write_f64(writer, f64::from(value))
+    }
+}
+
+/// A finite float as Python's `repr` writes it: the shortest digits that
+/// read back to it, positionally from 1e-4 up to 1e16 (with `.0` when
+/// whole), otherwise as `1.5e+16`, `1e-07` (two exponent digits at least).
+fn python_float(value: f64) -> String {
+    let scientific = format!("{value:e}");
+    let (mantissa, exponent) = scientific
+        .split_once('e')
+        .unwrap_or((scientific.as_str(), "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    if (-4..16).contains(&exponent) {
+        let plain = value.to_string();
+        if plain.contains('.') {
+            plain
+        } else {
+            format!("{plain}.0")
+        }
+    } else {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exponent.unsigned_abs())
     }
 }
 

@@ -1,6 +1,6 @@
-//! The templates of real models (tests/fixtures/chat-templates), rendered
-//! and compared with what Python's Jinja2 set up as `transformers` gives
-//! (reference.py there wrote the expected prompts).
+//! The published templates of real models (tests/fixtures/chat-templates),
+//! rendered and compared with what `transformers`' own
+//! `apply_chat_template` renders (reference.py there wrote the prompts).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -63,7 +63,7 @@ fn messages(case: &Json) -> Vec<TemplateMessage> {
 fn real_templates_render_as_transformers_renders_them() {
     let cases: Json = serde_json::from_str(&read("cases.json")).unwrap();
     let cases = cases.as_array().unwrap();
-    assert!(cases.len() >= 7);
+    assert!(cases.len() >= 12);
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let tools = case["tools"]
@@ -181,4 +181,23 @@ fn strftime_now_writes_python_directives() {
     );
     assert_eq!(civil_from_days(0), (1970, 1, 1));
     assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+}
+
+#[test]
+fn tojson_writes_floats_as_python_repr_does() {
+    let cases = [
+        (0.0, "0.0"),
+        (-0.0, "-0.0"),
+        (0.1, "0.1"),
+        (1.5e-5, "1.5e-05"),
+        (0.00015, "0.00015"),
+        (1e15, "1000000000000000.0"),
+        (9_999_999_999_999_998.0, "9999999999999998.0"),
+        (1.5e16, "1.5e+16"),
+        (1e100, "1e+100"),
+        (-2.5e-300, "-2.5e-300"),
+    ];
+    for (value, python) in cases {
+        assert_eq!(python_float(value), python, "{value:e}");
+    }
 }
