@@ -4,6 +4,7 @@
 mod harness;
 
 mod accounting;
+mod cli_store;
 mod board;
 mod browser_guard;
 mod cluster;
