@@ -100,12 +100,24 @@ fn the_store_commands_go_through_a_running_service_into_its_store_with_its_api_k
     assert!(out.contains(&format!("pulled {NAME}")), "{out}");
     assert!(out.contains(theirs.to_str().unwrap()), "{out}");
     assert!(theirs.join(NAME).join("manifest.json").is_file());
-    assert!(!user.own_store().exists(), "the user's own store was written");
+    assert!(
+        !user.own_store().exists(),
+        "the user's own store was written"
+    );
 
     // The CLI's flags travel with the pull: a name of its own here.
     let (ok, out, err) = user.run(&["pull", "acme/tiny", "--name", "mine"]);
     assert!(ok, "{out}\n{err}");
     assert!(theirs.join("mine").join("manifest.json").is_file(), "{out}");
+
+    // ... and are checked there, each refusal naming its field.
+    for (flag, value, field) in [
+        ("--revision", "../../etc", "`revision`"),
+        ("--tokenizer", "./tokenizer.json", "`tokenizer`"),
+    ] {
+        let (ok, out, err) = user.run(&["pull", "acme/tiny", flag, value]);
+        assert!(!ok && err.contains(field), "{flag}: {out}\n{err}");
+    }
 
     let (ok, out, err) = user.run(&["list"]);
     assert!(ok && err.contains(&via), "{out}\n{err}");
@@ -115,7 +127,10 @@ fn the_store_commands_go_through_a_running_service_into_its_store_with_its_api_k
         .unwrap_or_else(|| panic!("{out}"));
     assert!(row.contains("acme/tiny"), "{row}");
     assert!(out.lines().any(|l| l.starts_with("mine ")), "{out}");
-    assert!(!out.contains("mock"), "a configured model is not the store's: {out}");
+    assert!(
+        !out.contains("mock"),
+        "a configured model is not the store's: {out}"
+    );
 
     let (ok, out, err) = user.run(&["show", NAME]);
     assert!(ok && err.contains(&via), "{out}\n{err}");
@@ -142,7 +157,10 @@ fn the_store_commands_go_through_a_running_service_into_its_store_with_its_api_k
         ["list", "--models-dir", theirs.to_str().unwrap()],
     ] {
         let (ok, out, err) = user.run(&args);
-        assert!(ok && err.contains(&via) && out.contains(NAME), "{out}\n{err}");
+        assert!(
+            ok && err.contains(&via) && out.contains(NAME),
+            "{out}\n{err}"
+        );
     }
     // Another folder, before or after: worked on directly, as asked.
     let other = dir.0.join("other-models");
@@ -159,7 +177,10 @@ fn the_store_commands_go_through_a_running_service_into_its_store_with_its_api_k
             )) && err.contains(&format!("using the store {}", other.display())),
             "{err}"
         );
-        assert!(out.contains(&format!("no models in {}", other.display())), "{out}");
+        assert!(
+            out.contains(&format!("no models in {}", other.display())),
+            "{out}"
+        );
     }
     // --local works on the folder even though the service runs.
     let (ok, out, err) = user.run(&["list", "--local"]);

@@ -4,9 +4,9 @@
 mod harness;
 
 mod accounting;
-mod cli_store;
 mod board;
 mod browser_guard;
+mod cli_store;
 mod cluster;
 mod connections;
 mod embeddings;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use super::service::Service;
+use super::service::{Service, error_text, key_refused};
 use crate::config::{Config, DEFAULT_CONFIG_FILE};
 
 /// How long the service's address is tried before the folder is used.
@@ -90,28 +90,6 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 fn local(dir: PathBuf, why: &str) -> Found {
     eprintln!("rkllm-server: {why}: using the store {}", dir.display());
     Found::Local(dir)
-}
-
-/// The `error` of an error answer, else its text.
-pub fn error_text(body: &str) -> String {
-    serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| body.trim().chars().take(300).collect())
-}
-
-/// The message for a 401 from the service at `addr`.
-pub fn key_refused(addr: SocketAddr, key_sent: bool) -> String {
-    let what = if key_sent {
-        "refused the API key sent"
-    } else {
-        "needs an API key"
-    };
-    format!(
-        "the service at {addr} {what} (401): give the command one of the keys it reads \
-         (`api_keys` or `api_key_file` of its configuration; here, the same settings, \
-         RKLLM_SERVER_API_KEY or --api-key), or work on the store folder itself with --local"
-    )
 }
 
 /// Finds where the store commands go (see the module's comment).
@@ -232,11 +210,5 @@ mod tests {
             let listen: SocketAddr = listen.parse().unwrap();
             assert_eq!(reachable(listen).to_string(), reached);
         }
-    }
-
-    #[test]
-    fn an_error_answer_gives_its_error_else_its_text() {
-        assert_eq!(error_text(r#"{"error":"no such model"}"#), "no such model");
-        assert_eq!(error_text(" plain words \n"), "plain words");
     }
 }

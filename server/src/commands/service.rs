@@ -10,7 +10,6 @@ use std::time::Duration;
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::find::{error_text, key_refused};
 use super::print::{self, Bar, Row};
 use crate::config::StoreCommand;
 use crate::store::{Manifest, Progress};
@@ -28,6 +27,28 @@ pub struct Service {
     key: Option<String>,
     /// Its store folder, as it reports it.
     models_dir: Option<PathBuf>,
+}
+
+/// The `error` of an error answer, else its text.
+pub fn error_text(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| body.trim().chars().take(300).collect())
+}
+
+/// The message for a 401 from the service at `addr`.
+pub fn key_refused(addr: SocketAddr, key_sent: bool) -> String {
+    let what = if key_sent {
+        "refused the API key sent"
+    } else {
+        "needs an API key"
+    };
+    format!(
+        "the service at {addr} {what} (401): give the command one of the keys it reads \
+         (`api_keys` or `api_key_file` of its configuration; here, the same settings, \
+         RKLLM_SERVER_API_KEY or --api-key), or work on the store folder itself with --local"
+    )
 }
 
 /// How one line of a pull's answer reads.
@@ -372,5 +393,11 @@ mod tests {
             Some(Line::Success(_))
         ));
         assert!(read_line(b"not json").is_none());
+    }
+
+    #[test]
+    fn an_error_answer_gives_its_error_else_its_text() {
+        assert_eq!(error_text(r#"{"error":"no such model"}"#), "no such model");
+        assert_eq!(error_text(" plain words \n"), "plain words");
     }
 }

@@ -64,8 +64,8 @@ impl PullBody {
         &self,
         service: &crate::store::Service,
         spec: &str,
-    ) -> Result<PullRequest, Response> {
-        let bad = |message: String| error(StatusCode::BAD_REQUEST, message);
+    ) -> Result<PullRequest, Box<Response>> {
+        let bad = |message: String| Box::new(error(StatusCode::BAD_REQUEST, message));
         if let Some(revision) = &self.revision {
             check_repo_path(revision).map_err(|m| bad(format!("`revision`: {m}")))?;
         }
@@ -256,7 +256,7 @@ pub async fn pull(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     let streamed = request.stream != Some(false);
     let pull_request = match request.request(&service, &spec) {
         Ok(r) => r,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let (tx, mut rx) = mpsc::channel(PROGRESS_BUFFER);
     let task = tokio::spawn(run_pull(Arc::clone(&state), pull_request, tx));
