@@ -255,3 +255,25 @@ fn without_a_service_the_store_commands_use_the_folder_and_say_which() {
         assert!(!store.join(NAME).exists(), "{at}");
     }
 }
+
+#[test]
+fn a_service_that_takes_no_store_commands_over_its_api_has_its_folder_worked_on() {
+    let hf = FakeHf::start(&repos());
+    let dir = ScratchDir::new();
+    let theirs = dir.0.join("service-models");
+    let server = Server::start(
+        "[store]\napi_pull = false\n",
+        &["--models-dir", theirs.to_str().unwrap()],
+    );
+    let port = server.addr.port();
+    let user = User::new(&dir.0, &hf, &format!("listen = \"127.0.0.1:{port}\""));
+    let (ok, out, err) = user.run(&["pull", "acme/tiny"]);
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        err.contains("api_pull = false")
+            && err.contains(&format!("using the store {}", theirs.display())),
+        "{err}"
+    );
+    assert!(theirs.join(NAME).join("manifest.json").is_file());
+    assert!(!user.own_store().exists());
+}
