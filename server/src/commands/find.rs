@@ -104,7 +104,10 @@ pub async fn find(config: &Config, force_local: bool) -> Found {
     };
     let http = match reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
+        // The service is asked directly: never through a proxy of the
+        // environment, and its API key never follows a redirect.
         .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
         .build()
     {
         Ok(http) => http,
