@@ -206,6 +206,20 @@ fn the_store_commands_go_through_a_running_service_into_its_store_with_its_api_k
             "{err}"
         );
     }
+    // With a folder named, that folder is worked on instead, saying why.
+    let (ok, out, err) = user.run(&[
+        "--api-key",
+        "wrong",
+        "list",
+        "--models-dir",
+        other.to_str().unwrap(),
+    ]);
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        err.contains("answered 401 Unauthorized, and a store folder is named")
+            && err.contains(&format!("using the store {}", other.display())),
+        "{err}"
+    );
     let keyless = User::new(&dir.0, &hf, &format!("listen = \"127.0.0.1:{port}\""));
     let (ok, _, err) = keyless.run(&["pull", "acme/tiny"]);
     assert!(!ok, "{err}");

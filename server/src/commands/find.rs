@@ -6,7 +6,8 @@
 //! answer) means the folder. An answer without this server's
 //! `X-Rkllm-Node` header is another program, and the folder is used too.
 //! A refused API key is an error naming the settings, never a silent
-//! switch to the folder.
+//! switch to the folder (unless `--models-dir` names one: that folder is
+//! then worked on, and the line says why).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -131,6 +132,14 @@ pub async fn find(config: &Config, force_local: bool) -> Found {
         return local(dir, &format!("{addr} answers, but not as rkllm-server"));
     }
     let status = answer.status();
+    let explicit = config.given.iter().find(|g| g.id == "models_dir");
+    if explicit.is_some() && !status.is_success() {
+        // Its store cannot be read; the folder asked for is worked on.
+        return local(
+            dir,
+            &format!("the service at {addr} answered {status}, and a store folder is named"),
+        );
+    }
     if status == StatusCode::UNAUTHORIZED {
         eprintln!("rkllm-server: {}", key_refused(addr, service.has_key()));
         return Found::Failed(1);
@@ -146,7 +155,6 @@ pub async fn find(config: &Config, force_local: bool) -> Found {
     }
     let tags: Value = serde_json::from_str(&body).unwrap_or_default();
     let service_dir = tags["store"]["models_dir"].as_str().map(PathBuf::from);
-    let explicit = config.given.iter().find(|g| g.id == "models_dir");
     if let (Some(given), Some(theirs)) = (explicit, &service_dir)
         && !same_dir(&dir, theirs)
     {
