@@ -141,12 +141,15 @@ pub struct Cli {
     #[arg(long, env = "RKLLM_SERVER_AGENT_LISTEN", value_name = "ADDR")]
     pub agent_listen: Option<String>,
     /// API key clients must send as `Authorization: Bearer KEY`
-    /// (repeatable; the variable takes a comma-separated list).
+    /// (repeatable; the variable takes a comma-separated list); the store
+    /// commands send the first to the running service. Before or after
+    /// the subcommand.
     #[arg(
         long = "api-key",
         env = "RKLLM_SERVER_API_KEY",
         value_name = "KEY",
-        value_delimiter = ','
+        value_delimiter = ',',
+        global = true
     )]
     pub api_keys: Vec<String>,
     /// File with one API key per line (`#` comments and blank lines skipped).
@@ -213,13 +216,17 @@ pub struct Cli {
 /// The model-store commands.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
 pub enum StoreCommand {
-    /// Download a model into the store: OWNER/REPO (the file for this board
-    /// is chosen), OWNER/REPO:FILE, or an https:// URL of a .rkllm file.
+    /// Download a model into the store (through the service when it runs):
+    /// OWNER/REPO (the file for this board is chosen), OWNER/REPO:FILE, or
+    /// an https:// URL of a .rkllm file.
     #[command(after_help = "\
-The model goes into the store: --models-dir (RKLLM_SERVER_MODELS_DIR), else [store] models_dir
-of the configuration (/etc/rkllm-server/config.toml when it exists, or --config), else
-$XDG_DATA_HOME/rkllm-server/models. The service serves /var/lib/rkllm-server/models: pull as
-its user (sudo -u rkllm rkllm-server pull ...).
+When the service runs (at `listen` of the configuration, with its API key when it has one), the
+model goes into the service's store, through it. Otherwise, or with --local, into the store
+itself: --models-dir (RKLLM_SERVER_MODELS_DIR), else [store] models_dir of the configuration
+(/etc/rkllm-server/config.toml when it exists, or --config), else the service's
+/var/lib/rkllm-server/models with the installed configuration, else
+$XDG_DATA_HOME/rkllm-server/models. A --models-dir that is not the running service's store is
+worked on directly.
 
 Environment:
   HF_TOKEN     a Hugging Face token, for gated or private repositories
@@ -243,18 +250,31 @@ Environment:
         /// looking for one in the model's repository and its base model.
         #[arg(long, value_name = "OWNER/REPO")]
         tokenizer: Option<String>,
+        /// Work on the store folder itself, even when the service runs.
+        #[arg(long)]
+        local: bool,
     },
-    /// List the models in the store.
-    List,
+    /// List the models in the store (through the service when it runs).
+    List {
+        /// Work on the store folder itself, even when the service runs.
+        #[arg(long)]
+        local: bool,
+    },
     /// Show a stored model: its manifest and what its file name says.
     Show {
         /// The model's name.
         name: String,
+        /// Work on the store folder itself, even when the service runs.
+        #[arg(long)]
+        local: bool,
     },
-    /// Remove a model from the store.
+    /// Remove a model from the store (through the service when it runs).
     Rm {
         /// The model's name.
         name: String,
+        /// Work on the store folder itself, even when the service runs.
+        #[arg(long)]
+        local: bool,
     },
     /// Check the board, the NPU driver, the runtime, the models and the
     /// configuration, each with a verdict and its fix; exit status 0 when

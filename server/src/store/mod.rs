@@ -46,7 +46,7 @@ use crate::engine::{ModelSettings, ModelSpec, TokenizerOrigin, VisionSpec};
 pub use download::PullLimits;
 pub use error::PullError;
 pub use hf::Hub;
-pub use names::{FileDetails, check_file_name, check_name, details_of};
+pub use names::{FileDetails, check_file_name, check_name, check_repo_path, details_of};
 pub use progress::Progress;
 pub use pull::PullRequest;
 pub use source::Source;

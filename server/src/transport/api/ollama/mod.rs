@@ -137,16 +137,22 @@ fn details(model: &ModelInfo) -> Value {
     details
 }
 
-fn model_entry(state: &AppState, model: &ModelInfo) -> Value {
-    let meta = model.path.as_ref().and_then(|p| std::fs::metadata(p).ok());
-    let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
-    let stored = state
+/// The store's manifest of `model`, when the model is the stored one (not
+/// a configured model of the same name).
+fn stored_manifest(state: &AppState, model: &ModelInfo) -> Option<crate::store::Manifest> {
+    state
         .store
         .store
         .get(&model.name)
         .ok()
         .flatten()
-        .filter(|m| model.path.as_ref().is_some_and(|p| p.ends_with(&m.file)));
+        .filter(|m| model.path.as_ref().is_some_and(|p| p.ends_with(&m.file)))
+}
+
+fn model_entry(state: &AppState, model: &ModelInfo) -> Value {
+    let meta = model.path.as_ref().and_then(|p| std::fs::metadata(p).ok());
+    let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
+    let stored = stored_manifest(state, model);
     let modified = match &stored {
         Some(m) => SystemTime::UNIX_EPOCH + Duration::from_secs(m.pulled_unix),
         None => meta
@@ -165,6 +171,13 @@ fn model_entry(state: &AppState, model: &ModelInfo) -> Value {
     };
     let mut entry = json!({"name": model.name, "model": model.name, "modified_at": rfc3339(modified),
                            "size": size, "digest": digest, "details": details(model)});
+    if let Some(m) = &stored {
+        // A key Ollama does not have, present only for a model of the
+        // store: what it was pulled as and its tokenizer's repository
+        // (what `rkllm-server list` shows).
+        entry["stored"] = json!({"source": m.source.spec,
+                                 "tokenizer": m.tokenizer.as_ref().map(|t| &t.repository)});
+    }
     if model.state == ModelState::Failed {
         // Keys Ollama does not have, present only for a model that cannot
         // be served: why.
@@ -182,7 +195,14 @@ async fn tags(State(state): State<Arc<AppState>>) -> Response {
         .iter()
         .map(|m| model_entry(&state, m))
         .collect();
-    Json(json!({"models": models})).into_response()
+    // `store` is this server's own key: where its store is and whether the
+    // API may change it, which the command line reads to work through it.
+    let store = &state.store;
+    let models_dir =
+        std::path::absolute(store.store.dir()).unwrap_or_else(|_| store.store.dir().to_owned());
+    Json(json!({"models": models,
+                "store": {"models_dir": models_dir, "api_pull": store.api_pull}}))
+    .into_response()
 }
 
 /// `GET /api/ps`: the loaded models, with when each unloads (a model kept
@@ -283,13 +303,25 @@ async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Respons
         .iter()
         .map(|s| format!("stop {}", json!(s)))
         .collect();
-    Ok(Json(json!({
+    let mut shown = json!({
         "modelfile": "", "parameters": parameters.join("\n"), "template": "",
         "details": details(&info), "model_info": model_info,
         "capabilities": capabilities, "modified_at": entry["modified_at"],
         "tokenizer": info.tokenizer
-    }))
-    .into_response())
+    });
+    if let Some(manifest) = stored_manifest(&state, &info) {
+        // This server's own keys, for a model of the store: its manifest
+        // and its file (what `rkllm-server show` prints).
+        shown["path"] = json!(
+            state
+                .store
+                .store
+                .model_dir(&manifest.name)
+                .join(&manifest.file)
+        );
+        shown["manifest"] = json!(manifest);
+    }
+    Ok(Json(shown).into_response())
 }
 
 /// A request without input loads the model (or, with `keep_alive: 0`,

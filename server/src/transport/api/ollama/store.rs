@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 
 use super::super::super::state::AppState;
 use super::error::shape;
-use crate::store::{Progress, PullError, PullRequest};
+use crate::store::{Progress, PullError, PullRequest, TokenizerSetting, check_repo_path};
 
 /// Progress lines a pull may be ahead of its client. When the buffer is
 /// full a progress line is dropped (a later one carries newer figures);
@@ -37,7 +37,7 @@ fn switched_off() -> Response {
     error(
         StatusCode::FORBIDDEN,
         "pulling and deleting models over the API is switched off ([store] api_pull = false); \
-         use `rkllm-server pull` on the server",
+         use `rkllm-server pull --local` on the server",
     )
 }
 
@@ -49,6 +49,46 @@ struct PullBody {
     /// Store the model even if this server cannot run it.
     #[serde(default)]
     store_only: bool,
+    /// The name to store it under (the command line's `--name`; Ollama's
+    /// `name` is the model, so this one has a name of its own).
+    store_name: Option<String>,
+    /// Branch, tag or commit (the command line's `--revision`).
+    revision: Option<String>,
+    /// The tokenizer's repository, `owner/repo[:path]` (`--tokenizer`).
+    tokenizer: Option<String>,
+}
+
+impl PullBody {
+    /// The pull it asks for, or a 400 naming the field that is wrong.
+    fn request(
+        &self,
+        service: &crate::store::Service,
+        spec: &str,
+    ) -> Result<PullRequest, Box<Response>> {
+        let bad = |message: String| Box::new(error(StatusCode::BAD_REQUEST, message));
+        if let Some(revision) = &self.revision {
+            check_repo_path(revision).map_err(|m| bad(format!("`revision`: {m}")))?;
+        }
+        let mut request = service.request(
+            spec,
+            self.store_name.clone(),
+            self.revision.clone(),
+            self.store_only,
+        );
+        if let Some(tokenizer) = &self.tokenizer {
+            match TokenizerSetting::parse(tokenizer) {
+                Ok(TokenizerSetting::Hub(hub)) => request.tokenizer = Some(hub),
+                Ok(TokenizerSetting::File(_)) => {
+                    return Err(bad(format!(
+                        "`tokenizer` {tokenizer:?} must be a Hugging Face repository, \
+                         owner/repo or owner/repo:path"
+                    )));
+                }
+                Err(err) => return Err(bad(format!("`tokenizer`: {err}"))),
+            }
+        }
+        Ok(request)
+    }
 }
 
 /// What a pull's task tells the handler.
@@ -104,7 +144,11 @@ async fn run_pull(state: Arc<AppState>, request: PullRequest, events: mpsc::Send
         Ok(manifest) => {
             let spec = store.store.spec(&manifest);
             match state.engine.add_model(spec) {
-                Ok(()) => Ok(json!({"status": "success", "model": manifest.name})),
+                // `manifest` and `path` are this server's own keys: the
+                // command line prints what was pulled from them.
+                Ok(()) => Ok(json!({"status": "success", "model": manifest.name,
+                                    "path": store.store.model_dir(&manifest.name),
+                                    "manifest": manifest})),
                 Err(err) => Err(PullError::Io(err.to_string())),
             }
         }
@@ -178,8 +222,9 @@ fn progress_line(progress: &Progress) -> Option<Value> {
     })
 }
 
-/// `POST /api/pull {"model": "owner/repo[:file]", "stream"?}`. URLs are
-/// for the command line only.
+/// `POST /api/pull {"model": "owner/repo[:file]", "stream"?}`, with this
+/// server's own `store_only`, `store_name`, `revision` and `tokenizer`
+/// (the command line's flags). URLs are for the command line only.
 pub async fn pull(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     let service = Arc::clone(&state.store);
     if !service.api_pull {
@@ -191,7 +236,8 @@ pub async fn pull(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     };
     let Some(spec) = request
         .model
-        .or(request.name)
+        .clone()
+        .or_else(|| request.name.clone())
         .filter(|s| !s.trim().is_empty())
     else {
         return error(
@@ -204,11 +250,14 @@ pub async fn pull(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
         return error(
             StatusCode::BAD_REQUEST,
             "the API pulls from the model endpoint only (owner/repo or owner/repo:file.rkllm); \
-             pull a URL with `rkllm-server pull URL` on the server",
+             pull a URL with `rkllm-server pull --local URL` on the server",
         );
     }
     let streamed = request.stream != Some(false);
-    let pull_request = service.request(&spec, None, None, request.store_only);
+    let pull_request = match request.request(&service, &spec) {
+        Ok(r) => r,
+        Err(response) => return *response,
+    };
     let (tx, mut rx) = mpsc::channel(PROGRESS_BUFFER);
     let task = tokio::spawn(run_pull(Arc::clone(&state), pull_request, tx));
     let mut guard = CancelOnDrop {
