@@ -161,7 +161,7 @@ def commands(block: str, strict: bool = True) -> list[str]:
 
 
 def skipped(block: Block, command: str) -> bool:
-    return block.whole or any(command.startswith(word) for word in block.skip_words)
+    return block.whole or any(f"{command} ".startswith(f"{word} ") for word in block.skip_words)
 
 
 def starts_server(command: str) -> bool:
@@ -212,6 +212,9 @@ class Session:
             RKLLM_SERVER_CONFIG=str(self.config),
             RKLLM_SERVER_LISTEN=f"127.0.0.1:{self.port}",
             RKLLM_SERVER_MOCK_TOKENS_PER_SECOND="0",
+            # rustup and cargo keep their own homes (a page's `cargo` command).
+            RUSTUP_HOME=os.environ.get("RUSTUP_HOME", str(pathlib.Path.home() / ".rustup")),
+            CARGO_HOME=os.environ.get("CARGO_HOME", str(pathlib.Path.home() / ".cargo")),
         )
 
     def write_config(self, settings: str) -> None:
@@ -277,35 +280,26 @@ class Session:
         return done.stdout
 
     def run_block(self, block: Block, default_server: str) -> list[str]:
-        """Runs the block's commands; returns the ones not run."""
-        not_run, script = [], []
+        """Runs the block's commands in order; returns the ones not run."""
+        not_run = []
         for command in commands(block.text):
             if skipped(block, command):
                 not_run.append(command)
                 continue
             command = self.rewrite(command)
             if starts_server(command):
-                self.flush(script)
                 self.start(command)
                 continue
             if self.server is None and f"127.0.0.1:{self.port}" in command:
-                self.flush(script)
                 self.start(self.rewrite(default_server))
-            script.append(command)
-        self.flush(script)
+            self.run_in_state(command)
         return not_run
 
-    def flush(self, script: list[str]) -> None:
-        """The commands so far, in one shell (a variable set by one is seen
-        by the next), each reported by itself when it fails."""
-        for command in script:
-            self.run_in_state(command)
-        script.clear()
-
     def run_in_state(self, command: str) -> None:
+        """Runs the command in a shell that has the variables the page's
+        earlier commands set, and keeps the ones it sets."""
         state = self.root / "state.sh"
         prelude = f". {shlex.quote(str(state))}\n" if state.exists() else ""
-        # The shell's variables after the command, for the next one.
         self.run(command, f"{prelude}{command}\nstatus=$?\n"
                  f"declare -p | grep -vE '^declare -[a-zA-Z]*r' > {shlex.quote(str(state))}\nexit $status")
 
@@ -453,7 +447,7 @@ def test_a_marked_block_says_why_it_is_not_run(block):
     claim holds; then the block is reported as skipped with its reason."""
     cmds = commands(block.text, strict=False)
     for word in block.skip_words:
-        assert any(c.startswith(word) for c in cmds), f"{block.where}: no command starts with {word!r}"
+        assert any(f"{c} ".startswith(f"{word} ") for c in cmds), f"{block.where}: no command starts with {word!r}"
     claim = re.search(r"\(run by ([^)\s]+)\)", block.reason)
     if claim:
         path = ROOT / claim.group(1)
