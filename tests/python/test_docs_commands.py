@@ -462,6 +462,12 @@ def test_a_marked_block_says_why_it_is_not_run(block):
                 assert any(l == program or l.startswith(program + " ") for l in lines), (
                     f"{block.where}: {path.name} does not run {program!r}"
                 )
+    for command in (c for c in cmds if skipped(block, c)):
+        # A cargo test the page names exists.
+        named = re.match(r"cargo test .*--test (\w+) (\w+)", command)
+        if named:
+            sources = (ROOT / "tests" / named.group(1)).rglob("*.rs")
+            assert any(f"fn {named.group(2)}" in f.read_text(encoding="utf-8") for f in sources), command
     pytest.skip(f"{block.where} not run: {block.reason}")
 
 
