@@ -29,6 +29,8 @@ in_root getent passwd rkllm >/dev/null
 in_root test -d /var/lib/rkllm-server/models
 owner=$(in_root stat -c %U /var/lib/rkllm-server/models)
 [ "$owner" = rkllm ] || { echo "check-deb: the model store belongs to $owner, not rkllm" >&2; exit 1; }
+snapshots=$(in_root stat -c '%U %a' /var/lib/rkllm-server/snapshots)
+[ "$snapshots" = "rkllm 700" ] || { echo "check-deb: the snapshots folder is $snapshots, not rkllm 700" >&2; exit 1; }
 for file in /lib/systemd/system/rkllm-server.service \
             /usr/share/doc/rkllm-server/architecture.md \
             /usr/share/doc/rkllm-server/board-setup.md \

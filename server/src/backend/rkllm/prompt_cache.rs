@@ -187,7 +187,7 @@ struct Fingerprint {
 /// A file's identity and size as `stat` tells them, to notice a file
 /// replaced or changed since it was checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
+pub(super) struct Stamp {
     len: u64,
     modified: Option<SystemTime>,
     dev: u64,
@@ -195,7 +195,7 @@ struct Stamp {
 }
 
 impl Stamp {
-    fn of(path: &Path) -> std::io::Result<Self> {
+    pub(super) fn of(path: &Path) -> std::io::Result<Self> {
         std::fs::metadata(path).map(|m| Self::from_metadata(&m))
     }
 

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest as _, Sha256};
 
 use super::RkllmRunner;
-use super::prompt_cache::{NotBuilt, PromptCache, digest, install, refused, write_private};
+use super::prompt_cache::{NotBuilt, PromptCache, Stamp, digest, install, refused, write_private};
 use super::runtime::Runtime;
 use crate::backend::{ModelSpec, SnapshotReport};
 use crate::vocab::CancelToken;
@@ -91,6 +91,9 @@ struct Entry {
     sha256: String,
     /// When it was last used or saved (a counter).
     used: u64,
+    /// The file as it was when its SHA-256 was last found right: checked
+    /// in full again only when it changed.
+    verified: Option<Stamp>,
 }
 
 /// A model's snapshots, as its runner keeps them.
@@ -282,6 +285,7 @@ impl Snapshots {
             bytes: len,
             sha256: fingerprint.cache_sha256,
             used: 0,
+            verified: None,
         })
     }
 
@@ -327,20 +331,31 @@ impl Snapshots {
     }
 
     /// The snapshot at `index` ready to load: its path when its bytes are
-    /// still the ones recorded; otherwise it is removed, with why.
+    /// still the ones recorded; otherwise it is removed, with why. The
+    /// SHA-256 is computed once per file and runner; later only the file's
+    /// size, time and inode are compared with what was checked.
     pub(super) fn checked_path(&mut self, index: usize) -> Result<(String, CString), String> {
         let entry = &self.entries[index];
         let path = self.path(&entry.stem);
-        let matches = std::fs::File::open(&path)
-            .and_then(|mut f| digest(&mut f))
-            .map_err(|e| format!("cannot read it: {e}"))
-            .and_then(|(len, sha256)| {
-                if len == entry.bytes && sha256 == entry.sha256 {
-                    Ok(())
-                } else {
-                    Err("its size or SHA-256 is not the one its fingerprint records".to_owned())
-                }
-            });
+        let now = Stamp::of(&path).ok();
+        let matches = if now.is_some() && now == entry.verified {
+            Ok(())
+        } else {
+            std::fs::File::open(&path)
+                .and_then(|mut f| digest(&mut f))
+                .map_err(|e| format!("cannot read it: {e}"))
+                .and_then(|(len, sha256)| {
+                    if len == entry.bytes && sha256 == entry.sha256 {
+                        Ok(())
+                    } else {
+                        Err("its size or SHA-256 is not the one its fingerprint records".to_owned())
+                    }
+                })
+        };
+        if matches.is_ok() {
+            self.entries[index].verified = now;
+        }
+        let entry = &self.entries[index];
         let c_path = CString::new(path.to_string_lossy().into_owned())
             .map_err(|_| "the path contains a NUL byte".to_owned());
         match matches.and(c_path) {
@@ -444,6 +459,7 @@ impl Snapshots {
             bytes,
             sha256,
             used: self.clock,
+            verified: Stamp::of(&path).ok(),
         });
         self.evict();
         Ok(())
@@ -596,6 +612,155 @@ mod tests {
         assert_eq!(common_prefix("", "abc"), 0);
         // "é" is two bytes; "è" shares its first byte only.
         assert_eq!(common_prefix("aé", "aè"), 1);
+    }
+
+    /// A model's snapshots in a scratch folder, as a runner of `model_size`
+    /// bytes of model file would open them.
+    fn opened(dir: &Path, model_size: u64, max_bytes: u64) -> Snapshots {
+        let mut snapshots = Snapshots {
+            model: "m".into(),
+            dir: dir.to_owned(),
+            max_bytes,
+            made_from: MadeFrom {
+                model_file: "/models/m.rkllm".into(),
+                model_size,
+                model_modified: 1,
+                runtime_version: Some("1.2.3".into()),
+                abi: "1.2.1-1.2.3".into(),
+                template_sha256: "t".into(),
+            },
+            entries: Vec::new(),
+            clock: 0,
+            loaded: None,
+            hits: 0,
+            misses: 0,
+        };
+        snapshots.scan();
+        snapshots
+    }
+
+    /// Has `snapshots` keep a file of `len` bytes for `prompt`, as a run
+    /// that saved it would.
+    fn save(snapshots: &mut Snapshots, prompt: &str, len: usize, system: bool) {
+        let tmp = snapshots.building_path();
+        std::fs::write(&tmp, vec![b'k'; len]).unwrap();
+        snapshots.keep(prompt, system, &tmp);
+        assert!(!tmp.exists());
+    }
+
+    fn prompts(snapshots: &Snapshots) -> Vec<&str> {
+        let mut prompts: Vec<&str> = snapshots
+            .entries
+            .iter()
+            .map(|e| e.prompt.as_str())
+            .collect();
+        prompts.sort_unstable();
+        prompts
+    }
+
+    fn scratch() -> PathBuf {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "rkllm-snapshots-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_chats_later_turn_replaces_its_earlier_ones_and_the_longest_prefix_wins() {
+        let dir = scratch();
+        let mut snapshots = opened(&dir, 10, 1 << 20);
+        let system = "S".repeat(100);
+        save(&mut snapshots, &system, 10, true);
+        save(&mut snapshots, &format!("{system}|a1"), 10, false);
+        save(&mut snapshots, &format!("{system}|b1"), 10, false);
+        save(&mut snapshots, &format!("{system}|a1|r|a2"), 10, false);
+        // a1 went with a2; the system prompt stays for every chat.
+        let a2 = format!("{system}|a1|r|a2");
+        let b1 = format!("{system}|b1");
+        let mut want = vec![system.as_str(), a2.as_str(), b1.as_str()];
+        want.sort_unstable();
+        assert_eq!(prompts(&snapshots), want);
+        let (best, shared) = snapshots.best(&format!("{system}|a1|r|a2|r|a3")).unwrap();
+        assert_eq!(snapshots.entries[best].prompt, a2);
+        assert_eq!(shared, a2.len());
+        let (best, _) = snapshots.best(&format!("{system}|c1")).unwrap();
+        assert!(snapshots.entries[best].prompt.starts_with(&system));
+        // Under 64 bytes in common is not worth a load.
+        assert!(snapshots.best("something else").is_none());
+        // Owner-only files.
+        for entry in &snapshots.entries {
+            let mode = std::fs::metadata(snapshots.path(&entry.stem))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        }
+        let report = snapshots.report();
+        assert_eq!((report.files, report.bytes), (3, 30));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_least_recently_used_go_past_the_budget() {
+        let dir = scratch();
+        let mut snapshots = opened(&dir, 10, 250);
+        let chat = |n: usize| format!("{}{n}", "x".repeat(80));
+        save(&mut snapshots, &chat(1), 100, false);
+        save(&mut snapshots, &chat(2), 100, false);
+        // Chat 1 is used again: chat 2 is now the least recently used.
+        let (index, _) = snapshots.best(&format!("{}/more", chat(1))).unwrap();
+        snapshots.loaded_now(index);
+        save(&mut snapshots, &chat(3), 100, false);
+        assert_eq!(prompts(&snapshots), vec![chat(1), chat(3)]);
+        assert!(
+            !snapshots
+                .dir
+                .join(format!("{}.snapshot", stem_of(&chat(2))))
+                .exists()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_reopened_folder_keeps_what_matches_and_drops_the_rest() {
+        let dir = scratch();
+        let mut snapshots = opened(&dir, 10, 1 << 20);
+        let (kept, cut, changed) = ("k".repeat(70), "c".repeat(70), "h".repeat(70));
+        for prompt in [&kept, &cut, &changed] {
+            save(&mut snapshots, prompt, 40, false);
+        }
+        std::fs::write(snapshots.path(&stem_of(&cut)), b"short").unwrap();
+        std::fs::write(snapshots.path(&stem_of(&changed)), vec![b'z'; 40]).unwrap();
+        std::fs::write(dir.join("building-1.snapshot-tmp"), b"left over").unwrap();
+        drop(snapshots);
+        let mut snapshots = opened(&dir, 10, 1 << 20);
+        // Cut short: gone at once; the same size with other bytes: kept
+        // until the check before its load finds it.
+        assert_eq!(prompts(&snapshots), vec![&changed, &kept]);
+        assert!(!dir.join("building-1.snapshot-tmp").exists());
+        let index = snapshots
+            .entries
+            .iter()
+            .position(|e| e.prompt == changed)
+            .unwrap();
+        assert!(snapshots.checked_path(index).is_err());
+        let index = snapshots
+            .entries
+            .iter()
+            .position(|e| e.prompt == kept)
+            .unwrap();
+        assert!(snapshots.checked_path(index).is_ok());
+        assert_eq!(prompts(&snapshots), vec![&kept]);
+        drop(snapshots);
+        // Another model file: nothing is of use.
+        let snapshots = opened(&dir, 11, 1 << 20);
+        assert!(snapshots.entries.is_empty());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
