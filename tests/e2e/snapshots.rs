@@ -53,7 +53,11 @@ impl Board {
     /// there).
     fn start_in(fake: Fake, max_mb: f64, scratch: ScratchDir) -> Self {
         let model = scratch.0.join("chat.rkllm");
-        std::fs::write(&model, ANSWER).unwrap();
+        // Written once: a model file written again is another model file
+        // to its snapshots (its time is in their fingerprint).
+        if !model.exists() {
+            std::fs::write(&model, ANSWER).unwrap();
+        }
         let config = format!(
             "[rkllm]\nsnapshot_dir = {:?}\nsnapshot_max_mb = {max_mb}\n\
              [[models]]\nname = \"chat\"\npath = {model:?}\nchat_template = {TEMPLATE:?}\n",
@@ -369,12 +373,21 @@ async fn a_damaged_snapshot_is_removed_and_its_chat_answered_in_full_and_saved_a
                 "{fake:?} {how:?}: {:?}",
                 board.cached_runs()
             );
-            let warnings: Vec<String> = board
-                .server
-                .log()
-                .into_iter()
-                .filter(|l| l.contains("WARN") && l.contains("snapshot damaged"))
-                .collect();
+            // A runner's warnings reach the server's log through its
+            // stderr, a moment after the answer.
+            let damaged = || -> Vec<String> {
+                board
+                    .server
+                    .log()
+                    .into_iter()
+                    .filter(|l| l.contains("WARN") && l.contains("snapshot damaged"))
+                    .collect()
+            };
+            let waited = std::time::Instant::now();
+            while damaged().is_empty() && waited.elapsed() < std::time::Duration::from_secs(20) {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            let warnings = damaged();
             assert_eq!(warnings.len(), 1, "{fake:?} {how:?}: {warnings:?}");
             if let Harm::Refused = how {
                 assert!(
