@@ -435,3 +435,65 @@ async fn snapshots_off_for_a_model_keep_nothing() {
     assert!(!board.scratch.0.join("snapshots").exists());
     assert_eq!(board.snapshots_info().await, Value::Null);
 }
+
+/// The model's system-prompt cache and the snapshots share the runtime's
+/// one loaded cache: a snapshot the system-prompt cache replaced is loaded
+/// again when its chat comes back (it used to be taken for still loaded).
+#[tokio::test]
+async fn a_snapshot_the_system_prompt_cache_replaced_is_loaded_again() {
+    for fake in ABIS {
+        let scratch = ScratchDir::new();
+        let model = scratch.0.join("chat.rkllm");
+        std::fs::write(&model, ANSWER).unwrap();
+        let cached = "You answer questions about the board. ".repeat(20);
+        let config = format!(
+            "[rkllm]\nsnapshot_dir = {:?}\n[[models]]\nname = \"chat\"\npath = {model:?}\n\
+             chat_template = {TEMPLATE:?}\n\
+             [models.system_prompt_cache]\nprompt = {cached:?}\npath = {:?}\n",
+            scratch.0.join("snapshots"),
+            scratch.0.join("system.prompt-cache")
+        );
+        let runtime = fake_runtime(fake);
+        let log = scratch.0.join("fake.log");
+        let server = Server::start_env(
+            &config,
+            &["--backend", "rkllm", "--runtime", runtime.to_str().unwrap()],
+            &[
+                ("FAKE_RKLLM_TOKEN_MS", "0"),
+                ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
+            ],
+        );
+        let board = Board { server, scratch };
+        let y1 = vec![
+            system("be brief"),
+            user("a question about the weather outside, again"),
+        ];
+        board.chat(&y1).await;
+        // Another chat sharing most of y1's prompt starts from y1's
+        // snapshot, which the runtime then holds.
+        let x1 = vec![
+            system("be brief"),
+            user("a question about the weather outside"),
+        ];
+        board.chat(&x1).await;
+        assert!(!board.cached_runs().is_empty(), "{fake:?}");
+        // A prompt that starts with the system-prompt cache's text has that
+        // cache loaded in its place.
+        let plain = board
+            .server
+            .ok("run", json!({"prompt": format!("{cached}What is an NPU?")}))
+            .await;
+        assert_eq!(plain["text"], ANSWER, "{fake:?}: {plain}");
+        // y1 comes back: its snapshot is loaded again and covers its prompt.
+        let y1_prompt = kept(&board, "outside, again");
+        let mut y2 = y1.clone();
+        y2.extend([assistant(), user("and tomorrow?")]);
+        board.chat(&y2).await;
+        assert_eq!(
+            board.cached_runs().last(),
+            Some(&y1_prompt.len()),
+            "{fake:?}: {:?}",
+            board.events("prompt-cache")
+        );
+    }
+}

@@ -562,7 +562,9 @@ impl RkllmRunner {
                 ),
                 (None, None) => None,
             };
-            if let Some(system) = system {
+            // A LoRA adapter changes the state a prompt leaves: such runs
+            // neither use nor make snapshots.
+            if let Some(system) = system.filter(|_| request.lora.is_none()) {
                 snapshot_to = self.restore_snapshot(&request.model, system, prompt, &cancel);
             }
         }
@@ -575,7 +577,9 @@ impl RkllmRunner {
         let result = self.run_once(request, sink, prompt, role, keep_history, None);
         self.save_cache_to = None;
         if let Some(tmp) = snapshot_to {
-            self.keep_snapshot(prompt, &tmp, result.is_ok());
+            let ran = matches!(&result, Ok(g) if g.finish_reason != FinishReason::Abort)
+                && !sink.cancel_token().is_cancelled();
+            self.keep_snapshot(prompt, &tmp, ran);
         }
         match (&request.conversation, &result) {
             (Some(conversation), Ok(g))

@@ -315,16 +315,26 @@ fn sync_folder(path: &Path) -> std::io::Result<()> {
 /// owner only, flushed to the disk before the rename and the folder
 /// after. Returns its length and SHA-256.
 pub(super) fn install(tmp: &Path, path: &Path) -> std::io::Result<(u64, String)> {
+    install_as(tmp, path, true)
+}
+
+/// [`install`], flushed to the disk only when `durable` (a file whose
+/// loss costs only time may skip the wait: its SHA-256 finds it damaged).
+pub(super) fn install_as(tmp: &Path, path: &Path, durable: bool) -> std::io::Result<(u64, String)> {
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(tmp)?;
     file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     let (len, sha256) = digest(&mut file)?;
-    file.sync_all()?;
+    if durable {
+        file.sync_all()?;
+    }
     drop(file);
     std::fs::rename(tmp, path)?;
-    sync_folder(path)?;
+    if durable {
+        sync_folder(path)?;
+    }
     Ok((len, sha256))
 }
 
@@ -429,6 +439,15 @@ impl RkllmRunner {
             return;
         };
         let wanted = prompt.starts_with(&cache.prompt);
+        if matches!(
+            (wanted, cache.state),
+            (true, State::Released | State::Rebuild) | (false, State::Loaded)
+        ) {
+            // The runtime's loaded cache changes: no snapshot is held any more.
+            if let Some(snapshots) = self.snapshots.as_mut() {
+                snapshots.unloaded();
+            }
+        }
         match (wanted, cache.state) {
             (true, State::Released) => {
                 let loaded = cache

@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest as _, Sha256};
 
 use super::RkllmRunner;
-use super::prompt_cache::{NotBuilt, PromptCache, Stamp, digest, install, refused, write_private};
+use super::prompt_cache::{
+    NotBuilt, PromptCache, Stamp, digest, install_as, refused, write_private,
+};
 use super::runtime::Runtime;
 use crate::backend::{ModelSpec, SnapshotReport};
 use crate::vocab::CancelToken;
@@ -110,6 +112,9 @@ pub(super) struct Snapshots {
     /// Counts not yet reported.
     hits: u32,
     misses: u32,
+    /// The runtime wrote no file when asked to save one (a model whose
+    /// runtime saves no prompt cache, Qwen3.5's): nothing is saved any more.
+    saves_failed: bool,
 }
 
 /// Bytes two texts share from their start, cut back to a character
@@ -203,6 +208,7 @@ impl Snapshots {
             loaded: None,
             hits: 0,
             misses: 0,
+            saves_failed: false,
         };
         snapshots.scan();
         Some(snapshots)
@@ -235,8 +241,11 @@ impl Snapshots {
             .collect();
         names.sort();
         for name in &names {
-            if name.ends_with(".snapshot-tmp") {
+            // Left by a save that did not finish (the file's, or its
+            // fingerprint's through `write_private`).
+            if name.ends_with(".snapshot-tmp") || name.contains(".snapshot.tmp-") {
                 let _ = std::fs::remove_file(self.dir.join(name));
+                continue;
             }
             if let Some(stem) = name.strip_suffix(".snapshot")
                 && !names.contains(&format!("{name}.json"))
@@ -259,6 +268,24 @@ impl Snapshots {
                 }
             }
         }
+        // The least recently used first when the budget is spent: the
+        // oldest files, as far as their times tell.
+        let mut by_time: Vec<(std::time::SystemTime, usize)> = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let time = std::fs::metadata(self.path(&e.stem))
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                (time, i)
+            })
+            .collect();
+        by_time.sort();
+        for (order, (_, index)) in by_time.into_iter().enumerate() {
+            self.entries[index].used = order as u64 + 1;
+        }
+        self.clock = self.entries.len() as u64;
         self.evict();
     }
 
@@ -393,6 +420,20 @@ impl Snapshots {
         self.loaded.as_deref() == Some(self.entries[index].stem.as_str())
     }
 
+    /// The runtime cannot save snapshots: none is made any more by this
+    /// runner (said once).
+    pub(super) fn saving_failed(&mut self, why: &str) {
+        if !self.saves_failed {
+            self.saves_failed = true;
+            tracing::warn!(
+                model = %self.model,
+                cause = why,
+                "conversation snapshots cannot be saved: none is made for this model until it \
+                 loads again (those kept are still used)"
+            );
+        }
+    }
+
     /// A conversation sent whole with no snapshot to start from.
     pub(super) fn missed(&mut self) {
         self.misses += 1;
@@ -426,8 +467,10 @@ impl Snapshots {
     fn install(&mut self, prompt: &str, system_prefix: bool, tmp: &Path) -> Result<(), String> {
         let stem = stem_of(prompt);
         let path = self.path(&stem);
-        let (bytes, sha256) =
-            install(tmp, &path).map_err(|e| format!("cannot install {}: {e}", path.display()))?;
+        // Not flushed to the disk before the answer's end: a snapshot lost
+        // to a power cut is found by its SHA-256 and only costs a prefill.
+        let (bytes, sha256) = install_as(tmp, &path, false)
+            .map_err(|e| format!("cannot install {}: {e}", path.display()))?;
         let fingerprint = Fingerprint {
             made_from: self.made_from.clone(),
             prompt: prompt.to_owned(),
@@ -539,6 +582,7 @@ impl RkllmRunner {
         if let Some(end) = system_prefix_end(system, prompt)
             && end >= SYSTEM_PREFIX_MIN_BYTES
             && covered < end
+            && !snaps.saves_failed
             && snaps.best(prompt).is_none_or(|(_, shared)| shared < end)
         {
             let tmp = snaps.building_path();
@@ -547,10 +591,14 @@ impl RkllmRunner {
                 Err(not_built) => {
                     let _ = std::fs::remove_file(&tmp);
                     if let NotBuilt::Failed(why) = not_built {
-                        tracing::warn!(model, cause = %why, "system prompt snapshot not made");
+                        snaps.saving_failed(&why);
                     }
                 }
             }
+        }
+        if cancel.is_cancelled() {
+            self.snapshots = Some(snaps);
+            return None;
         }
         match snaps.best(prompt) {
             Some((index, shared)) if shared > covered => {
@@ -566,7 +614,13 @@ impl RkllmRunner {
                         }
                         Err(rc) => {
                             snaps.damaged(index, &refused(rc));
+                            // What the runtime holds after a refusal is not
+                            // known: the system-prompt cache too is loaded
+                            // again when wanted.
                             snaps.unloaded();
+                            if let Some(cache) = self.prompt_cache.as_mut() {
+                                cache.displaced();
+                            }
                             snaps.missed();
                         }
                     }
@@ -584,16 +638,26 @@ impl RkllmRunner {
                 }
             }
         }
-        let save = (!snaps.holds(prompt)).then(|| snaps.building_path());
+        let save = (!snaps.saves_failed && !snaps.holds(prompt)).then(|| {
+            let path = snaps.building_path();
+            // Nothing a run that went wrong left may pass for this one's.
+            let _ = std::fs::remove_file(&path);
+            path
+        });
         self.snapshots = Some(snaps);
         save
     }
 
     /// After a run that was to save a snapshot of `prompt` at `tmp`: kept
     /// when the run went well and the runtime wrote it.
+    /// `ran`: the run ended well (not aborted: an aborted run's runner
+    /// must answer its abort at once, and its prefill may be cut short).
     pub(super) fn keep_snapshot(&mut self, prompt: &str, tmp: &Path, ran: bool) {
         match self.snapshots.as_mut() {
             Some(snaps) if ran && tmp.is_file() => snaps.keep(prompt, false, tmp),
+            Some(snaps) if ran => {
+                snaps.saving_failed("the runtime wrote no prompt cache when asked to");
+            }
             _ => {
                 let _ = std::fs::remove_file(tmp);
             }
@@ -634,6 +698,7 @@ mod tests {
             loaded: None,
             hits: 0,
             misses: 0,
+            saves_failed: false,
         };
         snapshots.scan();
         snapshots
