@@ -24,8 +24,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::fakes::{build_fake_rkllm, p50_ms, scratch_dir};
-use crate::server::ServerProcess;
+use crate::fakes::{build_fake_rkllm, p50_ms, scratch_dir, start_on_double, timed_call};
 
 const TURNS: usize = 8;
 const MESSAGE_BYTES: usize = 240;
@@ -196,33 +195,12 @@ pub async fn measure(binary: &Path) -> Result<ConversationsResult, String> {
                  [rkllm]\nsnapshot_dir = {snapshots:?}\nsnapshot_max_mb = {max_mb}\n\
                  [[models]]\nname = \"chat\"\npath = {model:?}\n{template_line}"
             );
-            let args = [
-                "--backend".as_ref(),
-                "rkllm".as_ref(),
-                "--runtime".as_ref(),
-                runtime.as_os_str(),
-            ];
-            let env = [
-                ("FAKE_RKLLM_TOKEN_MS", "0".as_ref()),
-                (
-                    "FAKE_RKLLM_PREFILL_US_PER_BYTE",
-                    PREFILL_US_PER_BYTE.as_ref(),
-                ),
-            ];
-            let server = ServerProcess::start_with(binary, &config, &args, &env, false)
-                .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+            let server = start_on_double(binary, &runtime, &config, PREFILL_US_PER_BYTE)?;
             let addr = server.addr.ok_or("the server has no address")?;
             let ttft = chats(addr, users).await?;
-            let models: Value = reqwest::Client::new()
-                .post(format!("http://{addr}/mcp"))
-                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "models"}))
-                .send()
-                .await
-                .map_err(|e| e.to_string())?
-                .json()
-                .await
-                .map_err(|e| e.to_string())?;
-            let kept = &models["result"]["models"][0]["snapshots"];
+            let (_, models) =
+                timed_call(&reqwest::Client::new(), addr, "models", json!({})).await?;
+            let kept = &models["models"][0]["snapshots"];
             runs.push(SetupResult {
                 setup,
                 users,

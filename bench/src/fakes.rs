@@ -76,6 +76,35 @@ fn build_fake(
     Ok(path)
 }
 
+/// Starts `binary` on the rkllm backend with the runtime's test double at
+/// `runtime` and the config text `config`: decode at once, prefill
+/// `prefill_us_per_byte` µs per prompt byte a loaded cache does not cover.
+///
+/// # Errors
+/// A message naming the binary when it does not start.
+pub fn start_on_double(
+    binary: &Path,
+    runtime: &Path,
+    config: &str,
+    prefill_us_per_byte: &str,
+) -> Result<crate::server::ServerProcess, String> {
+    let args = [
+        "--backend".as_ref(),
+        "rkllm".as_ref(),
+        "--runtime".as_ref(),
+        runtime.as_os_str(),
+    ];
+    let env = [
+        ("FAKE_RKLLM_TOKEN_MS", "0".as_ref()),
+        (
+            "FAKE_RKLLM_PREFILL_US_PER_BYTE",
+            prefill_us_per_byte.as_ref(),
+        ),
+    ];
+    crate::server::ServerProcess::start_with(binary, config, &args, &env, false)
+        .map_err(|e| format!("cannot start {}: {e}", binary.display()))
+}
+
 /// Sends one JSON-RPC `run` with `params` to the server at `addr`; returns
 /// how long it took, in milliseconds, and its result.
 ///
@@ -86,7 +115,21 @@ pub async fn timed_run(
     addr: SocketAddr,
     params: Value,
 ) -> Result<(f64, Value), String> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "run", "params": params});
+    timed_call(http, addr, "run", params).await
+}
+
+/// Sends one JSON-RPC request of `method` with `params` to the server at
+/// `addr`; returns how long it took, in milliseconds, and its result.
+///
+/// # Errors
+/// A transport failure or a JSON-RPC error.
+pub async fn timed_call(
+    http: &reqwest::Client,
+    addr: SocketAddr,
+    method: &str,
+    params: Value,
+) -> Result<(f64, Value), String> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     let started = Instant::now();
     let response: Value = http
         .post(format!("http://{addr}/mcp"))
@@ -99,7 +142,7 @@ pub async fn timed_run(
         .map_err(|e| e.to_string())?;
     let elapsed = started.elapsed().as_secs_f64() * 1000.0;
     if let Some(error) = response.get("error") {
-        return Err(format!("run failed: {error}"));
+        return Err(format!("{method} failed: {error}"));
     }
     Ok((elapsed, response["result"].clone()))
 }

@@ -163,40 +163,13 @@ async fn main() {
     }
     if args.conversations {
         eprintln!("rkllm-bench: alternating conversations");
-        match conversations::measure(&binary).await {
-            Ok(result) => {
-                print!("{}", result.markdown());
-                let json = serde_json::to_string_pretty(&result).expect("report serialises");
-                if let Err(e) = std::fs::write(&args.json, json + "\n") {
-                    eprintln!("rkllm-bench: cannot write the report: {e}");
-                    std::process::exit(1);
-                }
-                return;
-            }
-            Err(message) => {
-                eprintln!("rkllm-bench: conversations: {message}");
-                std::process::exit(1);
-            }
-        }
+        let result = conversations::measure(&binary).await;
+        finish("conversations", result, |r| r.markdown(), &args.json);
     }
     if args.prompt_cache {
         eprintln!("rkllm-bench: prompt cache");
-        match prompt_cache::measure(&binary, 10).await {
-            Ok(result) => {
-                let markdown = result.markdown();
-                print!("{markdown}");
-                let json = serde_json::to_string_pretty(&result).expect("report serialises");
-                if let Err(e) = std::fs::write(&args.json, json + "\n") {
-                    eprintln!("rkllm-bench: cannot write the report: {e}");
-                    std::process::exit(1);
-                }
-                return;
-            }
-            Err(message) => {
-                eprintln!("rkllm-bench: prompt cache: {message}");
-                std::process::exit(1);
-            }
-        }
+        let result = prompt_cache::measure(&binary, 10).await;
+        finish("prompt cache", result, |r| r.markdown(), &args.json);
     }
     if args.vision {
         eprintln!("rkllm-bench: vision");
@@ -467,5 +440,31 @@ fn raise_open_file_limit() {
     if limit.current < limit.maximum {
         limit.current = limit.maximum;
         let _ = setrlimit(Resource::Nofile, limit);
+    }
+}
+
+/// Ends a run of one measurement: prints its Markdown and writes its JSON
+/// report to `json`, or says why it failed; exits.
+fn finish<T: serde::Serialize>(
+    what: &str,
+    result: Result<T, String>,
+    markdown: impl Fn(&T) -> String,
+    json: &std::path::Path,
+) -> ! {
+    match result {
+        Ok(result) => {
+            print!("{}", markdown(&result));
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            let text = serde_json::to_string_pretty(&result).expect("report serialises");
+            if let Err(e) = std::fs::write(json, text + "\n") {
+                eprintln!("rkllm-bench: cannot write the report: {e}");
+                std::process::exit(1);
+            }
+            std::process::exit(0);
+        }
+        Err(message) => {
+            eprintln!("rkllm-bench: {what}: {message}");
+            std::process::exit(1);
+        }
     }
 }

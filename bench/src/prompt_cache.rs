@@ -15,8 +15,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::fakes::{build_fake_rkllm, p50_ms, scratch_dir, timed_run};
-use crate::server::ServerProcess;
+use crate::fakes::{build_fake_rkllm, p50_ms, scratch_dir, start_on_double, timed_run};
 
 /// The figures, in milliseconds (medians).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -75,18 +74,7 @@ pub async fn measure(binary: &Path, requests: usize) -> Result<PromptCacheResult
             "log_level = \"warn\"\n[engine]\npreload = [\"chat\"]\nkeep_alive_secs = -1\n\
              [[models]]\nname = \"chat\"\npath = {model:?}\n{cache}"
         );
-        let args = [
-            "--backend".as_ref(),
-            "rkllm".as_ref(),
-            "--runtime".as_ref(),
-            runtime.as_os_str(),
-        ];
-        let env = [
-            ("FAKE_RKLLM_TOKEN_MS", "0".as_ref()),
-            ("FAKE_RKLLM_PREFILL_US_PER_BYTE", "250".as_ref()),
-        ];
-        let server = ServerProcess::start_with(binary, &config, &args, &env, false)
-            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+        let server = start_on_double(binary, &runtime, &config, "250")?;
         let addr = server.addr.ok_or("the server has no address")?;
         let http = reqwest::Client::new();
         let params = json!({"prompt": format!("{system}{question}"), "max_tokens": 1});
