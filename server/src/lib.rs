@@ -16,6 +16,7 @@ pub mod engine;
 pub mod metrics;
 pub mod notify;
 pub mod rpc;
+pub mod sandbox;
 pub mod service;
 pub mod startup;
 pub mod store;

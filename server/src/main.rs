@@ -13,6 +13,15 @@ fn main() -> ExitCode {
         let code = rkllm_server::startup::run_runner();
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
+    // A sandbox helper (see `sandbox`): its memory bound, nothing else.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("--sandbox")) {
+        let memory = std::env::args()
+            .nth(2)
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(rkllm_server::sandbox::DEFAULT_RENDER_MEMORY);
+        let code = rkllm_server::sandbox::serve(memory);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     serve()
 }
 

@@ -9,6 +9,7 @@ use crate::backend::process::{ProcessBackend, RunnerSettings};
 use crate::backend::{Backend, BackendError, BackendSettings, MockBackend, RkllmBackend};
 use crate::config::{BackendKind, Config, RunnerKind};
 use crate::engine::{Engine, EngineError, TokenizerOrigin};
+use crate::store::tokenizer::NoTokenizer;
 use crate::store::{HubTokenizer, Store};
 use crate::stream::StreamManager;
 use crate::transport::AppState;
@@ -134,8 +135,39 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
             configured_files,
         ));
         fetch_tokenizers(&state, hub_tokenizers);
+        tokio::spawn(check_tokenizers(Arc::clone(&state)));
     }
     Ok(state)
+}
+
+/// Reads every model's tokenizer file that is there at start in the
+/// sandbox: one that breaks the bounds of a tokenizer (a damaged or
+/// hostile file) leaves its model failed with why, and the others are
+/// served. (A pull checks what it brings; a configured repository's
+/// tokenizer is checked when it is fetched.)
+async fn check_tokenizers(state: Arc<AppState>) {
+    for model in state.engine.models() {
+        let Some(crate::backend::constraint::TokenizerSource::File(path)) =
+            state.engine.tokenizer_source(&model.name)
+        else {
+            continue;
+        };
+        if !path.is_file() {
+            continue;
+        }
+        let why = match state.store.sandbox.check_tokenizer(path.clone()).await {
+            Ok(crate::sandbox::Reply::OutOfBounds(why)) => why,
+            Err(e) => format!("reading it, {e}"),
+            Ok(_) => continue,
+        };
+        state.engine.mark_failed(
+            &model.name,
+            format!(
+                "its tokenizer {} is not a tokenizer this server takes: {why}",
+                path.display()
+            ),
+        );
+    }
 }
 
 /// Longest wait before a tokenizer that could not be fetched is tried again.
@@ -171,10 +203,20 @@ fn fetch_tokenizers(state: &Arc<AppState>, wanted: Vec<(String, HubTokenizer)>) 
                     &service.store,
                     &service.hub,
                     &service.limits,
+                    &service.sandbox,
                     &tokenizer,
                 )
                 .await;
                 match fetched {
+                    Err(NoTokenizer::Refused(why)) => {
+                        // Fetching it again would bring the same file.
+                        for model in &models {
+                            state
+                                .engine
+                                .mark_failed(model, format!("its tokenizer is refused: {why}"));
+                        }
+                        return;
+                    }
                     Ok(path) => {
                         tracing::info!(tokenizer = %label, path = %path.display(), ?models, "tokenizer in place");
                         for model in &models {
@@ -182,7 +224,7 @@ fn fetch_tokenizers(state: &Arc<AppState>, wanted: Vec<(String, HubTokenizer)>) 
                         }
                         return;
                     }
-                    Err(why) => {
+                    Err(NoTokenizer::Missing(why)) => {
                         tracing::warn!(
                             tokenizer = %label,
                             error = %why,

@@ -154,8 +154,10 @@ fn a_template_that_raises_or_is_broken_is_an_error_naming_it() {
 #[test]
 fn a_runaway_template_runs_out_of_fuel() {
     let runaway = JinjaTemplate {
-        source: "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}"
-            .into(),
+        source:
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% set c = b %}{% endfor %}\
+                 {% endfor %}"
+                .into(),
         bos_token: String::new(),
         eos_token: String::new(),
     };
@@ -200,4 +202,27 @@ fn tojson_writes_floats_as_python_repr_does() {
     for (value, python) in cases {
         assert_eq!(python_float(value), python, "{value:e}");
     }
+}
+
+#[test]
+fn a_template_that_writes_past_the_bound_fails_before_it_is_held_whole() {
+    let flood = JinjaTemplate {
+        source: "{% for a in range(100000) %}{{ 'x' * 100 }}{% endfor %}".into(),
+        bos_token: String::new(),
+        eos_token: String::new(),
+    };
+    let err = flood
+        .render(
+            &[],
+            RenderOptions {
+                tools: None,
+                enable_thinking: None,
+                now: now(),
+            },
+        )
+        .unwrap_err();
+    assert!(
+        err.contains(&format!("wrote more than {MAX_RENDERED_BYTES} bytes")),
+        "{err}"
+    );
 }

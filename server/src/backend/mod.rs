@@ -29,7 +29,9 @@ pub use api::{
 };
 pub use conversation::{ConversationState, Plan, Turn};
 pub use image::{IMAGE_TAG, ImageData, ImageLimits};
-pub use jinja::{JinjaTemplate, RenderOptions, TemplateCall, TemplateMessage};
+pub use jinja::{
+    JinjaTemplate, MAX_RENDERED_BYTES, RenderJob, RenderOptions, TemplateCall, TemplateMessage,
+};
 pub use mock::{MockBackend, MockConfig};
 pub use request::{Constrained, Role, Sampling, ValidRunRequest};
 pub use rkllm::{InitSettings, RkllmBackend, RkllmSettings, SamplingValues, SnapshotSettings};

@@ -248,6 +248,9 @@ pub struct LimitsSection {
     pub remote_image_allow: Vec<String>,
     /// Texts one embedding request may hold.
     pub max_embedding_inputs: usize,
+    /// Largest JSON schema (a format, or a forced call's tools) a request
+    /// may hold, in bytes as JSON.
+    pub max_schema_bytes: usize,
 }
 
 impl Default for LimitsSection {
@@ -262,6 +265,7 @@ impl Default for LimitsSection {
             remote_image_timeout_secs: 10,
             remote_image_allow: Vec::new(),
             max_embedding_inputs: 64,
+            max_schema_bytes: crate::engine::DEFAULT_MAX_SCHEMA_BYTES,
         }
     }
 }

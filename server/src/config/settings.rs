@@ -233,7 +233,18 @@ impl Config {
                 rate_window: Duration::from_secs(s.rate_window_secs),
                 timeout: Duration::from_secs(s.pull_timeout_secs),
             },
+            sandbox: std::sync::Arc::new(crate::sandbox::Sandbox::new(self.sandbox_settings()?)),
         })
+    }
+
+    /// How untrusted input (chat templates, tokenizers) is worked on:
+    /// helper processes of this binary, behind `engine.runner_prefix` as
+    /// runners are.
+    ///
+    /// # Errors
+    /// When the binary's path cannot be found.
+    pub fn sandbox_settings(&self) -> Result<crate::sandbox::SandboxSettings, String> {
+        Ok(crate::sandbox::SandboxSettings::new(self.runner_command()?))
     }
 
     /// Whether this server can run a vision model's encoder: always with
@@ -277,6 +288,7 @@ impl Config {
                 max_prompt_bytes: self.limits.max_prompt_bytes,
                 default_max_tokens: self.limits.default_max_tokens,
                 max_tokens_limit: self.limits.max_tokens,
+                max_schema_bytes: self.limits.max_schema_bytes,
             },
             lifecycle: Lifecycle {
                 max_loaded_models: self.engine.max_loaded_models,

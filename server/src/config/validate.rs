@@ -308,6 +308,15 @@ impl Config {
                 ),
             ));
         }
+        if !(1024..=16 << 20).contains(&l.max_schema_bytes) {
+            return Err(invalid(
+                "limits.max_schema_bytes",
+                format!(
+                    "must be between 1024 and 16777216, got {}",
+                    l.max_schema_bytes
+                ),
+            ));
+        }
         if !(1..=1_000_000).contains(&l.max_tokens) {
             return Err(invalid(
                 "limits.max_tokens",

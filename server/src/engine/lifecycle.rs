@@ -79,6 +79,9 @@ enum Place {
 #[derive(Debug)]
 pub(super) struct Life {
     pub jobs: VecDeque<Job>,
+    /// Places held for requests being prepared (`Reservation`), counted
+    /// against the queue's bound.
+    pub reserved: usize,
     pub shutdown: bool,
     pub state: ModelState,
     place: Place,
@@ -112,6 +115,7 @@ impl Life {
     fn new() -> Self {
         Self {
             jobs: VecDeque::new(),
+            reserved: 0,
             shutdown: false,
             state: ModelState::Available,
             place: Place::None,

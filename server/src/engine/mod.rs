@@ -23,10 +23,12 @@ pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};
 pub use priority::Priority;
 pub use request::{
-    BYTES_PER_TOKEN, RequestLimits, RunRequest, ValidationError, check_context, check_embedding,
-    check_images, check_lora,
+    BYTES_PER_TOKEN, DEFAULT_MAX_SCHEMA_BYTES, RequestLimits, RunRequest, ValidationError,
+    check_context, check_embedding, check_images, check_lora,
 };
-pub use scheduler::{Engine, EngineError, EngineLimits, ModelInfo, NodeLoad, Readiness};
+pub use scheduler::{
+    Engine, EngineError, EngineLimits, ModelInfo, NodeLoad, Readiness, Reservation,
+};
 pub use tokenizers::{TokenizerInfo, TokenizerOrigin};
 
 #[cfg(test)]

@@ -76,7 +76,13 @@ pub struct RequestLimits {
     pub default_max_tokens: u32,
     /// Largest `max_tokens` a request may ask for.
     pub max_tokens_limit: u32,
+    /// Largest JSON schema a request may hold, in bytes as JSON.
+    pub max_schema_bytes: usize,
 }
+
+/// `[limits] max_schema_bytes`: 256 KiB, far above a real answer format
+/// or an agent's tools, and about 8 MiB once compiled.
+pub const DEFAULT_MAX_SCHEMA_BYTES: usize = 256 << 10;
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -411,6 +417,7 @@ mod tests {
         max_prompt_bytes: 16,
         default_max_tokens: 100,
         max_tokens_limit: 200,
+        max_schema_bytes: DEFAULT_MAX_SCHEMA_BYTES,
     };
 
     fn request() -> RunRequest {

@@ -154,6 +154,25 @@ pub struct ModelInfo {
     pub expires_in: Option<Duration>,
 }
 
+/// A place held in a model's queue while a request is prepared (its
+/// schema compiled, which costs memory and time): it counts against the
+/// queue's bound, so that a request that would be refused for a full queue
+/// is refused before that work. Given back on drop, unless the request is
+/// submitted with it ([`Engine::submit_reserved`]).
+#[derive(Debug)]
+pub struct Reservation {
+    slot: Arc<ModelSlot>,
+    held: bool,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.held {
+            self.slot.life.lock().reserved -= 1;
+        }
+    }
+}
+
 /// Owns the model workers and admits requests.
 #[derive(Debug)]
 pub struct Engine {
@@ -239,6 +258,16 @@ impl Engine {
                     slot.name()
                 ),
             })
+    }
+
+    /// Where `model`'s tokenizer comes from (`None`: an unknown model, or
+    /// one without a tokenizer).
+    pub fn tokenizer_source(
+        &self,
+        model: &str,
+    ) -> Option<crate::backend::constraint::TokenizerSource> {
+        let slot = self.slot(Some(model)).ok()?;
+        self.shared.backend.tokenizer(&slot.spec)
     }
 
     /// Checks that `constraint` can hold an answer of `model` (the default
@@ -568,6 +597,63 @@ impl Engine {
         polled: bool,
         keep_alive: Option<KeepAlive>,
     ) -> Result<Arc<Stream>, EngineError> {
+        self.submit_reserved(request, polled, keep_alive, None)
+    }
+
+    /// Holds a place in `model`'s queue for a request being prepared.
+    ///
+    /// # Errors
+    /// Unknown or failed model, or a full queue (places held count).
+    pub fn reserve(&self, model: Option<&str>) -> Result<Reservation, EngineError> {
+        let slot = self.slot(model)?;
+        let mut life = slot.life.lock();
+        self.room(&slot, &mut life, 0)?;
+        life.reserved += 1;
+        drop(life);
+        Ok(Reservation { slot, held: true })
+    }
+
+    /// Refuses a job for a failed model or a full queue, counting the
+    /// places held for others (`own` of them are this request's).
+    fn room(
+        &self,
+        slot: &ModelSlot,
+        life: &mut super::lifecycle::Life,
+        own: usize,
+    ) -> Result<(), EngineError> {
+        if life.state == ModelState::Failed {
+            return Err(EngineError::Unavailable {
+                model: slot.name().to_owned(),
+                reason: life
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| "it failed".into()),
+            });
+        }
+        life.jobs.retain(|job| !job.stream.is_ended());
+        if life.jobs.len() + life.reserved - own >= self.limits.queue_len {
+            let waiting = life.jobs.len() as u64 + 1;
+            return Err(EngineError::QueueFull {
+                model: slot.name().to_owned(),
+                queue_len: self.limits.queue_len,
+                retry_after_ms: (slot.avg_job_ms.load(Ordering::Relaxed) * waiting).max(100),
+            });
+        }
+        Ok(())
+    }
+
+    /// [`Engine::submit_with`] for a request that holds a place in its
+    /// model's queue (taken by the job).
+    ///
+    /// # Errors
+    /// As [`Engine::submit`].
+    pub fn submit_reserved(
+        &self,
+        request: RunRequest,
+        polled: bool,
+        keep_alive: Option<KeepAlive>,
+        mut reservation: Option<Reservation>,
+    ) -> Result<Arc<Stream>, EngineError> {
         let slot = self.slot(request.model.as_deref())?;
         let template = &slot.spec.template;
         let mut request = request;
@@ -603,25 +689,20 @@ impl Engine {
                 message,
             })?;
         let mut life = slot.life.lock();
-        if life.state == ModelState::Failed {
-            return Err(EngineError::Unavailable {
-                model: slot.name().to_owned(),
-                reason: life
-                    .last_error
-                    .clone()
-                    .unwrap_or_else(|| "it failed".into()),
-            });
-        }
-        life.jobs.retain(|job| !job.stream.is_ended());
-        if life.jobs.len() >= self.limits.queue_len {
-            let waiting = life.jobs.len() as u64 + 1;
-            return Err(EngineError::QueueFull {
-                model: slot.name().to_owned(),
-                queue_len: self.limits.queue_len,
-                retry_after_ms: (slot.avg_job_ms.load(Ordering::Relaxed) * waiting).max(100),
-            });
-        }
+        let own = reservation
+            .as_ref()
+            .filter(|r| r.held && Arc::ptr_eq(&r.slot, &slot))
+            .map_or(0, |_| 1);
+        self.room(&slot, &mut life, own)?;
         let stream = self.streams.create(slot.name(), polled)?;
+        if own == 1
+            && let Some(reservation) = reservation.as_mut()
+        {
+            // The job takes the place (given back here, under the lock
+            // the job is queued under).
+            life.reserved -= 1;
+            reservation.held = false;
+        }
         // Interactive jobs stay before background ones, so the front is
         // always the next to run.
         let at = super::priority::insert_at(life.jobs.iter().map(|job| job.priority), priority);

@@ -43,6 +43,7 @@ fn engine(
             max_prompt_bytes: 4096,
             default_max_tokens: 16,
             max_tokens_limit: 64,
+            max_schema_bytes: DEFAULT_MAX_SCHEMA_BYTES,
         },
         lifecycle: Lifecycle {
             max_loaded_models: max_loaded,
@@ -203,4 +204,43 @@ async fn failed_loads_end_their_requests_and_too_many_mark_the_model_failed() {
     let retried = engine.load(Some("a"), None).await.unwrap_err();
     assert!(retried.to_string().contains("not a model"), "{retried}");
     engine.shutdown();
+}
+
+#[test]
+fn places_held_for_requests_being_prepared_count_against_the_queue() {
+    let engine = engine(mock(), &["m"], 1, KeepAlive::Forever);
+    // The mock's one lane is held by nothing yet: 16 places, then full.
+    let held: Vec<Reservation> = (0..16)
+        .map(|_| engine.reserve(Some("m")).unwrap())
+        .collect();
+    assert!(matches!(
+        engine.reserve(Some("m")),
+        Err(EngineError::QueueFull { .. })
+    ));
+    let plain = RunRequest {
+        prompt: "hello".into(),
+        model: Some("m".into()),
+        ..RunRequest::default()
+    };
+    assert!(matches!(
+        engine.submit_with(plain.clone(), true, None),
+        Err(EngineError::QueueFull { .. })
+    ));
+    // A request with a place of its own gets in, and its place is taken.
+    let mut held = held.into_iter();
+    let stream = engine
+        .submit_reserved(plain.clone(), true, None, held.next())
+        .unwrap();
+    // The others given back: room again once the job has run.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !stream.is_ended() {
+        assert!(Instant::now() < deadline, "the run did not end");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let again: Vec<Reservation> = (0..16)
+        .map(|_| engine.reserve(Some("m")).unwrap())
+        .collect();
+    drop(again);
+    engine.submit_with(plain, true, None).unwrap();
 }

@@ -147,7 +147,12 @@ pub(super) fn submit(
     }
     let stream = state
         .engine
-        .submit_with(prepared.run, polled, prepared.keep_alive)
+        .submit_reserved(
+            prepared.run,
+            polled,
+            prepared.keep_alive,
+            prepared.reservation,
+        )
         .map_err(|e| RpcError::from(crate::service::ServiceError::from(e)))?;
     ctx.conn.track_stream(&stream);
     Ok(stream)

@@ -133,6 +133,7 @@ async fn clear_kv_cache(
         run,
         keep_alive: None,
         reads_tool_calls: false,
+        reservation: None,
     };
     let cleared = start_private(state, ctx, prepared)?.collect().await?;
     if let Some(err) = &cleared.ending.error {

@@ -12,7 +12,7 @@
 
 use super::images::ImageSource;
 use super::tools::ToolCall;
-use crate::backend::{IMAGE_TAG, JinjaTemplate, RenderOptions, TemplateCall, TemplateMessage};
+use crate::backend::{IMAGE_TAG, JinjaTemplate, RenderJob, TemplateCall, TemplateMessage};
 use crate::engine::{Role, Turn};
 
 /// Who speaks.
@@ -103,17 +103,15 @@ impl Message {
     }
 }
 
-/// The prompt for a conversation (its system messages first) in the
-/// model's own template, with the tools offered and the thinking switch.
-///
-/// # Errors
-/// What the template raised or failed on.
-pub fn render(
+/// The render of a conversation (its system messages first) in the
+/// model's own template, with the tools offered and the thinking switch:
+/// what the sandbox runs.
+pub fn render_job(
     template: &JinjaTemplate,
     messages: &[Message],
-    tools: Option<&str>,
+    tools: Option<String>,
     enable_thinking: Option<bool>,
-) -> Result<String, String> {
+) -> RenderJob {
     let messages: Vec<TemplateMessage> = messages
         .iter()
         .map(|m| TemplateMessage {
@@ -137,14 +135,15 @@ pub fn render(
                 .collect(),
         })
         .collect();
-    template.render(
-        &messages,
-        RenderOptions {
-            tools,
-            enable_thinking,
-            now: std::time::SystemTime::now(),
-        },
-    )
+    RenderJob {
+        template: template.clone(),
+        messages,
+        tools,
+        enable_thinking,
+        now_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    }
 }
 
 /// The conversation as the engine keeps it, for history reuse.

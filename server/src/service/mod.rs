@@ -38,13 +38,16 @@ pub use tools::ToolCall;
 
 use crate::backend::IMAGE_TAG;
 use crate::backend::constraint::Constraint;
-use crate::engine::{Engine, KeepAlive, Priority, Role, RunRequest};
+use crate::engine::{Engine, KeepAlive, Priority, Reservation, Role, RunRequest};
+use crate::sandbox::Sandbox;
 use crate::stream::PrivateStream;
 
 /// What the service works with: built once at start.
 #[derive(Debug)]
 pub struct Service {
     engine: Arc<Engine>,
+    /// Where the models' chat templates are rendered.
+    sandbox: Arc<Sandbox>,
     remote_images: RemoteImages,
     max_embedding_inputs: usize,
     /// Whether a request that names no lane is put in the background lane
@@ -61,19 +64,25 @@ pub struct Prepared {
     pub keep_alive: Option<KeepAlive>,
     /// Whether its answer is read for tool calls.
     pub reads_tool_calls: bool,
+    /// The place held in its model's queue while its constraint was
+    /// compiled (a constrained request only), taken when it is submitted.
+    pub reservation: Option<Reservation>,
 }
 
 impl Service {
-    /// The service over `engine`; `remote_images` says whether and how
+    /// The service over `engine`, rendering templates in `sandbox`;
+    /// `remote_images` says whether and how
     /// image URLs are fetched; `max_embedding_inputs` bounds one
     /// embedding request.
     pub fn new(
         engine: Arc<Engine>,
+        sandbox: Arc<Sandbox>,
         remote_images: RemoteImages,
         max_embedding_inputs: usize,
     ) -> Self {
         Self {
             engine,
+            sandbox,
             remote_images,
             max_embedding_inputs,
             detect_background: true,
@@ -141,7 +150,10 @@ impl Service {
         asked: Option<Priority>,
     ) -> Result<Prepared, ServiceError> {
         let priority = self.priority(&request, asked)?;
-        let constraint = self.constraint(&request).await?;
+        let (constraint, reservation) = match self.constraint(&request).await? {
+            Some((constraint, reservation)) => (Some(constraint), Some(reservation)),
+            None => (None, None),
+        };
         let offer_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
         // An answer held to a JSON format has no calls to read.
         let reads_tool_calls = offer_tools
@@ -167,7 +179,12 @@ impl Service {
                             Priority::Background => Some(false),
                             Priority::Interactive => request.thinking,
                         };
-                        let prompt = chat::render(&template, &messages, tools.as_deref(), thinking)
+                        // In the sandbox: a template is untrusted code, and
+                        // its memory and time are bounded there.
+                        let prompt = self
+                            .sandbox
+                            .render(chat::render_job(&template, &messages, tools, thinking))
+                            .await
                             .map_err(|m| ServiceError::invalid("messages", m))?;
                         whole_chat = Some(
                             messages
@@ -234,6 +251,7 @@ impl Service {
             run,
             keep_alive: request.keep_alive,
             reads_tool_calls,
+            reservation,
         })
     }
 
@@ -267,18 +285,36 @@ impl Service {
     }
 
     /// The constraint a request's answer is held to (its format, or a
-    /// forced tool call), checked against its model: the model must have a
-    /// tokenizer and the engine must compile the schema (done off the
-    /// async workers: a first use loads the tokenizer).
+    /// forced tool call), checked against its model: the schema within
+    /// `limits.max_schema_bytes`, a place held in the model's queue (so
+    /// that nothing is compiled for a request a full queue refuses), the
+    /// model with a tokenizer, and the schema compiled by the engine (done
+    /// off the async workers: a first use loads the tokenizer).
     ///
     /// # Errors
     /// A forced call of a tool that is not offered, a format and a forced
-    /// call together, a model without a tokenizer, a schema the engine
-    /// cannot compile; each naming the field.
-    async fn constraint(&self, request: &Generate) -> Result<Option<Constraint>, ServiceError> {
+    /// call together, a schema over the bound, a model without a
+    /// tokenizer, a schema the engine cannot compile, each naming the
+    /// field; a full queue.
+    async fn constraint(
+        &self,
+        request: &Generate,
+    ) -> Result<Option<(Constraint, Reservation)>, ServiceError> {
         let Some((constraint, field)) = request.constraint()? else {
             return Ok(None);
         };
+        let limit = self.engine.request_limits().max_schema_bytes;
+        let bytes = constraint.schema_bytes();
+        if bytes > limit {
+            return Err(ServiceError::invalid(
+                field,
+                format!(
+                    "the schema of `{field}` is {bytes} bytes as JSON, more than \
+                     limits.max_schema_bytes ({limit})"
+                ),
+            ));
+        }
+        let reservation = self.engine.reserve(request.model.as_deref())?;
         let engine = Arc::clone(&self.engine);
         let model = request.model.clone();
         let checked = constraint.clone();
@@ -288,7 +324,7 @@ impl Service {
                 message: "the format's check failed".into(),
             })?
             .map_err(|e| ServiceError::from(e).renamed("format", field))?;
-        Ok(Some(constraint))
+        Ok(Some((constraint, reservation)))
     }
 
     /// Starts a generation only this request reads.
@@ -298,9 +334,12 @@ impl Service {
     /// (unknown or failed model, full queue, a value out of range).
     pub async fn start(&self, request: Generate) -> Result<Running, ServiceError> {
         let prepared = self.prepare(request).await?;
-        let stream = self
-            .engine
-            .submit_with(prepared.run, false, prepared.keep_alive)?;
+        let stream = self.engine.submit_reserved(
+            prepared.run,
+            false,
+            prepared.keep_alive,
+            prepared.reservation,
+        )?;
         Ok(Running::new(
             PrivateStream::new(self.engine.streams(), stream),
             prepared.reads_tool_calls,

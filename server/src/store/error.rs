@@ -186,6 +186,10 @@ pub enum PullError {
         /// Why this server cannot run it.
         why: String,
     },
+    /// A file of the repository breaks the bounds of what it should be (a
+    /// damaged or hostile tokenizer): nothing was stored.
+    #[error("{0}; the pull was refused and nothing was stored")]
+    BadContent(String),
     /// Another file-system error.
     #[error("{0}")]
     Io(String),

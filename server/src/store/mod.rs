@@ -464,6 +464,9 @@ pub struct Service {
     pub vision_runtime: Result<(), String>,
     /// What bounds a pull.
     pub limits: PullLimits,
+    /// Where a pulled tokenizer is checked and a pulled chat template
+    /// test-rendered (untrusted input, bounded there).
+    pub sandbox: std::sync::Arc<crate::sandbox::Sandbox>,
 }
 
 impl Service {
@@ -489,6 +492,7 @@ impl Service {
             },
             limits: self.limits,
             tokenizer: None,
+            sandbox: std::sync::Arc::clone(&self.sandbox),
         }
     }
 

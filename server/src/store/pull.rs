@@ -26,7 +26,7 @@ use super::lock::NameLock;
 use super::names::{check_file_name, check_name, name_for_file};
 use super::progress::Progress;
 use super::source::Source;
-use super::tokenizer::{self, ForPull, Got, HubTokenizer};
+use super::tokenizer::{self, ForPull, Got, HubTokenizer, NoTokenizer};
 use super::{Manifest, Origin, Store, StoredFile};
 
 /// A pull, as the CLI or `/api/pull` asks for it.
@@ -49,6 +49,8 @@ pub struct PullRequest {
     pub limits: PullLimits,
     /// The tokenizer to take (`--tokenizer`), instead of looking for one.
     pub tokenizer: Option<HubTokenizer>,
+    /// Where the tokenizer is read and the chat template test-rendered.
+    pub sandbox: std::sync::Arc<crate::sandbox::Sandbox>,
 }
 
 fn io_error(context: &str) -> impl Fn(io::Error) -> PullError + '_ {
@@ -190,6 +192,13 @@ pub async fn pull(
         limits: &request.limits,
         work: &work,
         deadline,
+        sandbox: &request.sandbox,
+    };
+    // A tokenizer that breaks the bounds of one fails the pull, which
+    // then stores nothing.
+    let refuse = |why: String| {
+        let _ = std::fs::remove_dir_all(&work);
+        PullError::BadContent(why)
     };
 
     // A tokenizer the pull names is fetched first: it is had, or the pull
@@ -199,7 +208,10 @@ pub async fn pull(
             std::fs::create_dir_all(&work).map_err(io_error(&work.display().to_string()))?;
             let got = tokenizer::for_pull(&fetcher, &wanted_tokenizer, progress)
                 .await
-                .map_err(PullError::Transfer)?;
+                .map_err(|e| match e {
+                    NoTokenizer::Refused(why) => refuse(why),
+                    NoTokenizer::Missing(why) => PullError::Transfer(why),
+                })?;
             Some(got)
         }
         None => None,
@@ -229,7 +241,7 @@ pub async fn pull(
                 && t.chat_template_missing.is_none()
             {
                 progress(Progress::Writing);
-                super::template::record(hub, t).await;
+                super::template::record(hub, &request.sandbox, t).await;
                 store
                     .write_manifest(&existing)
                     .map_err(io_error(&store.model_dir(&name).display().to_string()))?;
@@ -243,8 +255,11 @@ pub async fn pull(
             Some(got) => Ok(got),
             None => tokenizer::for_pull(&fetcher, &wanted_tokenizer, progress).await,
         };
+        if let Err(NoTokenizer::Refused(why)) = found {
+            return Err(refuse(why));
+        }
         progress(Progress::Writing);
-        let manifest = install_tokenizer(store, existing, found)?;
+        let manifest = install_tokenizer(store, existing, found.map_err(|e| e.why().to_owned()))?;
         let _ = std::fs::remove_dir_all(&work);
         progress(Progress::Done { fresh: false });
         return Ok(manifest);
@@ -302,7 +317,8 @@ pub async fn pull(
     let encoder_part = encoder.as_ref().map(|(e, _)| e.path.clone());
     let (tokenizer_part, tokenizer, tokenizer_missing) = match found {
         Ok(Got { part, stored }) => (Some(part), Some(stored), None),
-        Err(why) => (None, None, Some(why)),
+        Err(NoTokenizer::Missing(why)) => (None, None, Some(why)),
+        Err(NoTokenizer::Refused(why)) => return Err(refuse(why)),
     };
     let manifest = install(
         store,

@@ -3,11 +3,13 @@
 //! repository and revision, the same client, at most
 //! [`MAX_TOKENIZER_CONFIG_BYTES`]), with its `bos_token` and `eos_token`,
 //! recorded in the manifest with the tokenizer. Only a template that
-//! compiles is recorded; otherwise the manifest says why there is none and
-//! the model keeps the runtime's own template. A template never fails a
-//! pull.
+//! compiles and renders a one-message chat in the sandbox (within its
+//! memory, time and output bounds: a template is untrusted code) is
+//! recorded; otherwise the manifest says why there is none and the model
+//! keeps the runtime's own template. A template never fails a pull.
 
-use crate::backend::{ChatTemplate, JinjaTemplate};
+use crate::backend::{ChatTemplate, JinjaTemplate, RenderJob, TemplateMessage};
+use crate::sandbox::Sandbox;
 
 use super::hf::Hub;
 use super::{Manifest, StoredTokenizer};
@@ -59,7 +61,7 @@ pub(super) fn of(manifest: &Manifest) -> ChatTemplate {
 /// Reads the chat template beside `tokenizer` and records it there, or
 /// records why there is none (warned about when the template is there but
 /// does not compile).
-pub(super) async fn record(hub: &Hub, tokenizer: &mut StoredTokenizer) {
+pub(super) async fn record(hub: &Hub, sandbox: &Sandbox, tokenizer: &mut StoredTokenizer) {
     let path = config_path(tokenizer);
     let repo = tokenizer.repository.clone();
     let found = match hub
@@ -71,9 +73,13 @@ pub(super) async fn record(hub: &Hub, tokenizer: &mut StoredTokenizer) {
         )
         .await
     {
-        Ok(text) => tokio::task::spawn_blocking(move || from_config(&text))
+        Ok(text) => match tokio::task::spawn_blocking(move || from_config(&text))
             .await
-            .unwrap_or_else(|e| Err(Missing::Unusable(e.to_string()))),
+            .unwrap_or_else(|e| Err(Missing::Unusable(e.to_string())))
+        {
+            Ok(template) => test_render(sandbox, template).await,
+            Err(missing) => Err(missing),
+        },
         Err(e) => Err(Missing::Absent(format!("{repo}: {e}"))),
     };
     match found {
@@ -98,6 +104,27 @@ pub(super) async fn record(hub: &Hub, tokenizer: &mut StoredTokenizer) {
             tokenizer.chat_template = None;
             tokenizer.chat_template_missing = Some(why);
         }
+    }
+}
+
+/// `template` once it has rendered a one-message chat in the sandbox.
+async fn test_render(sandbox: &Sandbox, template: JinjaTemplate) -> Result<JinjaTemplate, Missing> {
+    let job = RenderJob {
+        template,
+        messages: vec![TemplateMessage {
+            role: "user".into(),
+            content: "Hello".into(),
+            tool_calls: Vec::new(),
+        }],
+        tools: None,
+        enable_thinking: None,
+        now_unix: 0,
+    };
+    match sandbox.render(job.clone()).await {
+        Ok(_) => Ok(job.template),
+        Err(why) => Err(Missing::Unusable(format!(
+            "it failed its test render (a one-message chat): {why}"
+        ))),
     }
 }
 

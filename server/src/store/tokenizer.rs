@@ -3,8 +3,13 @@
 //! or a repository on the hub), which repository a pull takes it from (the
 //! model's own, else a base model its model card names), and fetching it
 //! with the same client, checks and limits as model files (and at most
-//! [`MAX_TOKENIZER_BYTES`]). A tokenizer never fails a pull or a start: one
-//! that cannot be had is recorded with why.
+//! [`MAX_TOKENIZER_BYTES`]). A tokenizer that cannot be had, or is of a
+//! kind the constraint engine cannot read, never fails a pull or a start:
+//! it is recorded with why. One that breaks the bounds of a tokenizer (a
+//! damaged or hostile file: ids far beyond its vocabulary, absurd counts)
+//! fails the pull, which then stores nothing. Every fetched tokenizer is
+//! read in the sandbox (`crate::sandbox`), where a failure cannot take the
+//! server down.
 //!
 //! Every repository and path used here, whether from a setting, a file list
 //! or a model card, is checked as a pull's source is, and nothing is
@@ -22,7 +27,8 @@ use super::lock::NameLock;
 use super::progress::Progress;
 use super::source::Source;
 use super::{Store, StoredTokenizer};
-use crate::backend::constraint::{MAX_TOKENIZER_BYTES, Vocabulary};
+use crate::backend::constraint::MAX_TOKENIZER_BYTES;
+use crate::sandbox::{Reply, Sandbox};
 
 /// The tokenizer's name, in a repository and in a model's folder.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
@@ -179,6 +185,27 @@ pub(super) struct Fetcher<'a> {
     pub work: &'a Path,
     /// When the whole pull must be done.
     pub deadline: Instant,
+    /// Where the tokenizer is read.
+    pub sandbox: &'a Sandbox,
+}
+
+/// Why a pull brings no tokenizer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoTokenizer {
+    /// None could be had, or it is of a kind structured output cannot
+    /// use: recorded in the manifest, the pull goes on.
+    Missing(String),
+    /// The file breaks the bounds of a tokenizer: the pull is refused.
+    Refused(String),
+}
+
+impl NoTokenizer {
+    /// Its words.
+    pub fn why(&self) -> &str {
+        match self {
+            Self::Missing(why) | Self::Refused(why) => why,
+        }
+    }
 }
 
 /// A tokenizer fetched and checked, waiting in the work folder.
@@ -197,13 +224,13 @@ async fn fetch(
     (repo, revision, path): (&str, &str, &str),
     listed_sha: Option<String>,
     progress: &mut (dyn FnMut(Progress) + Send),
-) -> Result<Got, String> {
+) -> Result<Got, NoTokenizer> {
     let hub = fetcher.hub;
     let url = hub.resolve_url(repo, revision, path);
     let resolved = hub
         .resolve(&url, repo, &format!("{repo}: {path}"))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| NoTokenizer::Missing(e.to_string()))?;
     let expected = listed_sha.or_else(|| resolved.sha256.clone());
     let limits = PullLimits {
         max_file_bytes: fetcher.limits.max_file_bytes.min(MAX_TOKENIZER_BYTES),
@@ -212,7 +239,8 @@ async fn fetch(
     // A folder of its own: a refused download removes its folder, never
     // the model's finished file beside it.
     let work = fetcher.work.join("tokenizer");
-    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    std::fs::create_dir_all(&work)
+        .map_err(|e| NoTokenizer::Missing(format!("{}: {e}", work.display())))?;
     let job = FileJob {
         hub,
         url: &url,
@@ -227,21 +255,30 @@ async fn fetch(
         let _ = std::fs::remove_dir_all(&work);
         match e {
             PullError::TooLarge { .. } if limits.max_file_bytes == MAX_TOKENIZER_BYTES => {
-                format!(
+                NoTokenizer::Refused(format!(
                     "{repo}: {path} is larger than {MAX_TOKENIZER_BYTES} bytes, more than any \
                      tokenizer.json"
-                )
+                ))
             }
-            other => format!("{repo}: {other}"),
+            other => NoTokenizer::Missing(format!("{repo}: {other}")),
         }
     })?;
-    let tokens = match check(&fetched.path).await {
-        Ok(tokens) => tokens,
-        Err(why) => {
+    let tokens = match fetcher.sandbox.check_tokenizer(fetched.path.clone()).await {
+        Ok(Reply::Tokens(tokens)) => tokens,
+        outcome => {
             let _ = std::fs::remove_dir_all(&work);
-            return Err(format!(
-                "{repo}: {path} is not a tokenizer structured output can use: {why}"
-            ));
+            return Err(match outcome {
+                Ok(Reply::Failed(why)) => NoTokenizer::Missing(format!(
+                    "{repo}: {path} is not a tokenizer structured output can use: {why}"
+                )),
+                Ok(Reply::OutOfBounds(why)) => NoTokenizer::Refused(format!(
+                    "{repo}: {path} is not a tokenizer this server takes: {why}"
+                )),
+                Ok(other) => NoTokenizer::Missing(format!("{repo}: {path}: {other:?}")),
+                Err(e) => NoTokenizer::Refused(format!(
+                    "{repo}: {path} is not a tokenizer this server takes: reading it, {e}"
+                )),
+            });
         }
     };
     Ok(Got {
@@ -260,17 +297,6 @@ async fn fetch(
             chat_template_missing: None,
         },
     })
-}
-
-/// Reads `path` as the constraint engine will; returns its tokens.
-async fn check(path: &Path) -> Result<usize, String> {
-    let path = path.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
-        Vocabulary::parse(&text).map(|v| v.len())
-    })
-    .await
-    .map_err(|e| e.to_string())?
 }
 
 /// Where a pull looks for the model's tokenizer.
@@ -294,14 +320,15 @@ pub(super) struct ForPull<'a> {
 /// one; with the chat template beside it (see [`super::template`]).
 ///
 /// # Errors
-/// Why there is none, in words for the manifest.
+/// Why there is none, in words for the manifest, or why the pull is
+/// refused.
 pub(super) async fn for_pull(
     fetcher: &Fetcher<'_>,
     wanted: &ForPull<'_>,
     progress: &mut (dyn FnMut(Progress) + Send),
-) -> Result<Got, String> {
+) -> Result<Got, NoTokenizer> {
     let mut got = find(fetcher, wanted, progress).await?;
-    super::template::record(fetcher.hub, &mut got.stored).await;
+    super::template::record(fetcher.hub, fetcher.sandbox, &mut got.stored).await;
     Ok(got)
 }
 
@@ -310,7 +337,8 @@ async fn find(
     fetcher: &Fetcher<'_>,
     wanted: &ForPull<'_>,
     progress: &mut (dyn FnMut(Progress) + Send),
-) -> Result<Got, String> {
+) -> Result<Got, NoTokenizer> {
+    use NoTokenizer::Missing;
     if let Some(named) = wanted.named {
         return fetch(
             fetcher,
@@ -319,15 +347,18 @@ async fn find(
             progress,
         )
         .await
-        .map_err(|e| {
-            format!(
-                "the tokenizer named, {}, could not be had: {e}",
+        .map_err(|e| match e {
+            Missing(why) => Missing(format!(
+                "the tokenizer named, {}, could not be had: {why}",
                 named.label()
-            )
+            )),
+            refused => refused,
         });
     }
     let Some(repo) = wanted.repo else {
-        return Err("it was pulled by URL, and no repository names its tokenizer".into());
+        return Err(Missing(
+            "it was pulled by URL, and no repository names its tokenizer".into(),
+        ));
     };
     let beside = wanted
         .model_path
@@ -348,20 +379,24 @@ async fn find(
         .await;
     }
     if !wanted.files.iter().any(|f| f.path == "README.md") {
-        return Err(format!(
+        return Err(Missing(format!(
             "{repo} has no tokenizer.json and no model card (README.md) naming a base model"
-        ));
+        )));
     }
     let card = fetcher
         .hub
         .read_text(repo, wanted.revision, "README.md", MAX_CARD_BYTES)
         .await
-        .map_err(|e| format!("{repo} has no tokenizer.json, and its model card: {e}"))?;
+        .map_err(|e| {
+            Missing(format!(
+                "{repo} has no tokenizer.json, and its model card: {e}"
+            ))
+        })?;
     let bases = base_models(&card);
     if bases.is_empty() {
-        return Err(format!(
+        return Err(Missing(format!(
             "{repo} has no tokenizer.json and its model card names no base model"
-        ));
+        )));
     }
     let mut why = Vec::new();
     for base in &bases {
@@ -385,13 +420,14 @@ async fn find(
         .await
         {
             Ok(got) => return Ok(got),
-            Err(e) => why.push(e),
+            Err(Missing(e)) => why.push(e),
+            Err(refused) => return Err(refused),
         }
     }
-    Err(format!(
+    Err(Missing(format!(
         "{repo} has no tokenizer.json, nor has the base model its card names ({})",
         why.join("; ")
-    ))
+    )))
 }
 
 /// Fetches a configured `tokenizer = "owner/repo"` into the store (see
@@ -399,13 +435,16 @@ async fn find(
 /// path. Two servers sharing the store fetch it once.
 ///
 /// # Errors
-/// Why it could not be had.
+/// Why it could not be had, or why it is refused (a file that breaks the
+/// bounds of a tokenizer: not kept).
 pub async fn fetch_configured(
     store: &Store,
     hub: &Hub,
     limits: &PullLimits,
+    sandbox: &Sandbox,
     wanted: &HubTokenizer,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, NoTokenizer> {
+    let missing = |why: String| NoTokenizer::Missing(why);
     let target = wanted.cached_path(store.dir());
     if target.is_file() {
         return Ok(target);
@@ -422,7 +461,7 @@ pub async fn fetch_configured(
     let mut quiet = |_: Progress| {};
     let _lock = NameLock::take(&partial, &key, &mut quiet)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| missing(e.to_string()))?;
     if target.is_file() {
         // Another server sharing the store fetched it meanwhile.
         return Ok(target);
@@ -433,6 +472,7 @@ pub async fn fetch_configured(
         limits,
         work: &work,
         deadline: Instant::now() + limits.timeout,
+        sandbox,
     };
     let got = fetch(
         &fetcher,
@@ -442,8 +482,9 @@ pub async fn fetch_configured(
     )
     .await?;
     let folder = target.parent().unwrap_or(store.dir());
-    std::fs::create_dir_all(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
-    std::fs::rename(&got.part, &target).map_err(|e| format!("{}: {e}", target.display()))?;
+    std::fs::create_dir_all(folder).map_err(|e| missing(format!("{}: {e}", folder.display())))?;
+    std::fs::rename(&got.part, &target)
+        .map_err(|e| missing(format!("{}: {e}", target.display())))?;
     let _ = std::fs::remove_dir_all(&work);
     Ok(target)
 }

@@ -136,6 +136,7 @@ impl AppState {
         let service = Arc::new(
             Service::new(
                 Arc::clone(&engine),
+                Arc::clone(&store.sandbox),
                 settings.remote_images.clone(),
                 rpc.max_embedding_inputs,
             )

@@ -11,10 +11,19 @@
 //! sampling settings ([`sample`]). Tokens the grammar forces are known in
 //! advance and can be fed in one go ([`Guide::forced`]).
 //!
-//! Compiling a grammar costs milliseconds to tens of them; compiled parsers
-//! are kept per vocabulary and grammar (a few dozen, least recently used
-//! dropped), so a schema sent again starts at once.
+//! Compiling a grammar costs milliseconds to hundreds of them, and a
+//! compiled parser holds about [`BYTES_PER_SCHEMA_BYTE`] bytes per byte of
+//! its schema. At most [`COMPILING_AT_ONCE`] compile at once (the others
+//! wait), and compiled parsers are kept per vocabulary and grammar within
+//! [`COMPILED_MAX_BYTES`] of that estimate (and [`COMPILED_KEPT`] entries;
+//! least recently used dropped first), so a schema sent again starts at
+//! once and memory stays bounded whatever schemas clients send.
+//!
+//! A schema no answer can meet (a `$ref` that leads only to references,
+//! or a grammar that allows no first token) is refused when it is checked,
+//! naming the `$ref` where there is one.
 
+mod bounds;
 mod sampler;
 mod vocabulary;
 
@@ -28,7 +37,9 @@ use serde_json::{Value, json};
 use toktrie::SimpleVob;
 
 pub use sampler::{SamplingParams, sample};
-pub use vocabulary::{MAX_TOKENIZER_BYTES, MOCK_TOKENIZER, TokenizerSource, Vocabulary};
+pub use vocabulary::{
+    MAX_TOKENIZER_BYTES, MOCK_TOKENIZER, TokenizerError, TokenizerSource, Vocabulary,
+};
 
 /// A function tool a forced call may name: its name and the JSON schema of
 /// its arguments.
@@ -114,19 +125,72 @@ impl Constraint {
     fn key(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
+
+    /// Its size as JSON (the schemas it holds), which bounds what
+    /// compiling it costs.
+    pub fn schema_bytes(&self) -> usize {
+        self.key().len()
+    }
 }
 
-/// Compiled parsers, per vocabulary and constraint.
+/// Compiled parsers, per vocabulary and constraint, least recently used
+/// first, with the bytes each is counted for.
 struct Compiled {
-    entries: Vec<(u64, String, TokenParser)>,
+    entries: Vec<(u64, String, TokenParser, usize)>,
+    bytes: usize,
 }
 
-/// Parsers kept.
-const COMPILED_KEPT: usize = 32;
+/// Parsers kept, at most.
+pub const COMPILED_KEPT: usize = 32;
+
+/// Bytes the kept parsers may hold together (by [`compiled_bytes`]).
+pub const COMPILED_MAX_BYTES: usize = 64 << 20;
+
+/// What a compiled parser holds per byte of its grammar's text: measured
+/// on llguidance 1.9 at 30 to 32 (enums of 1,000 to 50,000 values).
+pub const BYTES_PER_SCHEMA_BYTE: usize = 32;
+
+/// Grammars compiled at once; more wait their turn.
+pub const COMPILING_AT_ONCE: usize = 2;
 
 static COMPILED: Mutex<Compiled> = Mutex::new(Compiled {
     entries: Vec::new(),
+    bytes: 0,
 });
+
+/// The memory a parser compiled from a grammar of `key_len` bytes is
+/// counted for.
+fn compiled_bytes(key_len: usize) -> usize {
+    key_len.saturating_mul(BYTES_PER_SCHEMA_BYTE) + (256 << 10)
+}
+
+/// Compiles in progress, and their turn. Synchronous: compiles run on
+/// blocking threads.
+static COMPILING: (Mutex<usize>, parking_lot::Condvar) =
+    (Mutex::new(0), parking_lot::Condvar::new());
+
+/// A turn to compile, given back on drop.
+struct Turn;
+
+impl Turn {
+    fn take() -> Self {
+        let (count, turn) = &COMPILING;
+        let mut count = count.lock();
+        while *count >= COMPILING_AT_ONCE {
+            turn.wait(&mut count);
+        }
+        *count += 1;
+        Self
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let (count, turn) = &COMPILING;
+        *count.lock() -= 1;
+        turn.notify_one();
+    }
+}
 
 /// What the engine would let an answer break: `minProperties` above the
 /// members a schema requires by name. The engine does not keep the names
@@ -161,7 +225,70 @@ fn unheld(schema: &Value) -> Option<String> {
     }
 }
 
+/// The first `$ref` of `schema` (a local one, `#…`) whose chain of
+/// references comes back to itself without ever reaching a schema: no
+/// value can meet it.
+fn ref_cycle(root: &Value) -> Option<String> {
+    fn target<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
+        let pointer = reference.strip_prefix('#')?;
+        if pointer.is_empty() {
+            return Some(root);
+        }
+        // JSON pointer escapes, and percent-encoded `$`.
+        let pointer = pointer.replace("%24", "$");
+        root.pointer(&pointer)
+    }
+    let mut stack = vec![root];
+    let mut seen = 0usize;
+    while let Some(value) = stack.pop() {
+        // Deep or wide schemas are not walked without end.
+        seen += 1;
+        if seen > 100_000 {
+            return None;
+        }
+        match value {
+            Value::Object(object) => {
+                if let Some(first) = object.get("$ref").and_then(Value::as_str) {
+                    let mut chain = vec![first.to_owned()];
+                    let mut at = first.to_owned();
+                    while let Some(next) = target(root, &at)
+                        .and_then(|t| t.get("$ref"))
+                        .and_then(Value::as_str)
+                    {
+                        if chain.iter().any(|c| c == next) {
+                            chain.push(next.to_owned());
+                            return Some(format!(
+                                "its `$ref` {first:?} leads only to references ({}), never to a \
+                                 schema",
+                                chain.join(" → ")
+                            ));
+                        }
+                        chain.push(next.to_owned());
+                        at = next.to_owned();
+                    }
+                }
+                stack.extend(object.iter().filter_map(|(key, value)| {
+                    (!matches!(key.as_str(), "enum" | "const" | "default" | "examples"))
+                        .then_some(value)
+                }));
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    None
+}
+
 impl Constraint {
+    /// A `$ref` cycle no value can meet, in words for the client.
+    fn ref_cycle(&self) -> Option<String> {
+        match self {
+            Self::JsonObject => None,
+            Self::JsonSchema(schema) => ref_cycle(schema),
+            Self::ToolCall(tools) => tools.iter().find_map(|tool| ref_cycle(&tool.parameters)),
+        }
+    }
+
     /// A part of the constraint an answer could satisfy only in a way its
     /// schema refuses, in words for the client.
     fn unheld(&self) -> Option<String> {
@@ -181,30 +308,54 @@ fn parser(vocabulary: &Arc<Vocabulary>, constraint: &Constraint) -> Result<Token
     }
     let key = constraint.key();
     let id = vocabulary.id();
-    {
+    let lookup = || {
         // A short critical section: a lookup and a clone, no compiling.
         let mut compiled = COMPILED.lock();
-        if let Some(at) = compiled
+        let at = compiled
             .entries
             .iter()
-            .position(|(v, k, _)| *v == id && *k == key)
-        {
-            let entry = compiled.entries.remove(at);
-            let parser = entry.2.clone();
-            compiled.entries.push(entry);
-            return Ok(parser);
-        }
+            .position(|(v, k, _, _)| *v == id && *k == key)?;
+        let entry = compiled.entries.remove(at);
+        let parser = entry.2.clone();
+        compiled.entries.push(entry);
+        Some(parser)
+    };
+    if let Some(parser) = lookup() {
+        return Ok(parser);
+    }
+    if let Some(cycle) = constraint.ref_cycle() {
+        return Err(cycle);
+    }
+    let turn = Turn::take();
+    // Compiled by another request while this one waited?
+    if let Some(parser) = lookup() {
+        return Ok(parser);
     }
     let parser = vocabulary
         .factory()
         .create_parser(constraint.grammar())
         .map_err(|e| e.to_string())?;
-    let mut compiled = COMPILED.lock();
-    if compiled.entries.len() >= COMPILED_KEPT {
-        compiled.entries.remove(0);
+    drop(turn);
+    let bytes = compiled_bytes(key.len());
+    if bytes <= COMPILED_MAX_BYTES {
+        let mut compiled = COMPILED.lock();
+        while !compiled.entries.is_empty()
+            && (compiled.entries.len() >= COMPILED_KEPT
+                || compiled.bytes + bytes > COMPILED_MAX_BYTES)
+        {
+            let (_, _, _, gone) = compiled.entries.remove(0);
+            compiled.bytes -= gone;
+        }
+        compiled.bytes += bytes;
+        compiled.entries.push((id, key, parser.clone(), bytes));
     }
-    compiled.entries.push((id, key, parser.clone()));
     Ok(parser)
+}
+
+/// Bytes the kept parsers are counted for, and how many there are.
+pub fn compiled_held() -> (usize, usize) {
+    let compiled = COMPILED.lock();
+    (compiled.bytes, compiled.entries.len())
 }
 
 /// Compiles `constraint` over `vocabulary` (kept for the generation that
@@ -213,7 +364,17 @@ fn parser(vocabulary: &Arc<Vocabulary>, constraint: &Constraint) -> Result<Token
 /// # Errors
 /// What the engine cannot compile, in its words (the part of the schema).
 pub fn check(vocabulary: &Arc<Vocabulary>, constraint: &Constraint) -> Result<(), String> {
-    parser(vocabulary, constraint).map(drop)
+    let parser = parser(vocabulary, constraint)?;
+    // A grammar no answer can meet: nothing may come first.
+    let mut matcher = Matcher::new(Ok(parser));
+    let empty = match matcher.compute_mask() {
+        Ok(mask) => mask.is_zero(),
+        Err(_) => true,
+    };
+    if empty || matcher.is_error() {
+        return Err("no answer can meet it: nothing may come first".into());
+    }
+    Ok(())
 }
 
 /// One constrained answer being generated.

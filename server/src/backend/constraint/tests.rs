@@ -365,3 +365,57 @@ fn a_picks_check_and_completeness_agree_with_the_mask() {
     }
     assert!(steps > 5, "{steps} steps");
 }
+
+#[test]
+fn a_ref_cycle_or_an_empty_language_is_refused_without_the_parsers_state() {
+    let vocabulary = mock();
+    for (schema, says) in [
+        (
+            json!({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
+            "#/$defs/a → #/$defs/a",
+        ),
+        (
+            json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+                   "type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}}),
+            "never to a schema",
+        ),
+    ] {
+        let err = check(&vocabulary, &Constraint::JsonSchema(schema.clone())).unwrap_err();
+        assert!(err.contains(says), "{schema}: {err}");
+        assert!(
+            !err.contains("<state>") && !err.contains("Tokens:"),
+            "{err}"
+        );
+        let tools = Constraint::ToolCall(vec![ToolSchema {
+            name: "f".into(),
+            parameters: schema.clone(),
+        }]);
+        assert!(check(&vocabulary, &tools).is_err(), "{schema}");
+    }
+    // Recursion that can end is fine.
+    check(
+        &vocabulary,
+        &Constraint::JsonSchema(json!({
+            "type": "object", "properties": {"child": {"$ref": "#"}}
+        })),
+    )
+    .unwrap();
+}
+
+#[test]
+fn compiled_parsers_are_kept_within_their_byte_budget() {
+    let vocabulary = mock();
+    // Schemas of about 256 KiB, each counted for about 8 MiB: the budget
+    // keeps at most eight of them, whatever number is compiled.
+    let big = |n: usize| {
+        let values: Vec<String> = (0..12_000).map(|i| format!("v{n}-{i:08}")).collect();
+        Constraint::JsonSchema(json!({"enum": values}))
+    };
+    for n in 0..12 {
+        check(&vocabulary, &big(n)).unwrap();
+        let (bytes, _) = compiled_held();
+        assert!(bytes <= COMPILED_MAX_BYTES, "{bytes}");
+    }
+    let too_big = COMPILED_MAX_BYTES / BYTES_PER_SCHEMA_BYTE;
+    assert!(compiled_bytes(too_big) > COMPILED_MAX_BYTES);
+}

@@ -41,8 +41,17 @@ const EOS_NAMES: &[&str] = &[
 /// The text of a file of at most [`MAX_TOKENIZER_BYTES`].
 fn read_limited(path: &std::path::Path) -> std::io::Result<String> {
     use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut text = String::new();
-    let file = std::fs::File::open(path)?;
+    // Non-blocking, and a regular file only: a FIFO or a device at the
+    // path is refused, never waited on or read without end.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("it is not a regular file"));
+    }
     file.take(MAX_TOKENIZER_BYTES + 1)
         .read_to_string(&mut text)?;
     if text.len() as u64 > MAX_TOKENIZER_BYTES {
@@ -51,6 +60,19 @@ fn read_limited(path: &std::path::Path) -> std::io::Result<String> {
         )));
     }
     Ok(text)
+}
+
+/// Why a `tokenizer.json` was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenizerError {
+    /// It breaks a bound (size, ids, counts): a hostile or badly damaged
+    /// file, refused wherever it comes from.
+    #[error("{0}")]
+    Bounds(String),
+    /// Not JSON, or a tokenizer of a kind the constraint engine cannot
+    /// read (the model still serves free text).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// A vocabulary with what the constraint engine needs of it.
@@ -126,16 +148,50 @@ impl Vocabulary {
         Ok(vocabulary)
     }
 
+    /// The text of a `tokenizer.json` file: a regular file (never a FIFO or
+    /// a device, never waited on) of at most [`MAX_TOKENIZER_BYTES`].
+    ///
+    /// # Errors
+    /// A file that cannot be read, is not a regular file, or is too large.
+    pub fn read_file(path: &std::path::Path) -> std::io::Result<String> {
+        read_limited(path)
+    }
+
     /// A vocabulary from the text of a `tokenizer.json`.
     ///
     /// # Errors
     /// Text that is not JSON, or a tokenizer the engine cannot read.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let json: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-        let tokens = llguidance::token_bytes_from_tokenizer_json(&json)
-            .map_err(|e| format!("not a tokenizer the constraint engine reads: {e}"))?;
-        Self::from_tokens(tokens)
+        Self::parse_checked(text).map_err(|e| e.to_string())
+    }
+
+    /// [`Vocabulary::parse`], telling a file outside the bounds (refused
+    /// wherever it comes from) from one the engine cannot read.
+    ///
+    /// # Errors
+    /// See [`TokenizerError`].
+    pub fn parse_checked(text: &str) -> Result<Self, TokenizerError> {
+        if text.len() as u64 > MAX_TOKENIZER_BYTES {
+            return Err(TokenizerError::Bounds(format!(
+                "it is larger than {MAX_TOKENIZER_BYTES} bytes, more than any tokenizer.json"
+            )));
+        }
+        let json: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| TokenizerError::Unsupported(format!("not JSON: {e}")))?;
+        super::bounds::check(&json).map_err(TokenizerError::Bounds)?;
+        // The bounds hold, so what the engine allocates is bounded; a panic
+        // in its reader (a shape it did not expect) is a refusal too.
+        let read = std::panic::catch_unwind(|| {
+            llguidance::token_bytes_from_tokenizer_json(&json)
+                .map_err(|e| format!("not a tokenizer the constraint engine reads: {e}"))
+                .and_then(Self::from_tokens)
+        });
+        match read {
+            Ok(result) => result.map_err(TokenizerError::Unsupported),
+            Err(_) => Err(TokenizerError::Unsupported(
+                "not a tokenizer the constraint engine reads (its reader failed on it)".into(),
+            )),
+        }
     }
 
     /// A vocabulary from each token's bytes (special tokens marked with
@@ -161,7 +217,9 @@ impl Vocabulary {
         let info = TokRxInfo::new(size, eos as u32);
         let trie = TokTrie::from(&info, &tokens);
         let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
-        let factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+        let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+        // Errors in words for the client, without the parser's state.
+        factory.limits_mut().verbose_errors = false;
         let memory = tokens.iter().map(|t| t.len() + 24).sum::<usize>() * 3;
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Ok(Self {

@@ -169,6 +169,7 @@ fn pull_status(err: &PullError) -> StatusCode {
         PullError::NotFound(_) | PullError::NoModelFile(_) => StatusCode::NOT_FOUND,
         PullError::Denied { .. } | PullError::BadToken { .. } => StatusCode::FORBIDDEN,
         PullError::NeedsVisionRuntime { .. } => StatusCode::CONFLICT,
+        PullError::BadContent(_) => StatusCode::UNPROCESSABLE_ENTITY,
         PullError::DiskFull { .. } | PullError::LowSpace { .. } | PullError::TooLarge { .. } => {
             StatusCode::INSUFFICIENT_STORAGE
         }
