@@ -1,0 +1,122 @@
+//! The Responses API against hostile clients: a key that names another
+//! key's response, and zstd bodies made to cost the server work.
+
+use serde_json::{Value, json};
+
+use crate::harness::{Server, mock_config};
+
+/// `POST path` with `body` as JSON and `key` as a bearer token: the status
+/// and the body as JSON.
+async fn post(server: &Server, path: &str, body: Value, key: &str) -> (u16, Value) {
+    let response = server
+        .send(reqwest::Method::POST, path, Some(body), Some(key))
+        .await;
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON body"))
+}
+
+/// The text of a finished response's first message.
+fn text(response: &Value) -> &str {
+    response["output"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["type"] == "message"))
+        .and_then(|m| m["content"][0]["text"].as_str())
+        .unwrap_or_else(|| panic!("no message in {response}"))
+}
+
+#[tokio::test]
+async fn a_key_cannot_continue_another_keys_response_and_cannot_tell_it_from_an_unknown_one() {
+    let server = Server::start(
+        &mock_config(0.0, 0, ""),
+        &["--api-key", "key-a", "--api-key", "key-b"],
+    );
+    let secret = "pineapple";
+    let (status, first) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "mock", "input": format!("Keep this: @mock(echo=1) {secret}")}),
+        "key-a",
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    assert!(text(&first).contains(secret), "{first}");
+    let id = first["id"].as_str().unwrap().to_owned();
+
+    // B names A's response, by either header B may send its key in: the
+    // same refusal as for an id never made, and nothing of A's.
+    let never_made = format!("resp_{}", "x".repeat(id.len() - "resp_".len()));
+    let (status, unknown) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "mock", "input": "Go on.", "previous_response_id": never_made}),
+        "key-b",
+    )
+    .await;
+    assert_eq!(status, 400, "{unknown}");
+    assert_eq!(unknown["error"]["param"], "previous_response_id");
+    let as_unknown = unknown.to_string().replace(&never_made, &id);
+    for path in ["/v1/responses", "/v1/responses/input_tokens"] {
+        let body = json!({"model": "mock", "input": "Go on.", "previous_response_id": id});
+        let (status, foreign) = post(&server, path, body.clone(), "key-b").await;
+        assert_eq!(status, 400, "{foreign}");
+        assert_eq!(foreign.to_string(), as_unknown, "{path}");
+        assert!(!foreign.to_string().contains(secret), "{foreign}");
+
+        let response = server
+            .http
+            .post(format!("http://{}{path}", server.addr))
+            .header("x-api-key", "key-b")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400);
+        assert_eq!(response.text().await.unwrap(), as_unknown, "{path}");
+    }
+    // Streaming too: refused before any event.
+    let (status, streamed) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "mock", "input": "Go on.", "previous_response_id": id, "stream": true}),
+        "key-b",
+    )
+    .await;
+    assert_eq!((status, streamed.to_string()), (400, as_unknown.clone()));
+
+    // A still continues its own response, with its conversation.
+    let (status, second) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "mock", "input": "And again.", "previous_response_id": id}),
+        "key-a",
+    )
+    .await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["previous_response_id"], id.as_str());
+    assert!(text(&second).contains(secret), "{second}");
+    // And B's own responses are B's.
+    let (status, own) = post(
+        &server,
+        "/v1/responses",
+        json!({"model": "mock", "input": "mine @mock(length=3)"}),
+        "key-b",
+    )
+    .await;
+    assert_eq!(status, 200, "{own}");
+    let (status, counted) = post(
+        &server,
+        "/v1/responses/input_tokens",
+        json!({"model": "mock", "input": "more", "previous_response_id": own["id"]}),
+        "key-b",
+    )
+    .await;
+    assert_eq!(status, 200, "{counted}");
+    let (status, _) = post(
+        &server,
+        "/v1/responses/input_tokens",
+        json!({"model": "mock", "input": "more", "previous_response_id": own["id"]}),
+        "key-a",
+    )
+    .await;
+    assert_eq!(status, 400);
+}
