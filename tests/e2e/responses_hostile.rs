@@ -120,3 +120,63 @@ async fn a_key_cannot_continue_another_keys_response_and_cannot_tell_it_from_an_
     .await;
     assert_eq!(status, 400);
 }
+
+/// A zstd frame holding `content` in one raw block (no content size, a
+/// 1 KiB window).
+fn raw_frame(content: &[u8]) -> Vec<u8> {
+    assert!(content.len() <= 1024);
+    let header = (u32::try_from(content.len()).unwrap() << 3) | 1;
+    [
+        &[0x28, 0xB5, 0x2F, 0xFD, 0x00, 0x00][..],
+        &header.to_le_bytes()[..3],
+        content,
+    ]
+    .concat()
+}
+
+/// Posts `body` as a zstd-compressed Responses request: status and JSON.
+async fn post_zstd(server: &Server, body: Vec<u8>) -> (u16, Value) {
+    let response = server
+        .http
+        .post(format!("http://{}/v1/responses", server.addr))
+        .header("content-type", "application/json")
+        .header("content-encoding", "zstd")
+        .body(body)
+        .send()
+        .await
+        .expect("POST /v1/responses");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON body"))
+}
+
+#[tokio::test]
+async fn a_zstd_body_of_many_empty_frames_or_blocks_is_refused_naming_the_bound() {
+    let server = Server::start(&mock_config(0.0, 0, ""), &[]);
+    let request = json!({"model": "mock", "input": "hello @mock(length=3)"}).to_string();
+    let (status, answer) = post_zstd(&server, raw_frame(request.as_bytes())).await;
+    assert_eq!(status, 200, "{answer}");
+
+    // The request, then 116,000 empty frames: about a megabyte, under the
+    // body limit, that decodes to the same request.
+    let mut frames = raw_frame(request.as_bytes());
+    frames.extend(raw_frame(b"").repeat(116_000));
+    assert!(frames.len() < 1 << 20);
+    let (status, refused) = post_zstd(&server, frames).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["param"], "body");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("more than 64 frames"), "{message}");
+
+    // One frame of the request's block after 300,000 empty raw blocks.
+    let mut blocks = vec![0x28, 0xB5, 0x2F, 0xFD, 0x00, 0x00];
+    blocks.extend([0u8; 3].repeat(300_000));
+    blocks.extend(&raw_frame(request.as_bytes())[6..]);
+    let (status, refused) = post_zstd(&server, blocks).await;
+    assert_eq!(status, 400, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("more than 1024 blocks"), "{message}");
+
+    // The server still answers.
+    let (status, answer) = post_zstd(&server, raw_frame(request.as_bytes())).await;
+    assert_eq!(status, 200, "{answer}");
+}

@@ -102,7 +102,7 @@ impl IntoResponse for Refusal {
                 crate::metrics::rejected("too_large");
                 shape(StatusCode::PAYLOAD_TOO_LARGE, &err.to_string())
             }
-            BodyError::Corrupt(_) => {
+            BodyError::TooManyParts { .. } | BodyError::Corrupt(_) => {
                 OpenAiError(ServiceError::invalid("body", err.to_string())).into_response()
             }
         }
@@ -134,16 +134,18 @@ struct Prepared {
     kept: Vec<Message>,
 }
 
-/// Reads the body (decoded from zstd when it came so), translates it and
-/// puts the earlier conversation (`owner`'s) before its input.
-fn prepare(
+/// Reads the body (decoded from zstd when it came so, on the blocking
+/// pool), translates it and puts the earlier conversation (`owner`'s)
+/// before its input.
+async fn prepare(
     state: &AppState,
     owner: Owner,
     headers: &HeaderMap,
-    body: &[u8],
+    body: Bytes,
 ) -> std::result::Result<Prepared, Refusal> {
-    let json =
-        body::decode(headers, body, state.settings.max_request_bytes).map_err(Refusal::Body)?;
+    let json = body::read(headers, body, state.settings.max_request_bytes)
+        .await
+        .map_err(Refusal::Body)?;
     let request: wire::Request = parse_body(&json)?;
     let mut translated = request.translate()?;
     let earlier = match translated.previous.as_deref() {
@@ -226,7 +228,7 @@ async fn create(
 ) -> Response {
     crate::metrics::api_request("responses");
     let owner = owner(key);
-    let Prepared { translated, kept } = match prepare(&state, owner, &headers, &body) {
+    let Prepared { translated, kept } = match prepare(&state, owner, &headers, body).await {
         Ok(prepared) => prepared,
         Err(refusal) => return refusal.into_response(),
     };
@@ -366,7 +368,7 @@ async fn input_tokens(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Prepared { translated, .. } = match prepare(&state, owner(key), &headers, &body) {
+    let Prepared { translated, .. } = match prepare(&state, owner(key), &headers, body).await {
         Ok(prepared) => prepared,
         Err(refusal) => return refusal.into_response(),
     };
