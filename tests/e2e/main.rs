@@ -24,6 +24,7 @@ mod pulled_templates;
 mod queueing;
 mod reasoning;
 mod remote_images;
+mod responses_hostile;
 mod rkllm;
 mod runners;
 mod snapshots;

@@ -3,7 +3,9 @@
 //! `Authorization: Bearer <key>` (or `x-api-key: <key>`); a missing or
 //! wrong key gets 401 before any work is done, in the shape of the API
 //! the route belongs to (JSON-RPC -32008 on `/mcp`). Keys are compared in
-//! constant time and never logged.
+//! constant time and never logged. An accepted request carries a [`KeyId`]
+//! (a digest of its key) as a request extension, so that what a key makes
+//! (a kept response) stays that key's.
 
 use std::sync::Arc;
 
@@ -12,10 +14,30 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
+use sha2::{Digest, Sha256};
+
 use super::errors::neutral;
 
+/// Which configured key a request carried: the SHA-256 of the key, never
+/// the key itself (and never printed). The same key, given twice, is one
+/// identity.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyId([u8; 32]);
+
+impl KeyId {
+    fn of(key: &[u8]) -> Self {
+        Self(Sha256::digest(key).into())
+    }
+}
+
+impl std::fmt::Debug for KeyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyId(..)")
+    }
+}
+
 /// The configured API keys.
-pub struct ApiKeys(Vec<Vec<u8>>);
+pub struct ApiKeys(Vec<(Vec<u8>, KeyId)>);
 
 impl std::fmt::Debug for ApiKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -27,7 +49,11 @@ impl std::fmt::Debug for ApiKeys {
 impl ApiKeys {
     /// The keys; none disables authentication.
     pub fn new(keys: &[String]) -> Self {
-        Self(keys.iter().map(|k| k.as_bytes().to_vec()).collect())
+        Self(
+            keys.iter()
+                .map(|k| (k.as_bytes().to_vec(), KeyId::of(k.as_bytes())))
+                .collect(),
+        )
     }
 
     /// Whether authentication is on.
@@ -35,12 +61,18 @@ impl ApiKeys {
         !self.0.is_empty()
     }
 
-    /// Whether `candidate` is one of the keys. Every key is compared, each
-    /// in time that depends only on the lengths.
+    /// Whether `candidate` is one of the keys.
     pub fn accepts(&self, candidate: &[u8]) -> bool {
-        self.0
-            .iter()
-            .fold(false, |found, key| found | constant_time_eq(key, candidate))
+        self.identify(candidate).is_some()
+    }
+
+    /// The identity of `candidate` if it is one of the keys. Every key is
+    /// compared, each in time that depends only on the lengths.
+    pub fn identify(&self, candidate: &[u8]) -> Option<KeyId> {
+        self.0.iter().fold(None, |found, (key, id)| {
+            let equal = constant_time_eq(key, candidate);
+            found.or(equal.then_some(*id))
+        })
     }
 }
 
@@ -68,14 +100,20 @@ fn api_key_header(request: &Request) -> Option<&[u8]> {
     Some(request.headers().get("x-api-key")?.as_bytes().trim_ascii())
 }
 
-/// Middleware: 401 unless the request carries a configured key.
+/// Middleware: 401 unless the request carries a configured key. An
+/// accepted request goes on with its key's [`KeyId`] among its extensions
+/// (none when no keys are configured).
 pub async fn require_key(
     State(keys): State<Arc<ApiKeys>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    let accepted = |key: Option<&[u8]>| key.is_some_and(|key| keys.accepts(key));
-    if !keys.enabled() || accepted(bearer(&request)) || accepted(api_key_header(&request)) {
+    if !keys.enabled() {
+        return next.run(request).await;
+    }
+    let identify = |key: Option<&[u8]>| key.and_then(|key| keys.identify(key));
+    if let Some(id) = identify(bearer(&request)).or_else(|| identify(api_key_header(&request))) {
+        request.extensions_mut().insert(id);
         return next.run(request).await;
     }
     crate::metrics::rejected("unauthorized");
@@ -111,6 +149,17 @@ mod tests {
         }
         assert!(!ApiKeys::new(&[]).enabled());
         assert_eq!(format!("{keys:?}"), "ApiKeys(2 keys)");
+    }
+
+    #[test]
+    fn each_key_has_its_own_identity_and_prints_none_of_it() {
+        let keys = ApiKeys::new(&["alpha".into(), "beta".into(), "alpha".into()]);
+        let alpha = keys.identify(b"alpha").unwrap();
+        let beta = keys.identify(b"beta").unwrap();
+        assert_ne!(alpha, beta);
+        assert_eq!(keys.identify(b"alpha"), Some(alpha));
+        assert_eq!(keys.identify(b"gamma"), None);
+        assert_eq!(format!("{alpha:?}"), "KeyId(..)");
     }
 
     #[test]

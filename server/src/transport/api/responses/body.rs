@@ -4,10 +4,13 @@
 //! plain one (`limits.max_request_bytes`), and a frame that asks for a
 //! window larger than [`MAX_WINDOW_BYTES`] is refused before anything is
 //! allocated for it, so a small body cannot make the server hold much
-//! memory.
+//! memory. A body may hold at most [`MAX_FRAMES`] frames and
+//! [`MAX_BLOCKS`] blocks: each costs the decoder work whatever it holds
+//! (a raw block clears a 128 KiB buffer), so a body of empty ones cannot
+//! cost more than a few milliseconds. Decoding runs on the blocking
+//! pool ([`read`]), never on the async workers.
 
-use std::borrow::Cow;
-
+use axum::body::Bytes;
 use axum::http::HeaderMap;
 use axum::http::header::CONTENT_ENCODING;
 use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
@@ -17,8 +20,14 @@ use ruzstd::decoding::{BlockDecodingStrategy, FrameDecoder};
 /// use (without long-distance matching).
 pub const MAX_WINDOW_BYTES: u64 = 8 << 20;
 
-/// How much is decoded between two checks of the limit.
-const STEP_BYTES: usize = 64 << 10;
+/// The most frames one body may hold, skippable frames included. A client
+/// compresses a body as one frame; a few concatenated are accepted.
+pub const MAX_FRAMES: usize = 64;
+
+/// The most blocks one body may hold, in all its frames. An encoder writes
+/// blocks of up to 128 KiB: the largest body accepted
+/// (`limits.max_request_bytes` is at most 64 MiB) takes 512.
+pub const MAX_BLOCKS: usize = 1024;
 
 const ZSTD_MAGIC: u32 = 0xFD2F_B528;
 
@@ -39,30 +48,50 @@ pub enum BodyError {
         /// `limits.max_request_bytes`.
         limit: usize,
     },
+    /// More frames or blocks than a body may hold.
+    #[error(
+        "the zstd-compressed request body holds more than {limit} {what}, the most one body \
+         may hold: compress it as one frame, without flushing between writes"
+    )]
+    TooManyParts {
+        /// `frames` (skippable ones included) or `blocks`.
+        what: &'static str,
+        /// [`MAX_FRAMES`] or [`MAX_BLOCKS`].
+        limit: usize,
+    },
     /// Not valid zstd.
     #[error("the request body is not valid zstd: {0}")]
     Corrupt(String),
 }
 
 /// The body's JSON: `body` itself, or decoded from zstd when the headers
-/// say so.
+/// say so. A zstd body is decoded on the blocking pool, so that its
+/// decoding never holds up an async worker.
 ///
 /// # Errors
-/// An unknown encoding, a corrupt zstd body, or one that decodes past
-/// `limit` bytes.
-pub fn decode<'a>(
-    headers: &HeaderMap,
-    body: &'a [u8],
-    limit: usize,
-) -> Result<Cow<'a, [u8]>, BodyError> {
+/// An unknown encoding, a corrupt zstd body, one that decodes past
+/// `limit` bytes, or one of more than [`MAX_FRAMES`] frames or
+/// [`MAX_BLOCKS`] blocks.
+pub async fn read(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<Bytes, BodyError> {
+    if !zstd(headers)? {
+        return Ok(body);
+    }
+    tokio::task::spawn_blocking(move || unzstd(&body, limit))
+        .await
+        .map_err(|_| BodyError::Corrupt("its decoding failed".into()))?
+        .map(Bytes::from)
+}
+
+/// Whether the body is zstd (`false`: as it is).
+fn zstd(headers: &HeaderMap) -> Result<bool, BodyError> {
     let encoding = headers.get(CONTENT_ENCODING).map(|v| {
         String::from_utf8_lossy(v.as_bytes())
             .trim()
             .to_ascii_lowercase()
     });
     match encoding.as_deref() {
-        None | Some("" | "identity") => Ok(Cow::Borrowed(body)),
-        Some("zstd") => unzstd(body, limit).map(Cow::Owned),
+        None | Some("" | "identity") => Ok(false),
+        Some("zstd") => Ok(true),
         Some(other) => Err(BodyError::Encoding(other.to_owned())),
     }
 }
@@ -94,8 +123,9 @@ fn window_size(input: &[u8]) -> Option<u64> {
     Some(if size_bytes == 2 { size + 256 } else { size })
 }
 
-/// Decodes every frame of `input` (skippable frames skipped), refusing
-/// output past `limit` bytes.
+/// Decodes every frame of `input` (skippable frames skipped), a block at
+/// a time, refusing output past `limit` bytes and more than [`MAX_FRAMES`]
+/// frames or [`MAX_BLOCKS`] blocks.
 fn unzstd(mut input: &[u8], limit: usize) -> Result<Vec<u8>, BodyError> {
     let corrupt = |e: FrameDecoderError| BodyError::Corrupt(e.to_string());
     let mut out = Vec::new();
@@ -103,7 +133,15 @@ fn unzstd(mut input: &[u8], limit: usize) -> Result<Vec<u8>, BodyError> {
     if input.is_empty() {
         return Err(BodyError::Corrupt("the body is empty".into()));
     }
+    let (mut frames, mut blocks) = (0, 0);
     while !input.is_empty() {
+        frames += 1;
+        if frames > MAX_FRAMES {
+            return Err(BodyError::TooManyParts {
+                what: "frames (skippable ones included)",
+                limit: MAX_FRAMES,
+            });
+        }
         if let Some(window) = window_size(input)
             && window > MAX_WINDOW_BYTES
         {
@@ -126,8 +164,15 @@ fn unzstd(mut input: &[u8], limit: usize) -> Result<Vec<u8>, BodyError> {
             Err(e) => return Err(corrupt(e)),
         }
         loop {
+            blocks += 1;
+            if blocks > MAX_BLOCKS {
+                return Err(BodyError::TooManyParts {
+                    what: "blocks",
+                    limit: MAX_BLOCKS,
+                });
+            }
             decoder
-                .decode_blocks(&mut input, BlockDecodingStrategy::UptoBytes(STEP_BYTES))
+                .decode_blocks(&mut input, BlockDecodingStrategy::UptoBlocks(1))
                 .map_err(corrupt)?;
             if let Some(bytes) = decoder.collect() {
                 if out.len() + bytes.len() > limit {
@@ -159,19 +204,35 @@ mod tests {
         headers
     }
 
+    /// `body` read with `headers` under `limit`, as the handlers read it.
+    fn decode(headers: &HeaderMap, body: &[u8], limit: usize) -> Result<Vec<u8>, BodyError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime
+            .block_on(read(headers, Bytes::copy_from_slice(body), limit))
+            .map(|json| json.to_vec())
+    }
+
+    /// A frame header: no content size, a 1 KiB window.
+    const FRAME_HEADER: [u8; 6] = [0x28, 0xB5, 0x2F, 0xFD, 0x00, 0x00];
+    /// The header of a raw block of no bytes: the last of its frame, or not.
+    const LAST_EMPTY_BLOCK: [u8; 3] = [1, 0, 0];
+    const EMPTY_BLOCK: [u8; 3] = [0, 0, 0];
+
     #[test]
     fn a_zstd_body_is_decoded_and_a_plain_one_kept() {
         let json = br#"{"input": "hello", "model": "mock"}"#.repeat(50);
         let packed = compress_to_vec(&json[..], CompressionLevel::Fastest);
         assert!(packed.len() < json.len());
-        assert_eq!(*decode(&zstd_headers(), &packed, 1 << 20).unwrap(), json);
-        assert_eq!(*decode(&HeaderMap::new(), &json, 1 << 20).unwrap(), json);
+        assert_eq!(decode(&zstd_headers(), &packed, 1 << 20).unwrap(), json);
+        assert_eq!(decode(&HeaderMap::new(), &json, 1 << 20).unwrap(), json);
         // Two frames, and a skippable frame between them.
         let mut two = packed.clone();
         two.extend_from_slice(&[0x50, 0x2A, 0x4D, 0x18, 3, 0, 0, 0, 1, 2, 3]);
         two.extend_from_slice(&packed);
         assert_eq!(
-            *decode(&zstd_headers(), &two, 1 << 20).unwrap(),
+            decode(&zstd_headers(), &two, 1 << 20).unwrap(),
             [&json[..], &json[..]].concat()
         );
     }
@@ -208,6 +269,68 @@ mod tests {
             decode(&gzip, b"x", 1 << 20),
             Err(BodyError::Encoding("gzip".into()))
         );
+    }
+
+    #[test]
+    fn a_body_of_many_empty_frames_is_refused_naming_the_bound() {
+        let frame = [&FRAME_HEADER[..], &LAST_EMPTY_BLOCK].concat();
+        // 116,000 empty frames in about a megabyte.
+        let many = frame.repeat(116_000);
+        let err = decode(&zstd_headers(), &many, 2 << 20).unwrap_err();
+        assert_eq!(
+            err,
+            BodyError::TooManyParts {
+                what: "frames (skippable ones included)",
+                limit: MAX_FRAMES
+            }
+        );
+        assert!(err.to_string().contains("more than 64 frames"), "{err}");
+        // Skippable frames count too.
+        let skippable = [0x50, 0x2A, 0x4D, 0x18, 0, 0, 0, 0].repeat(MAX_FRAMES + 1);
+        assert!(matches!(
+            decode(&zstd_headers(), &skippable, 1 << 20),
+            Err(BodyError::TooManyParts {
+                limit: MAX_FRAMES,
+                ..
+            })
+        ));
+        // Up to the bound, they are read.
+        assert_eq!(
+            decode(&zstd_headers(), &frame.repeat(MAX_FRAMES), 1 << 20).unwrap(),
+            b""
+        );
+    }
+
+    #[test]
+    fn a_frame_of_many_empty_blocks_is_refused_naming_the_bound() {
+        let blocks = |n: usize| {
+            [
+                &FRAME_HEADER[..],
+                &EMPTY_BLOCK.repeat(n - 1),
+                &LAST_EMPTY_BLOCK,
+            ]
+            .concat()
+        };
+        let err = decode(&zstd_headers(), &blocks(300_000), 1 << 20).unwrap_err();
+        assert_eq!(
+            err,
+            BodyError::TooManyParts {
+                what: "blocks",
+                limit: MAX_BLOCKS
+            }
+        );
+        assert!(err.to_string().contains("more than 1024 blocks"), "{err}");
+        assert_eq!(
+            decode(&zstd_headers(), &blocks(MAX_BLOCKS), 1 << 20).unwrap(),
+            b""
+        );
+        assert!(decode(&zstd_headers(), &blocks(MAX_BLOCKS + 1), 1 << 20).is_err());
+        // The blocks of every frame count together.
+        let half = blocks(MAX_BLOCKS / 2 + 1);
+        assert!(matches!(
+            decode(&zstd_headers(), &half.repeat(2), 1 << 20),
+            Err(BodyError::TooManyParts { what: "blocks", .. })
+        ));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! `POST /v1/responses/input_tokens`. Each request's input items become
 //! the service's conversation (`wire.rs`), the generation's events become
 //! output items and stream events (`stream.rs`), and a finished response
-//! is kept for `previous_response_id` in a bounded store (`store.rs`).
+//! is kept for `previous_response_id` in a bounded store (`store.rs`),
+//! found again only with the API key that made it.
 //! Bodies may come compressed with zstd (`body.rs`). Errors are OpenAI's
 //! `{"error": {…}}`; once a stream has started, a failure is its
 //! `response.failed` event, and a prompt too large for the model's context
@@ -20,6 +21,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -32,8 +34,8 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 pub use store::{
-    DEFAULT_STORE_MAX_BYTES, DEFAULT_STORE_MAX_ENTRIES, DEFAULT_STORE_TTL_SECS, ResponseStore,
-    StoreSettings,
+    DEFAULT_STORE_MAX_BYTES, DEFAULT_STORE_MAX_ENTRIES, DEFAULT_STORE_TTL_SECS, Owner,
+    ResponseStore, StoreSettings,
 };
 
 use super::openai::{OpenAiError, shape};
@@ -43,6 +45,7 @@ use body::BodyError;
 use stream::{Frame, Output, Status};
 use wire::Translated;
 
+use super::super::auth::KeyId;
 use super::super::clock::unix_now;
 use super::super::state::AppState;
 
@@ -99,7 +102,7 @@ impl IntoResponse for Refusal {
                 crate::metrics::rejected("too_large");
                 shape(StatusCode::PAYLOAD_TOO_LARGE, &err.to_string())
             }
-            BodyError::Corrupt(_) => {
+            BodyError::TooManyParts { .. } | BodyError::Corrupt(_) => {
                 OpenAiError(ServiceError::invalid("body", err.to_string())).into_response()
             }
         }
@@ -131,20 +134,23 @@ struct Prepared {
     kept: Vec<Message>,
 }
 
-/// Reads the body (decoded from zstd when it came so), translates it and
-/// puts the earlier conversation before its input.
-fn prepare(
+/// Reads the body (decoded from zstd when it came so, on the blocking
+/// pool), translates it and puts the earlier conversation (`owner`'s)
+/// before its input.
+async fn prepare(
     state: &AppState,
+    owner: Owner,
     headers: &HeaderMap,
-    body: &[u8],
+    body: Bytes,
 ) -> std::result::Result<Prepared, Refusal> {
-    let json =
-        body::decode(headers, body, state.settings.max_request_bytes).map_err(Refusal::Body)?;
+    let json = body::read(headers, body, state.settings.max_request_bytes)
+        .await
+        .map_err(Refusal::Body)?;
     let request: wire::Request = parse_body(&json)?;
     let mut translated = request.translate()?;
     let earlier = match translated.previous.as_deref() {
         None => None,
-        Some(id) => Some(earlier(state, id)?),
+        Some(id) => Some(earlier(state, id, owner)?),
     };
     let (sent, kept) = translated.conversation(earlier.as_deref().unwrap_or_default());
     if sent.is_empty() {
@@ -155,7 +161,12 @@ fn prepare(
 }
 
 /// The conversation of `previous_response_id`, or why it cannot be had.
-fn earlier(state: &AppState, id: &str) -> std::result::Result<Arc<[Message]>, ServiceError> {
+/// Another key's response is refused exactly as an unknown id is.
+fn earlier(
+    state: &AppState,
+    id: &str,
+    owner: Owner,
+) -> std::result::Result<Arc<[Message]>, ServiceError> {
     let store = &state.responses;
     if !store.enabled() {
         return Err(ServiceError::invalid(
@@ -164,7 +175,7 @@ fn earlier(state: &AppState, id: &str) -> std::result::Result<Arc<[Message]>, Se
              ([responses] store_max_entries = 0); send the whole conversation in `input`",
         ));
     }
-    store.get(id).ok_or_else(|| {
+    store.get(id, owner).ok_or_else(|| {
         let settings = store.settings();
         ServiceError::invalid(
             "previous_response_id",
@@ -183,6 +194,7 @@ fn earlier(state: &AppState, id: &str) -> std::result::Result<Arc<[Message]>, Se
 /// What a finished response keeps, when its request asked for it.
 struct Keep {
     store: Arc<ResponseStore>,
+    owner: Owner,
     conversation: Vec<Message>,
 }
 
@@ -196,15 +208,27 @@ impl Keep {
         ) {
             let mut conversation = self.conversation;
             conversation.push(output.assistant_turn());
-            self.store.keep(output.id().to_owned(), conversation);
+            self.store
+                .keep(output.id().to_owned(), self.owner, conversation);
         }
     }
 }
 
+/// Whose responses a request may keep and continue: its API key's.
+fn owner(key: Option<Extension<KeyId>>) -> Owner {
+    key.map(|Extension(id)| id)
+}
+
 /// `POST /v1/responses`.
-async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn create(
+    State(state): State<Arc<AppState>>,
+    key: Option<Extension<KeyId>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     crate::metrics::api_request("responses");
-    let Prepared { translated, kept } = match prepare(&state, &headers, &body) {
+    let owner = owner(key);
+    let Prepared { translated, kept } = match prepare(&state, owner, &headers, body).await {
         Ok(prepared) => prepared,
         Err(refusal) => return refusal.into_response(),
     };
@@ -220,6 +244,7 @@ async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body: By
     echo.insert("created_at".into(), json!(unix_now()));
     let keep = (store && state.responses.enabled()).then(|| Keep {
         store: Arc::clone(&state.responses),
+        owner,
         conversation: kept,
     });
     let running = match state.service.start(generate).await.map_err(renamed) {
@@ -339,10 +364,11 @@ fn stream_response(running: Running, output: Output, keep: Option<Keep>) -> Resp
 /// model's context).
 async fn input_tokens(
     State(state): State<Arc<AppState>>,
+    key: Option<Extension<KeyId>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Prepared { translated, .. } = match prepare(&state, &headers, &body) {
+    let Prepared { translated, .. } = match prepare(&state, owner(key), &headers, body).await {
         Ok(prepared) => prepared,
         Err(refusal) => return refusal.into_response(),
     };

@@ -11,6 +11,11 @@
 //! response larger than the whole byte budget is not kept. A request naming
 //! a response that is not (or no longer) kept is refused, never answered
 //! without its history. Nothing is written to disk; a restart forgets all.
+//!
+//! With API keys, a response belongs to the key that made it: only that
+//! key finds it, and to any other it is not kept, exactly as an id never
+//! made (so another key's ids cannot be told from unknown ones). Without
+//! keys, every client finds every response.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -19,7 +24,12 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use super::super::super::auth::KeyId;
 use crate::service::{ImageSource, Message, Part};
+
+/// Whose a response is: the API key its request carried, or `None` on a
+/// server without keys.
+pub type Owner = Option<KeyId>;
 
 /// `[responses] store_max_entries`.
 pub const DEFAULT_STORE_MAX_ENTRIES: usize = 256;
@@ -55,6 +65,7 @@ impl Default for StoreSettings {
 /// A kept response.
 #[derive(Debug)]
 struct Entry {
+    owner: Owner,
     conversation: Arc<[Message]>,
     bytes: usize,
     kept_at: Instant,
@@ -120,11 +131,11 @@ impl ResponseStore {
         self.settings.max_entries > 0 && self.settings.max_bytes > 0
     }
 
-    /// Keeps `conversation` as response `id`'s, evicting the oldest
-    /// responses as the bounds require. Returns whether it was kept (not
-    /// when the store is off, or the conversation alone is over the byte
-    /// budget).
-    pub fn keep(&self, id: String, conversation: Vec<Message>) -> bool {
+    /// Keeps `conversation` as response `id`'s, made by `owner`, evicting
+    /// the oldest responses as the bounds require. Returns whether it was
+    /// kept (not when the store is off, or the conversation alone is over
+    /// the byte budget).
+    pub fn keep(&self, id: String, owner: Owner, conversation: Vec<Message>) -> bool {
         if !self.enabled() {
             return false;
         }
@@ -144,6 +155,7 @@ impl ResponseStore {
         if let Some(old) = inner.entries.insert(
             id.clone(),
             Entry {
+                owner,
                 conversation: conversation.into(),
                 bytes,
                 kept_at: now,
@@ -157,12 +169,17 @@ impl ResponseStore {
         true
     }
 
-    /// The conversation of response `id`, if it is kept and not expired.
-    pub fn get(&self, id: &str) -> Option<Arc<[Message]>> {
+    /// The conversation of response `id`, if it is kept, not expired, and
+    /// `owner`'s; another owner's response is `None`, as an unknown id is.
+    pub fn get(&self, id: &str, owner: Owner) -> Option<Arc<[Message]>> {
         let now = Instant::now();
         let mut inner = self.inner.lock();
         expire(&mut inner, now, self.settings.ttl);
-        inner.entries.get(id).map(|e| Arc::clone(&e.conversation))
+        inner
+            .entries
+            .get(id)
+            .filter(|e| e.owner == owner)
+            .map(|e| Arc::clone(&e.conversation))
     }
 
     /// Responses kept now, and the bytes they are counted for.
@@ -215,13 +232,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_kept_response_is_found_until_it_expires() {
         let store = ResponseStore::new(settings(8, 1 << 20, 60));
-        assert!(store.keep("resp_a".into(), conversation("hello")));
-        assert_eq!(store.get("resp_a").unwrap()[0], conversation("hello")[0]);
-        assert!(store.get("resp_b").is_none());
+        assert!(store.keep("resp_a".into(), None, conversation("hello")));
+        assert_eq!(
+            store.get("resp_a", None).unwrap()[0],
+            conversation("hello")[0]
+        );
+        assert!(store.get("resp_b", None).is_none());
         tokio::time::advance(Duration::from_secs(59)).await;
-        assert!(store.get("resp_a").is_some());
+        assert!(store.get("resp_a", None).is_some());
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(store.get("resp_a").is_none());
+        assert!(store.get("resp_a", None).is_none());
         assert_eq!(store.usage(), (0, 0));
     }
 
@@ -229,41 +249,59 @@ mod tests {
     async fn the_oldest_go_first_past_the_entry_and_byte_caps() {
         let store = ResponseStore::new(settings(2, 1 << 20, 60));
         for id in ["a", "b", "c"] {
-            assert!(store.keep(id.into(), conversation(id)));
+            assert!(store.keep(id.into(), None, conversation(id)));
         }
-        assert!(store.get("a").is_none());
-        assert!(store.get("b").is_some() && store.get("c").is_some());
+        assert!(store.get("a", None).is_none());
+        assert!(store.get("b", None).is_some() && store.get("c", None).is_some());
         assert_eq!(store.usage().0, 2);
 
         let one = conversation_bytes(&conversation(&"x".repeat(100)));
         let store = ResponseStore::new(settings(100, one * 2, 60));
         for id in ["a", "b", "c"] {
-            assert!(store.keep(id.into(), conversation(&"x".repeat(100))));
+            assert!(store.keep(id.into(), None, conversation(&"x".repeat(100))));
         }
-        assert!(store.get("a").is_none());
+        assert!(store.get("a", None).is_none());
         assert_eq!(store.usage(), (2, one * 2));
         // One conversation over the whole budget is not kept, and evicts
         // nothing.
-        assert!(!store.keep("big".into(), conversation(&"x".repeat(one * 2))));
-        assert!(store.get("big").is_none());
+        assert!(!store.keep("big".into(), None, conversation(&"x".repeat(one * 2))));
+        assert!(store.get("big", None).is_none());
         assert_eq!(store.usage().0, 2);
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_id_kept_again_replaces_its_conversation() {
         let store = ResponseStore::new(settings(4, 1 << 20, 60));
-        store.keep("a".into(), conversation("one"));
-        store.keep("a".into(), conversation("two"));
+        store.keep("a".into(), None, conversation("one"));
+        store.keep("a".into(), None, conversation("two"));
         assert_eq!(store.usage().0, 1);
-        assert_eq!(store.get("a").unwrap()[0], conversation("two")[0]);
+        assert_eq!(store.get("a", None).unwrap()[0], conversation("two")[0]);
         assert_eq!(store.usage().1, conversation_bytes(&conversation("two")));
+    }
+
+    #[test]
+    fn a_response_is_found_only_by_the_key_that_made_it() {
+        let keys = super::super::super::super::auth::ApiKeys::new(&["a".into(), "b".into()]);
+        let (a, b) = (keys.identify(b"a"), keys.identify(b"b"));
+        let store = ResponseStore::new(settings(8, 1 << 20, 60));
+        assert!(store.keep("resp_a".into(), a, conversation("a's secret")));
+        assert_eq!(
+            store.get("resp_a", a).unwrap()[0],
+            conversation("a's secret")[0]
+        );
+        assert!(store.get("resp_a", b).is_none());
+        // A server without keys has no owner: its responses are no key's.
+        assert!(store.get("resp_a", None).is_none());
+        assert!(store.keep("resp_open".into(), None, conversation("open")));
+        assert!(store.get("resp_open", None).is_some());
+        assert!(store.get("resp_open", a).is_none());
     }
 
     #[test]
     fn a_store_without_room_keeps_nothing() {
         let store = ResponseStore::new(settings(0, 1 << 20, 60));
         assert!(!store.enabled());
-        assert!(!store.keep("a".into(), conversation("x")));
-        assert!(store.get("a").is_none());
+        assert!(!store.keep("a".into(), None, conversation("x")));
+        assert!(store.get("a", None).is_none());
     }
 }
