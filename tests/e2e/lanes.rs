@@ -1,14 +1,15 @@
-//! The two lanes of a model's queue: a background request (named so by
-//! `X-Rkllm-Priority` or JSON-RPC's `priority`, or a known client's
-//! background task such as Open WebUI's title request) never starts while
-//! an interactive one waits, each lane is first come first served, the
-//! queue's bound counts both, and each lane is counted in the metrics.
+//! The two lanes of a model's queue: interactive requests that arrive
+//! after a background request (named so by `X-Rkllm-Priority` or
+//! JSON-RPC's `priority`, or a known client's background task such as Open
+//! WebUI's title request) go ahead of it until it has aged, each lane is
+//! first come first served, the queue's bound counts both, and each lane
+//! is counted in the metrics.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Server, mock_config};
+use crate::harness::{LIVENESS, Server, mock_config};
 
 /// A request that holds the model (in its prefill) until it is aborted.
 const LONG: &str = "hold the model @mock(prefill_ms=600000)";
@@ -24,6 +25,40 @@ async fn start(server: &Server, prompt: &str, priority: Option<&str>) -> String 
 
 async fn status(server: &Server, id: &str) -> Value {
     server.ok("stream_status", json!({"stream_id": id})).await
+}
+
+/// The lanes of the generations that have run, in the order they ran
+/// (one runner: each starts when the one before has ended), from the
+/// `generation` log lines.
+fn lanes_run(server: &Server) -> Vec<String> {
+    server
+        .log()
+        .iter()
+        .filter(|line| line.contains(" generation "))
+        .filter_map(|line| {
+            let lane = line.split("lane=\"").nth(1)?;
+            Some(lane.split('"').next()?.to_owned())
+        })
+        .collect()
+}
+
+/// Waits (bounded) until `count` generations have been logged; their
+/// lanes in the order they ran.
+async fn wait_lanes_run(server: &Server, count: usize) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + LIVENESS;
+    loop {
+        let lanes = lanes_run(server);
+        if lanes.len() >= count {
+            return lanes;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {count} generations logged: {:?}",
+            lanes.len(),
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// `rkllm_lane_requests_total{lane}` from the metrics (0 when absent).
@@ -109,7 +144,7 @@ async fn an_interactive_request_arriving_later_starts_before_a_waiting_backgroun
 }
 
 #[tokio::test]
-async fn a_background_request_never_jumps_ahead_of_waiting_interactive_ones() {
+async fn a_background_request_never_goes_ahead_of_an_interactive_one_that_came_before_it() {
     let server = Server::start(&mock_config(50.0, 0, "[engine]\nqueue_len = 8\n"), &[]);
     let running = server
         .ok("run", json!({"prompt": LONG, "stream": true}))
@@ -125,6 +160,123 @@ async fn a_background_request_never_jumps_ahead_of_waiting_interactive_ones() {
     server.ok("abort", json!({"stream_id": running})).await;
     server.wait_state(&background, "finished").await;
     assert_eq!(status(&server, &interactive).await["state"], "finished");
+}
+
+#[tokio::test]
+async fn a_background_request_under_a_continuous_interactive_load_is_overtaken_at_most_max_overtaken_times()
+ {
+    const CLIENTS: usize = 4;
+    const TURNS: usize = 5;
+    const MAX_OVERTAKEN: usize = 2;
+    let server = Server::start(
+        &mock_config(
+            50.0,
+            0,
+            &format!("[engine]\nqueue_len = 16\nbackground_max_overtaken = {MAX_OVERTAKEN}\n"),
+        ),
+        &[],
+    );
+    let running = server
+        .ok("run", json!({"prompt": LONG, "stream": true}))
+        .await["stream_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.wait_state(&running, "initializing").await;
+    // Each client's first request is queued before the background one;
+    // each sends its next one as soon as its last has ended, so the
+    // interactive lane never runs dry.
+    let mut first = Vec::new();
+    for client in 0..CLIENTS {
+        first.push(start(&server, &format!("client {client} turn 0"), None).await);
+    }
+    let background = start(&server, "a title", Some("background")).await;
+    server.ok("abort", json!({"stream_id": running})).await;
+    let clients = first.iter().enumerate().map(|(client, id)| {
+        let server = &server;
+        async move {
+            server.wait_state(id, "finished").await;
+            for turn in 1..=TURNS {
+                // Long enough for the other clients to send their next.
+                let prompt = format!("client {client} turn {turn} @mock(length=10)");
+                server.ok("run", json!({"prompt": prompt})).await;
+            }
+        }
+    });
+    futures_util::future::join_all(clients).await;
+    server.wait_state(&background, "finished").await;
+
+    let interactive_runs = CLIENTS * (TURNS + 1);
+    let lanes = wait_lanes_run(&server, 1 + interactive_runs + 1).await;
+    // The first is the request the queue waited behind.
+    let after_hold = &lanes[1..];
+    let ahead = after_hold
+        .iter()
+        .position(|lane| lane == "background")
+        .unwrap_or_else(|| panic!("no background run: {lanes:?}"));
+    assert!(
+        after_hold[..ahead].iter().all(|lane| lane == "interactive"),
+        "{lanes:?}"
+    );
+    // Those queued before it, and at most MAX_OVERTAKEN that came later.
+    assert!(
+        (CLIENTS..=CLIENTS + MAX_OVERTAKEN).contains(&ahead),
+        "{ahead} interactive runs started ahead of it: {lanes:?}"
+    );
+    // It ran while the interactive load went on.
+    assert!(
+        ahead < interactive_runs,
+        "it ran only when the interactive lane was empty: {lanes:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_background_request_that_has_waited_its_bound_goes_before_later_interactive_ones_and_its_position_says_so()
+ {
+    let server = Server::start(
+        &mock_config(
+            200.0,
+            0,
+            "[engine]\nqueue_len = 8\nbackground_max_wait_secs = 1\nbackground_max_overtaken = 100\n",
+        ),
+        &[],
+    );
+    let running = server
+        .ok("run", json!({"prompt": LONG, "stream": true}))
+        .await["stream_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.wait_state(&running, "initializing").await;
+    let background = start(&server, "a title", Some("background")).await;
+    let interactive = start(&server, "a later question", None).await;
+    let second_interactive = start(&server, "another one", None).await;
+    // Once it has waited a second it is next, whatever its position was.
+    let deadline = tokio::time::Instant::now() + LIVENESS;
+    loop {
+        let status = status(&server, &background).await;
+        assert_eq!(status["state"], "queued", "{status}");
+        if status["queue_position"] == 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status(&server, &interactive).await["queue_position"], 2);
+    assert_eq!(
+        status(&server, &second_interactive).await["queue_position"],
+        3
+    );
+    server.ok("abort", json!({"stream_id": running})).await;
+    for id in [&background, &interactive, &second_interactive] {
+        server.wait_state(id, "finished").await;
+    }
+    let lanes = wait_lanes_run(&server, 4).await;
+    assert_eq!(
+        lanes[1..],
+        ["background", "interactive", "interactive"],
+        "{lanes:?}"
+    );
 }
 
 /// Open WebUI's title request as it sends it: its title template filled

@@ -306,6 +306,12 @@ impl Default for StreamsSection {
 pub struct EngineSection {
     /// Requests that may wait per model.
     pub queue_len: usize,
+    /// Seconds during which interactive requests that arrive after a
+    /// background request go ahead of it.
+    pub background_max_wait_secs: u64,
+    /// Interactive requests that arrive after a background request and
+    /// may start ahead of it.
+    pub background_max_overtaken: u32,
     /// Models loaded at once; loading another unloads the least recently
     /// used idle one (or waits for one to become idle).
     pub max_loaded_models: usize,
@@ -337,6 +343,8 @@ impl Default for EngineSection {
     fn default() -> Self {
         Self {
             queue_len: DEFAULT_QUEUE_LEN,
+            background_max_wait_secs: 15,
+            background_max_overtaken: 4,
             max_loaded_models: 1,
             keep_alive_secs: 300,
             preload: Vec::new(),

@@ -8,7 +8,8 @@ use super::{Config, DEFAULT_MOCK_MODEL, ModelEntry, RuntimeAbi};
 use crate::backend::constraint::TokenizerSource;
 use crate::backend::{InitSettings, MockConfig, RkllmSettings, SamplingValues, SnapshotSettings};
 use crate::engine::{
-    EngineLimits, KeepAlive, Lifecycle, ModelSettings, ModelSpec, ReasoningMode, RequestLimits,
+    Ageing, EngineLimits, KeepAlive, Lifecycle, ModelSettings, ModelSpec, ReasoningMode,
+    RequestLimits,
 };
 use crate::rpc::RpcLimits;
 use crate::store::{HubTokenizer, TokenizerSetting};
@@ -284,6 +285,10 @@ impl Config {
     pub fn engine_limits(&self) -> EngineLimits {
         EngineLimits {
             queue_len: self.engine.queue_len,
+            ageing: Ageing {
+                max_wait: Duration::from_secs(self.engine.background_max_wait_secs),
+                max_overtaken: self.engine.background_max_overtaken,
+            },
             request: RequestLimits {
                 max_prompt_bytes: self.limits.max_prompt_bytes,
                 default_max_tokens: self.limits.default_max_tokens,

@@ -95,6 +95,26 @@ fn invalid_values_name_their_key() {
         (
             Config {
                 engine: EngineSection {
+                    background_max_wait_secs: 0,
+                    ..EngineSection::default()
+                },
+                ..Config::default()
+            },
+            "engine.background_max_wait_secs",
+        ),
+        (
+            Config {
+                engine: EngineSection {
+                    background_max_overtaken: 0,
+                    ..EngineSection::default()
+                },
+                ..Config::default()
+            },
+            "engine.background_max_overtaken",
+        ),
+        (
+            Config {
+                engine: EngineSection {
                     max_loaded_models: 0,
                     ..EngineSection::default()
                 },

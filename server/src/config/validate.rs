@@ -508,6 +508,10 @@ impl Config {
             ));
         }
         for (key, value) in [
+            (
+                "engine.background_max_wait_secs",
+                e.background_max_wait_secs,
+            ),
             ("engine.load_timeout_secs", e.load_timeout_secs),
             ("engine.stall_timeout_secs", e.stall_timeout_secs),
             ("engine.crash_window_secs", e.crash_window_secs),
@@ -518,6 +522,15 @@ impl Config {
                     format!("must be between 1 and 86400, got {value}"),
                 ));
             }
+        }
+        if !(1..=100_000).contains(&e.background_max_overtaken) {
+            return Err(invalid(
+                "engine.background_max_overtaken",
+                format!(
+                    "must be between 1 and 100000, got {}",
+                    e.background_max_overtaken
+                ),
+            ));
         }
         if !(1..=1000).contains(&e.max_crashes) {
             return Err(invalid(

@@ -36,6 +36,7 @@ impl std::fmt::Debug for Job {
 /// Counts a generation that ran and writes its log line.
 fn record_generation(
     stream: &Stream,
+    lane: super::Priority,
     finish_reason: FinishReason,
     usage: Usage,
     timings: &Timings,
@@ -51,6 +52,7 @@ fn record_generation(
     );
     tracing::info!(
         model = stream.model(),
+        lane = lane.as_str(),
         finish_reason = finish_reason.as_str(),
         prompt_tokens = usage.prompt_tokens,
         completion_tokens = usage.completion_tokens,
@@ -158,7 +160,14 @@ pub(super) fn run_job(
                 let finish_reason = end.map_or(FinishReason::Abort, |e| e.finish_reason);
                 (finish_reason, usage, timings)
             });
-            record_generation(stream, finish_reason, usage, &timings, generation.memory_mb);
+            record_generation(
+                stream,
+                job.priority,
+                finish_reason,
+                usage,
+                &timings,
+                generation.memory_mb,
+            );
         }
         Ok(Err(err)) => {
             tracing::warn!(model = stream.model(), error = %err, "generation failed");

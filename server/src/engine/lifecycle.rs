@@ -23,6 +23,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::job::{Job, run_job};
 use super::keep_alive::KeepAlive;
+use super::priority::{Ageing, Queue};
 use crate::backend::{Backend, BackendError, ModelSpec, Runner};
 use crate::vocab::{EndErrorKind, EndInfo};
 
@@ -78,7 +79,8 @@ enum Place {
 /// What a model's lock guards.
 #[derive(Debug)]
 pub(super) struct Life {
-    pub jobs: VecDeque<Job>,
+    /// The jobs waiting, in the order they will run.
+    pub jobs: Queue<Job>,
     /// Places held for requests being prepared (`Reservation`), counted
     /// against the queue's bound.
     pub reserved: usize,
@@ -112,9 +114,9 @@ pub(super) struct Life {
 }
 
 impl Life {
-    fn new() -> Self {
+    fn new(ageing: Ageing) -> Self {
         Self {
-            jobs: VecDeque::new(),
+            jobs: Queue::new(ageing),
             reserved: 0,
             shutdown: false,
             state: ModelState::Available,
@@ -178,10 +180,10 @@ impl std::fmt::Debug for ModelSlot {
 }
 
 impl ModelSlot {
-    pub fn new(spec: ModelSpec) -> Self {
+    pub fn new(spec: ModelSpec, ageing: Ageing) -> Self {
         Self {
             spec,
-            life: Mutex::new(Life::new()),
+            life: Mutex::new(Life::new(ageing)),
             wake: Condvar::new(),
             changed: tokio::sync::watch::Sender::new(0),
             avg_job_ms: AtomicU64::new(1000),
@@ -299,12 +301,17 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub fn new(backend: Arc<dyn Backend>, models: &[ModelSpec], lifecycle: Lifecycle) -> Self {
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        models: &[ModelSpec],
+        lifecycle: Lifecycle,
+        ageing: Ageing,
+    ) -> Self {
         Self {
             slots: parking_lot::RwLock::new(
                 models
                     .iter()
-                    .map(|spec| Arc::new(ModelSlot::new(spec.clone())))
+                    .map(|spec| Arc::new(ModelSlot::new(spec.clone(), ageing)))
                     .collect(),
             ),
             backend,
@@ -463,7 +470,7 @@ fn next_step(slot: &ModelSlot, lane: usize, has_runner: bool) -> Step {
         }
         if life.state == ModelState::Failed && !life.jobs.is_empty() {
             let reason = failed_message(slot.name(), &life);
-            return Step::Fail(life.jobs.drain(..).collect(), reason);
+            return Step::Fail(life.jobs.drain(), reason);
         }
         if let Some(until) = life.backoff_until {
             if until > now {
@@ -472,10 +479,8 @@ fn next_step(slot: &ModelSlot, lane: usize, has_runner: bool) -> Step {
             }
             life.backoff_until = None;
         }
-        while let Some(job) = life.jobs.pop_front() {
-            if !job.stream.is_ended() {
-                return Step::Run(Box::new(job));
-            }
+        if let Some(job) = life.jobs.take(now, |job| !job.stream.is_ended()) {
+            return Step::Run(Box::new(job));
         }
         if !has_runner
             && ((lane == 0 && life.load_wanted > life.load_attempts)

@@ -1,5 +1,6 @@
 //! The engine: validates requests, queues them per model (bounded, FIFO
-//! in each of two lanes: interactive before background)
+//! in each of two lanes: interactive before background, up to a
+//! background job's ageing bound)
 //! and runs one generation at a time per model on that model's own OS
 //! thread (the NPU's rule), feeding each request's stream. It knows
 //! nothing of JSON or transports; it drives a [`Backend`] and the stream
@@ -21,7 +22,7 @@ pub use crate::backend::{
 };
 pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};
-pub use priority::Priority;
+pub use priority::{Ageing, Priority};
 pub use request::{
     BYTES_PER_TOKEN, DEFAULT_MAX_SCHEMA_BYTES, RequestLimits, RunRequest, ValidationError,
     check_context, check_embedding, check_images, check_lora,

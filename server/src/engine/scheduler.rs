@@ -2,8 +2,8 @@
 //!
 //! Each model has a bounded queue (full → [`EngineError::QueueFull`]) in
 //! two lanes, interactive and background, each first come, first served:
-//! a background job never starts while an interactive one waits
-//! ([`super::Priority`]); the bound counts both. It has
+//! interactive jobs that arrive after a background job go ahead of it
+//! until it has aged ([`super::Ageing`]); the bound counts both. It has
 //! worker threads ([`super::lifecycle`]) that load the model when work
 //! comes, run queued jobs in order, one at a time per lane, and unload it
 //! when idle. (A backend may ask for more lanes, each with its own runner
@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use super::job::Job;
 use super::keep_alive::KeepAlive;
 use super::lifecycle::{self, Lifecycle, ModelSlot, ModelState, Shared};
+use super::priority::Ageing;
 use super::tokenizers::{TokenizerInfo, TokenizerOrigin, Tokenizers};
 use super::{RequestLimits, RunRequest, ValidationError};
 use crate::backend::{Backend, BackendError, ModelSpec, Role};
@@ -30,6 +31,8 @@ use crate::vocab::{EndErrorKind, EndInfo};
 pub struct EngineLimits {
     /// Jobs that may wait per model (the running one not counted).
     pub queue_len: usize,
+    /// How long later interactive jobs may go ahead of a background job.
+    pub ageing: Ageing,
     /// Request validation limits.
     pub request: RequestLimits,
     /// When models load and unload.
@@ -194,7 +197,12 @@ impl Engine {
         limits: EngineLimits,
         streams: Arc<StreamManager>,
     ) -> Result<Self, EngineError> {
-        let shared = Arc::new(Shared::new(backend, models, limits.lifecycle));
+        let shared = Arc::new(Shared::new(
+            backend,
+            models,
+            limits.lifecycle,
+            limits.ageing,
+        ));
         for slot in shared.snapshot() {
             lifecycle::start_lanes(&shared, &slot)?;
         }
@@ -532,7 +540,7 @@ impl Engine {
                     reason: "a model of that name is already configured with another file".into(),
                 });
             }
-            let slot = Arc::new(ModelSlot::new(spec));
+            let slot = Arc::new(ModelSlot::new(spec, self.limits.ageing));
             slots.push(Arc::clone(&slot));
             slot
         };
@@ -555,7 +563,7 @@ impl Engine {
         let jobs: Vec<_> = {
             let mut life = slot.life.lock();
             life.shutdown = true;
-            life.jobs.drain(..).collect()
+            life.jobs.drain()
         };
         for job in jobs {
             job.stream.end_with(|usage| {
@@ -703,20 +711,19 @@ impl Engine {
             life.reserved -= 1;
             reservation.held = false;
         }
-        // Interactive jobs stay before background ones, so the front is
-        // always the next to run.
-        let at = super::priority::insert_at(life.jobs.iter().map(|job| job.priority), priority);
-        life.jobs.insert(
-            at,
+        let now = Instant::now();
+        life.jobs.push(
             Job {
                 stream: Arc::clone(&stream),
                 request,
-                enqueued: Instant::now(),
+                enqueued: now,
                 stop,
                 reasoning: slot.spec.reasoning,
                 keep_alive,
                 priority,
             },
+            priority,
+            now,
         );
         crate::metrics::queued(priority.as_str());
         drop(life);
@@ -804,12 +811,14 @@ impl Engine {
         self.node_load().queued
     }
 
-    /// 1-based position of a queued stream in its model's queue (1 = next).
+    /// 1-based position of a queued stream in its model's queue (1 = next),
+    /// background jobs that have aged by now counted among the interactive
+    /// ones by arrival.
     pub fn queue_position(&self, stream: &Stream) -> Option<usize> {
         let slot = self.slot(Some(stream.model())).ok()?;
-        let life = slot.life.lock();
+        let mut life = slot.life.lock();
         life.jobs
-            .iter()
+            .ordered(Instant::now())
             .filter(|job| !job.stream.is_ended())
             .position(|job| std::ptr::eq(Arc::as_ptr(&job.stream), stream))
             .map(|i| i + 1)

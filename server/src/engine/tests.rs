@@ -39,6 +39,10 @@ fn engine(
     }));
     let limits = EngineLimits {
         queue_len: 16,
+        ageing: Ageing {
+            max_wait: Duration::from_secs(15),
+            max_overtaken: 4,
+        },
         request: RequestLimits {
             max_prompt_bytes: 4096,
             default_max_tokens: 16,
