@@ -23,9 +23,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rkllm_server::backend::constraint::{
-    Constraint, Guide, SamplingParams, ToolSchema, Vocabulary, check, sample,
+use rkllm_server::model::constraint::{
+    Constraint, Guide, SamplingParams, ToolSchema, check, sample,
 };
+use rkllm_server::model::tokenizer::Vocabulary;
 use serde_json::json;
 
 /// Qwen2.5/Qwen3's logits row.

@@ -398,16 +398,16 @@ pub struct ModelEntry {
     pub embedding: bool,
     /// How an embedding model pools its hidden rows: `last` (default) or `mean`.
     #[serde(default)]
-    pub pooling: Option<crate::engine::Pooling>,
+    pub pooling: Option<crate::model::Pooling>,
     /// Scale an embedding model's vectors to length 1 (default true).
     #[serde(default)]
     pub normalize: Option<bool>,
     /// LoRA adapters loaded with the model (`[[models.lora]]`).
     #[serde(default)]
-    pub lora: Vec<crate::engine::LoraAdapter>,
+    pub lora: Vec<crate::model::LoraAdapter>,
     /// A long fixed system prompt whose prefill is cached in a file.
     #[serde(default)]
-    pub system_prompt_cache: Option<crate::engine::PromptCacheSpec>,
+    pub system_prompt_cache: Option<crate::model::PromptCacheSpec>,
     /// How its replies carry thinking: `auto` (from the name: the
     /// DeepSeek-R1 distills `implicit`, others `opened`), `opened`,
     /// `implicit` or `off`.
@@ -418,7 +418,7 @@ pub struct ModelEntry {
     pub tokenizer: Option<PathBuf>,
     /// Init settings of this model, over `[rkllm]`.
     #[serde(flatten)]
-    pub settings: crate::engine::ModelSettings,
+    pub settings: crate::model::ModelSettings,
 }
 
 /// A model's `vision` table: image markers, encoder cores, padding colour
@@ -458,8 +458,8 @@ impl VisionEntry {
         &self,
         name: &str,
         encoder: &std::path::Path,
-    ) -> Result<crate::engine::VisionSpec, String> {
-        let defaults = crate::engine::VisionSpec::defaults(name, encoder, self.family.as_deref())?;
+    ) -> Result<crate::model::VisionSpec, String> {
+        let defaults = crate::model::VisionSpec::defaults(name, encoder, self.family.as_deref())?;
         let core_mask = match self.core_mask.as_deref().unwrap_or("auto") {
             "auto" => 0,
             "0" => 1,
@@ -473,7 +473,7 @@ impl VisionEntry {
                 ));
             }
         };
-        let limits = crate::engine::ImageLimits {
+        let limits = crate::model::image::ImageLimits {
             max_images: self.max_images.unwrap_or(defaults.limits.max_images),
             max_image_bytes: self
                 .max_image_bytes
@@ -507,7 +507,7 @@ impl VisionEntry {
         if img_content.is_empty() {
             return Err("img_content must not be empty".into());
         }
-        Ok(crate::engine::VisionSpec {
+        Ok(crate::model::VisionSpec {
             encoder: encoder.to_owned(),
             img_start: self.img_start.clone().unwrap_or(defaults.img_start),
             img_end: self.img_end.clone().unwrap_or(defaults.img_end),
@@ -530,7 +530,7 @@ pub enum TemplateSetting {
     /// A Jinja template (text or file) with the model's special tokens.
     Jinja(JinjaSetting),
     /// A custom one.
-    Custom(crate::engine::CustomTemplate),
+    Custom(crate::model::CustomTemplate),
 }
 
 /// `{ jinja = "text or path", bos_token = "...", eos_token = "..." }`.
@@ -551,7 +551,7 @@ fn jinja_template(
     text_or_path: &str,
     bos_token: &str,
     eos_token: &str,
-) -> Result<crate::engine::ChatTemplate, String> {
+) -> Result<crate::model::ChatTemplate, String> {
     let source = if text_or_path.contains("{%") || text_or_path.contains("{{") {
         text_or_path.to_owned()
     } else {
@@ -562,13 +562,13 @@ fn jinja_template(
             )
         })?
     };
-    let template = crate::engine::JinjaTemplate {
+    let template = crate::model::JinjaTemplate {
         source,
         bos_token: bos_token.to_owned(),
         eos_token: eos_token.to_owned(),
     };
     template.check()?;
-    Ok(crate::engine::ChatTemplate::Jinja(template))
+    Ok(crate::model::ChatTemplate::Jinja(template))
 }
 
 impl TemplateSetting {
@@ -576,8 +576,8 @@ impl TemplateSetting {
     ///
     /// # Errors
     /// An unknown name or a custom template without `{content}`.
-    pub fn resolve(&self) -> Result<crate::engine::ChatTemplate, String> {
-        use crate::engine::ChatTemplate;
+    pub fn resolve(&self) -> Result<crate::model::ChatTemplate, String> {
+        use crate::model::ChatTemplate;
         match self {
             Self::Named(name) => match ChatTemplate::named(name) {
                 Some(template) => Ok(template),

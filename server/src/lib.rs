@@ -14,6 +14,7 @@ pub mod config;
 pub mod doctor;
 pub mod engine;
 pub mod metrics;
+pub mod model;
 pub mod notify;
 pub mod rpc;
 pub mod sandbox;

@@ -147,7 +147,7 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
 /// tokenizer is checked when it is fetched.)
 async fn check_tokenizers(state: Arc<AppState>) {
     for model in state.engine.models() {
-        let Some(crate::backend::constraint::TokenizerSource::File(path)) =
+        let Some(crate::model::tokenizer::TokenizerSource::File(path)) =
             state.engine.tokenizer_source(&model.name)
         else {
             continue;

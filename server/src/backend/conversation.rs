@@ -8,14 +8,7 @@
 //! ([`Plan::Restart`]). This state lives on the model's worker thread, so
 //! the decision is made when the request runs, not when it was queued.
 
-/// One message of a conversation.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Turn {
-    /// `system`, `user`, `assistant` or `tool`.
-    pub role: String,
-    /// Its text.
-    pub text: String,
-}
+use crate::model::prompt::Turn;
 
 /// What to send for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

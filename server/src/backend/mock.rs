@@ -24,9 +24,11 @@
 use std::time::{Duration, Instant};
 
 use crate::backend::{
-    ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, ModelSpec, Plan, Runner,
-    TokenSink, ValidRunRequest,
+    ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, Plan, Runner, TokenSink,
+    ValidRunRequest,
 };
+
+use crate::model::ModelSpec;
 use crate::vocab::{FinishReason, Usage};
 
 /// Settings of the mock backend (config section `[mock]`).
@@ -69,13 +71,13 @@ impl Backend for MockBackend {
         Some(model.settings.max_context_len.unwrap_or(MOCK_CONTEXT_LEN))
     }
 
-    fn tokenizer(&self, model: &ModelSpec) -> Option<crate::backend::constraint::TokenizerSource> {
+    fn tokenizer(&self, model: &ModelSpec) -> Option<crate::model::tokenizer::TokenizerSource> {
         // The mock speaks its own small vocabulary unless given another.
         Some(
             model
                 .tokenizer
                 .clone()
-                .unwrap_or(crate::backend::constraint::TokenizerSource::Mock),
+                .unwrap_or(crate::model::tokenizer::TokenizerSource::Mock),
         )
     }
 
@@ -84,7 +86,7 @@ impl Backend for MockBackend {
     }
 
     fn check(&self, request: &ValidRunRequest) -> Result<(), String> {
-        let directives = parse_directives(&request.prompt)?;
+        let directives = parse_directives(&request.prompt.text)?;
         if (directives.crash_after.is_some() || directives.stall_after.is_some())
             && !self.config.isolated
         {
@@ -112,10 +114,10 @@ struct MockRunner {
     /// Like a runtime with `keep_history`: the chat it holds.
     conversation: ConversationState,
     /// How the model's replies carry thinking (the history holds the answer).
-    reasoning: crate::backend::reasoning::ReasoningMode,
+    reasoning: crate::model::reasoning::ReasoningMode,
     /// The vocabulary of its last constrained answer, kept while it is
     /// loaded (in a runner process, nothing else holds it).
-    vocabulary: Option<std::sync::Arc<crate::backend::constraint::Vocabulary>>,
+    vocabulary: Option<std::sync::Arc<crate::model::tokenizer::Vocabulary>>,
 }
 
 /// The mock model's context, in tokens, unless a `[[models]]` entry sets
@@ -247,9 +249,9 @@ impl Fnv {
 fn seed_of(request: &ValidRunRequest) -> u64 {
     let mut h = Fnv::new();
     h.bytes(request.model.as_bytes());
-    h.bytes(request.prompt.as_bytes());
-    h.bytes(request.role.as_str().as_bytes());
-    h.bytes(&[u8::from(request.enable_thinking)]);
+    h.bytes(request.prompt.text.as_bytes());
+    h.bytes(request.prompt.role.as_str().as_bytes());
+    h.bytes(&[u8::from(request.prompt.thinking)]);
     let s = &request.sampling;
     for v in [
         s.temperature,
@@ -347,7 +349,7 @@ impl Runner for MockRunner {
         sink: &mut TokenSink<'_>,
     ) -> Result<Generation, BackendError> {
         if let Some(spec) = request.embed {
-            return Ok(mock_embedding(&request.prompt, spec));
+            return Ok(mock_embedding(&request.prompt.text, spec));
         }
         if request.clear_cache {
             self.conversation.reset();
@@ -357,21 +359,17 @@ impl Runner for MockRunner {
                 ..Generation::ended(FinishReason::Stop)
             });
         }
-        let prefilled = match request
-            .conversation
-            .as_deref()
-            .map(|c| self.conversation.plan(c))
-        {
+        let prefilled = match request.prompt.turns().map(|c| self.conversation.plan(c)) {
             Some(Plan::Continue(turn)) => turn.text.len(),
-            _ => request.prompt.len(),
+            _ => request.prompt.text.len(),
         };
         sink.set_prompt_tokens(u32::try_from(prefilled.div_ceil(4).max(1)).unwrap_or(u32::MAX));
         let result = self.produce(request, sink);
-        match (&request.conversation, &result) {
+        match (request.prompt.turns(), &result) {
             (Some(conversation), Ok(g))
                 if g.finish_reason != FinishReason::Abort && sink.is_open() =>
             {
-                let answer = crate::backend::reasoning::answer_of(sink.produced(), self.reasoning);
+                let answer = crate::model::reasoning::answer_of(sink.produced(), self.reasoning);
                 self.conversation.commit(conversation, &answer);
             }
             _ => self.conversation.reset(),
@@ -404,7 +402,7 @@ pub fn mock_hidden_rows(text: &str, width: usize) -> Vec<f32> {
     out
 }
 
-fn mock_embedding(text: &str, spec: crate::backend::EmbeddingSpec) -> Generation {
+fn mock_embedding(text: &str, spec: crate::model::EmbeddingSpec) -> Generation {
     let rows = mock_hidden_rows(text, MOCK_EMBEDDING_WIDTH);
     let tokens = u32::try_from(rows.len() / MOCK_EMBEDDING_WIDTH).unwrap_or(u32::MAX);
     Generation {
@@ -429,21 +427,21 @@ impl MockRunner {
         sink: &mut TokenSink<'_>,
     ) -> Result<Generation, BackendError> {
         let directives =
-            parse_directives(&request.prompt).map_err(|message| BackendError::Runtime {
+            parse_directives(&request.prompt.text).map_err(|message| BackendError::Runtime {
                 code: None,
                 message,
             })?;
         // A tool's result (role `tool`) is answered with text, not another
         // call; so is a request that offers no tools.
-        let offers_tools = request.tools.is_some();
-        if directives.tool_call && request.role == crate::backend::Role::User && offers_tools {
+        let offers_tools = request.prompt.tools.is_some();
+        if directives.tool_call && request.prompt.role == crate::model::Role::User && offers_tools {
             return tool_call(request, sink);
         }
         let seed = seed_of(request);
         // An echo ends with its text; otherwise the reply has a natural length.
         let mut echo = directives
             .echo_from
-            .map(|at| request.prompt[at..].trim_start().as_bytes());
+            .map(|at| request.prompt.text[at..].trim_start().as_bytes());
         let natural = match echo {
             Some(_) => u64::MAX,
             None => directives.length.unwrap_or(16 + seed % 48),
@@ -471,7 +469,7 @@ impl MockRunner {
         // tokens would cut it; its tokens count against the cap.
         let mut thinking = directives
             .think
-            .map(|shape| thinking_words(&mut rng, shape, request.enable_thinking))
+            .map(|shape| thinking_words(&mut rng, shape, request.prompt.thinking))
             .unwrap_or_default()
             .into_iter();
         let thinking_tokens = thinking.as_slice().iter().map(Vec::len).sum::<usize>() as u64;
@@ -649,12 +647,13 @@ impl MockRunner {
         directives: &Directives,
         seed: u64,
     ) -> Result<Generation, BackendError> {
-        use crate::backend::constraint::{Guide, SamplingParams, Vocabulary, sample};
+        use crate::model::constraint::{Guide, SamplingParams, sample};
         let failed = |message: String| BackendError::Runtime {
             code: None,
             message,
         };
-        let vocabulary = Vocabulary::load(&constrained.tokenizer).map_err(failed)?;
+        let vocabulary =
+            crate::backend::vocabularies::load(&constrained.tokenizer).map_err(failed)?;
         self.vocabulary = Some(std::sync::Arc::clone(&vocabulary));
         let mut guide = Guide::new(&vocabulary, &constrained.constraint).map_err(failed)?;
         let logits = mock_logits(&vocabulary, seed);
@@ -690,7 +689,7 @@ impl MockRunner {
         };
         let mut rng = Rng::new(seed);
         if let Some(shape) = directives.think {
-            for word in thinking_words(&mut rng, shape, request.enable_thinking) {
+            for word in thinking_words(&mut rng, shape, request.prompt.thinking) {
                 for piece in word {
                     if let Some(end) = emit(&piece, sink) {
                         return Ok(Generation::ended(end));
@@ -720,7 +719,7 @@ impl MockRunner {
 /// and `]`, then a comma (on to the next required member), then digits,
 /// then shorter tokens; a little of the request's own noise on each, so
 /// that requests differ where the constraint leaves a choice.
-fn mock_logits(vocabulary: &crate::backend::constraint::Vocabulary, seed: u64) -> Vec<f32> {
+fn mock_logits(vocabulary: &crate::model::tokenizer::Vocabulary, seed: u64) -> Vec<f32> {
     let mut rng = Rng::new(seed);
     (0..vocabulary.len() as u32)
         .map(|token| {
@@ -767,7 +766,7 @@ fn tool_call(
         message: "@mock(tool_call=1) needs a request that offers tools".into(),
     };
     let tools: serde_json::Value =
-        serde_json::from_str(request.tools.as_deref().ok_or_else(no_tools)?)
+        serde_json::from_str(request.prompt.tools.as_deref().ok_or_else(no_tools)?)
             .map_err(|_| no_tools())?;
     let function = tools
         .get(0)

@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Instant;
 
 use super::Utf8Assembler;
-use super::reasoning::{ReasoningMode, Split, ThinkSplitter};
+use crate::model::reasoning::{ReasoningMode, Split, ThinkSplitter};
 use crate::vocab::CancelToken;
 
 /// Where a sink's text goes: the engine hands in the request's stream.
@@ -159,7 +159,7 @@ impl<'a> TokenSink<'a> {
     }
 
     /// The text generated so far (only for requests with a conversation),
-    /// thinking included: see [`crate::backend::reasoning::answer_of`].
+    /// thinking included: see [`crate::model::reasoning::answer_of`].
     pub fn produced(&self) -> &str {
         self.produced.as_deref().unwrap_or_default()
     }

@@ -5,12 +5,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{Config, DEFAULT_MOCK_MODEL, ModelEntry, RuntimeAbi};
-use crate::backend::constraint::TokenizerSource;
 use crate::backend::{InitSettings, MockConfig, RkllmSettings, SamplingValues, SnapshotSettings};
-use crate::engine::{
-    Ageing, EngineLimits, KeepAlive, Lifecycle, ModelSettings, ModelSpec, ReasoningMode,
-    RequestLimits,
-};
+use crate::engine::{Ageing, EngineLimits, KeepAlive, Lifecycle, RequestLimits};
+use crate::model::tokenizer::TokenizerSource;
+use crate::model::{ModelSettings, ModelSpec, ReasoningMode};
 use crate::rpc::RpcLimits;
 use crate::store::{HubTokenizer, TokenizerSetting};
 use crate::stream::StreamLimits;
@@ -90,7 +88,7 @@ impl Config {
                     &m.name,
                 )
                 .unwrap_or_default(),
-                embedding: m.embedding.then(|| crate::engine::EmbeddingSpec {
+                embedding: m.embedding.then(|| crate::model::EmbeddingSpec {
                     pooling: m.pooling.unwrap_or_default(),
                     normalize: m.normalize.unwrap_or(true),
                 }),
@@ -409,7 +407,7 @@ impl Config {
                     .iter()
                     .filter_map(|m| m.vision.as_ref().map(|v| v.limits.max_image_bytes))
                     .max()
-                    .unwrap_or(crate::engine::ImageLimits::default().max_image_bytes),
+                    .unwrap_or(crate::model::image::ImageLimits::default().max_image_bytes),
                 // Checked by `validate`.
                 filter: crate::service::address_filter::AddressFilter::new(
                     self.limits

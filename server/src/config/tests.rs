@@ -206,7 +206,7 @@ fn invalid_values_name_their_key() {
                         system_prompt_cache: None,
                         reasoning: None,
                         tokenizer: None,
-                        settings: crate::engine::ModelSettings::default(),
+                        settings: crate::model::ModelSettings::default(),
                     },
                     ModelEntry {
                         name: "a".into(),
@@ -222,7 +222,7 @@ fn invalid_values_name_their_key() {
                         system_prompt_cache: None,
                         reasoning: None,
                         tokenizer: None,
-                        settings: crate::engine::ModelSettings::default(),
+                        settings: crate::model::ModelSettings::default(),
                     },
                 ],
                 ..Config::default()
@@ -301,9 +301,9 @@ fn chat_templates_are_read_by_name_or_as_a_table_and_bad_ones_are_named() {
     .unwrap();
     config.validate().unwrap();
     let specs = config.model_specs();
-    assert_eq!(specs[0].template, crate::engine::ChatTemplate::ChatMl);
+    assert_eq!(specs[0].template, crate::model::ChatTemplate::ChatMl);
     assert!(
-        matches!(&specs[1].template, crate::engine::ChatTemplate::Custom(t) if t.stop == ["<user>"])
+        matches!(&specs[1].template, crate::model::ChatTemplate::Custom(t) if t.stop == ["<user>"])
     );
     let bad = Config {
         chat_template: TemplateSetting::Named("mistral".into()),
@@ -344,7 +344,7 @@ fn models_carry_their_own_settings_and_the_default_goes_first() {
     assert_eq!(specs[0].name, "big");
     assert_eq!(specs[0].settings.max_context_len, Some(8192));
     assert_eq!(specs[0].settings.temperature, Some(0.3));
-    assert_eq!(specs[1].settings, crate::engine::ModelSettings::default());
+    assert_eq!(specs[1].settings, crate::model::ModelSettings::default());
     let two: Config = toml::from_str(
         "[[models]]\nname = \"a\"\ndefault = true\n[[models]]\nname = \"b\"\ndefault = true\n",
     )
@@ -447,7 +447,7 @@ fn a_tokenizer_is_a_file_or_a_repository_fetched_into_the_store() {
             .unwrap()
             .tokenizer
     };
-    use crate::backend::constraint::TokenizerSource::File;
+    use crate::model::tokenizer::TokenizerSource::File;
     assert_eq!(
         source("local"),
         Some(File("/opt/qwen/tokenizer.json".into()))
@@ -502,11 +502,11 @@ fn a_jinja_chat_template_is_read_as_text_or_from_a_file_and_a_broken_one_is_name
     let text = TemplateSetting::Named("{% for m in messages %}{{ m.content }}{% endfor %}".into());
     assert!(matches!(
         text.resolve().unwrap(),
-        crate::engine::ChatTemplate::Jinja(_)
+        crate::model::ChatTemplate::Jinja(_)
     ));
     let file = TemplateSetting::Named(fixture.into()).resolve().unwrap();
     assert!(
-        matches!(&file, crate::engine::ChatTemplate::Jinja(t) if t.source.contains("<|im_start|>"))
+        matches!(&file, crate::model::ChatTemplate::Jinja(t) if t.source.contains("<|im_start|>"))
     );
     let table: Config = toml::from_str(&format!(
         "[[models]]\nname = \"q\"\nchat_template = {{ jinja = {fixture:?}, eos_token = \"<|im_end|>\" }}\n"

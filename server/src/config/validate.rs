@@ -111,7 +111,7 @@ impl Config {
                     .map_err(|m| invalid("models.chat_template", m))?;
             }
             if let Some(reasoning) = &entry.reasoning {
-                crate::engine::ReasoningMode::resolve(reasoning, &entry.name)
+                crate::model::ReasoningMode::resolve(reasoning, &entry.name)
                     .map_err(|m| invalid("models.reasoning", m))?;
             }
         }

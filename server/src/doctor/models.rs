@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::backend::ModelSpec;
 use crate::board::Snapshot;
 use crate::config::Config;
+use crate::model::ModelSpec;
 use crate::store::{Manifest, Store, details_of};
 
 use super::{Finding, Options};
@@ -150,11 +150,12 @@ fn one(
         _ if pulled_without => {
             notes.push("no tokenizer (structured output is refused for it)".into());
         }
-        Some(crate::backend::constraint::TokenizerSource::File(file)) if !file.exists() => warns
-            .push(format!(
+        Some(crate::model::tokenizer::TokenizerSource::File(file)) if !file.exists() => {
+            warns.push(format!(
                 "its tokenizer {} is missing (structured output needs it)",
                 file.display()
-            )),
+            ))
+        }
         Some(_) => notes.push("tokenizer present".into()),
         None => notes.push("no tokenizer (structured output is refused for it)".into()),
     }

@@ -18,7 +18,7 @@ pub(super) struct Job {
     /// Stop strings of a server-side template.
     pub stop: Vec<String>,
     /// How the model's replies carry thinking.
-    pub reasoning: crate::backend::reasoning::ReasoningMode,
+    pub reasoning: crate::model::reasoning::ReasoningMode,
     /// How long the model stays loaded after this job (`None`: the default).
     pub keep_alive: Option<KeepAlive>,
     /// Its lane in the model's queue.
@@ -76,7 +76,7 @@ pub(super) fn run_job(
     let stream = &job.stream;
     stream.set_initializing();
     let queue_ms = (Instant::now() - job.enqueued).as_secs_f64() * 1000.0;
-    let mut sink = TokenSink::new(stream.as_ref(), job.request.conversation.is_some())
+    let mut sink = TokenSink::new(stream.as_ref(), job.request.prompt.turns().is_some())
         .with_stop(job.stop.clone())
         .with_answer(job.reasoning, job.request.stop.clone());
     let result = catch_unwind(AssertUnwindSafe(|| {

@@ -24,7 +24,8 @@ use parking_lot::{Condvar, Mutex};
 use super::job::{Job, run_job};
 use super::keep_alive::KeepAlive;
 use super::priority::{Ageing, Queue};
-use crate::backend::{Backend, BackendError, ModelSpec, Runner};
+use crate::backend::{Backend, BackendError, Runner};
+use crate::model::ModelSpec;
 use crate::vocab::{EndErrorKind, EndInfo};
 
 /// Lifecycle settings (config `[engine]`).

@@ -15,11 +15,7 @@ mod request;
 mod scheduler;
 mod tokenizers;
 
-pub use crate::backend::{
-    ALL_OVERRIDES, Backend, BackendError, ChatTemplate, CustomTemplate, EmbeddingSpec, ImageData,
-    ImageLimits, JinjaTemplate, LoraAdapter, ModelSettings, ModelSpec, Pooling, PromptCacheSpec,
-    Role, Sampling, Turn, VISION_FAMILIES, ValidRunRequest, VisionSpec, reasoning::ReasoningMode,
-};
+pub use crate::backend::{ALL_OVERRIDES, Backend, BackendError, ValidRunRequest};
 pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};
 pub use priority::{Ageing, Priority};

@@ -5,33 +5,23 @@
 //! Every check names the field and the bound, e.g.
 //! "`max_tokens` must be between 1 and 4096, got 0".
 
-use crate::backend::{IMAGE_TAG, ImageData, Role, Sampling, Turn, ValidRunRequest, VisionSpec};
+use crate::backend::ValidRunRequest;
+
+use crate::model::{Prompt, Sampling, VisionSpec};
+
+use crate::model::image::{IMAGE_TAG, ImageData};
 
 /// A generation request as a transport parsed it (types checked, values not).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunRequest {
-    /// The user input.
-    pub prompt: String,
+    /// What the model is given (`model::prompt::build`'s).
+    pub prompt: Prompt,
     /// Model name; the default model when absent.
     pub model: Option<String>,
     /// Cap on generated tokens.
     pub max_tokens: Option<u64>,
     /// Sampling overrides.
     pub sampling: Sampling,
-    /// Input role.
-    pub role: Role,
-    /// Thinking switch, where the model supports it.
-    pub enable_thinking: Option<bool>,
-    /// The chat this prompt renders, for history reuse (OpenAI, Ollama).
-    /// `prompt` is then the whole conversation, sent when the runtime's
-    /// history cannot be reused.
-    pub conversation: Option<Vec<Turn>>,
-    /// A chat the server rendered whole with the model's own template: its
-    /// system message's text (empty without one). The runner keeps such
-    /// prompts as conversation snapshots.
-    pub whole_chat: Option<String>,
-    /// Function tools the model may call: a JSON array in OpenAI's shape.
-    pub tools: Option<String>,
     /// Images for a vision model, one per `<image>` tag of the prompt, in
     /// order.
     pub images: Vec<ImageData>,
@@ -44,7 +34,7 @@ pub struct RunRequest {
     /// Strings that end the answer (not shown); the generation stops at once.
     pub stop: Vec<String>,
     /// What the answer must be (structured output, a forced tool call).
-    pub constraint: Option<crate::backend::constraint::Constraint>,
+    pub constraint: Option<crate::model::constraint::Constraint>,
     /// The lane of its model's queue it waits in.
     pub priority: super::Priority,
 }
@@ -59,7 +49,7 @@ impl RunRequest {
     /// `None`).
     pub fn embedding(text: String, model: Option<String>) -> Self {
         Self {
-            prompt: text,
+            prompt: Prompt::plain(text),
             model,
             embed: true,
             ..Self::default()
@@ -145,14 +135,15 @@ impl RunRequest {
         model: String,
         limits: &RequestLimits,
     ) -> Result<ValidRunRequest, ValidationError> {
-        if self.prompt.is_empty() && !self.clear_cache {
+        if self.prompt.text.is_empty() && !self.clear_cache {
             return Err(invalid("prompt", "`prompt` must not be empty".into()));
         }
         // The runtime takes C strings: a NUL would cut the text short.
-        let has_nul = self.prompt.contains('\0')
+        let has_nul = self.prompt.text.contains('\0')
             || self
-                .conversation
-                .iter()
+                .prompt
+                .turns()
+                .into_iter()
                 .flatten()
                 .any(|turn| turn.text.contains('\0'));
         if has_nul {
@@ -161,13 +152,13 @@ impl RunRequest {
                 "`prompt` (and every message) must not contain NUL characters (U+0000)".into(),
             ));
         }
-        if self.prompt.len() > limits.max_prompt_bytes {
+        if self.prompt.text.len() > limits.max_prompt_bytes {
             return Err(ValidationError::TooLarge {
                 field: "prompt",
                 message: format!(
                     "`prompt` must be at most {} bytes (limits.max_prompt_bytes), got {}",
                     limits.max_prompt_bytes,
-                    self.prompt.len()
+                    self.prompt.text.len()
                 ),
             });
         }
@@ -224,11 +215,6 @@ impl RunRequest {
             max_tokens,
             max_tokens_requested: self.max_tokens.is_some(),
             sampling: self.sampling,
-            role: self.role,
-            enable_thinking: self.enable_thinking.unwrap_or(false),
-            conversation: self.conversation,
-            whole_chat: self.whole_chat,
-            tools: self.tools,
             images: self.images,
             embed: None,
             clear_cache: self.clear_cache,
@@ -258,7 +244,7 @@ pub fn check_context(
     let Some(context) = context else {
         return Ok(());
     };
-    let tokens = request.prompt.len().div_ceil(BYTES_PER_TOKEN);
+    let tokens = request.prompt.text.len().div_ceil(BYTES_PER_TOKEN);
     if tokens <= context as usize {
         return Ok(());
     }
@@ -268,7 +254,7 @@ pub fn check_context(
             "the prompt is about {tokens} tokens (estimated from its {} bytes), more than the \
              {context} tokens the context of model `{}` holds (max_context_len): shorten the \
              conversation, or use a model with a larger context",
-            request.prompt.len(),
+            request.prompt.text.len(),
             request.model
         ),
     })
@@ -280,7 +266,7 @@ pub fn check_context(
 /// A [`ValidationError::Invalid`] on `lora` listing the adapters there are.
 pub fn check_lora(
     request: &ValidRunRequest,
-    adapters: &[crate::backend::LoraAdapter],
+    adapters: &[crate::model::LoraAdapter],
 ) -> Result<(), ValidationError> {
     let Some(name) = &request.lora else {
         return Ok(());
@@ -314,7 +300,7 @@ pub fn check_lora(
 /// A [`ValidationError::Invalid`] naming what to use instead.
 pub fn check_embedding(
     mut request: ValidRunRequest,
-    embedding: Option<crate::backend::EmbeddingSpec>,
+    embedding: Option<crate::model::EmbeddingSpec>,
     wants_embedding: bool,
 ) -> Result<ValidRunRequest, ValidationError> {
     if request.clear_cache {
@@ -396,7 +382,7 @@ pub fn check_images(
             }
         })?;
     }
-    let tags = request.prompt.matches(IMAGE_TAG).count();
+    let tags = request.prompt.text.matches(IMAGE_TAG).count();
     if tags != request.images.len() {
         return Err(invalid(
             "images",
@@ -441,7 +427,7 @@ mod tests {
         let valid = request().validate("m".into(), &LIMITS).unwrap();
         assert_eq!(valid.max_tokens, 100);
         assert!(!valid.max_tokens_requested);
-        assert_eq!(valid.role, Role::User);
+        assert_eq!(valid.prompt.role, crate::model::Role::User);
     }
 
     #[test]
@@ -449,7 +435,7 @@ mod tests {
         let cases: Vec<(RunRequest, &str)> = vec![
             (
                 RunRequest {
-                    prompt: String::new(),
+                    prompt: String::new().into(),
                     ..request()
                 },
                 "prompt",
@@ -463,10 +449,16 @@ mod tests {
             ),
             (
                 RunRequest {
-                    conversation: Some(vec![Turn {
-                        role: "user".into(),
-                        text: "\0".into(),
-                    }]),
+                    prompt: Prompt {
+                        chat: Some(crate::model::Chat {
+                            system: None,
+                            turns: Some(vec![crate::model::Turn {
+                                role: "user".into(),
+                                text: "\0".into(),
+                            }]),
+                        }),
+                        ..Prompt::plain("hi")
+                    },
                     ..request()
                 },
                 "prompt",
@@ -556,7 +548,7 @@ mod tests {
     #[test]
     fn an_oversized_prompt_is_too_large() {
         let req = RunRequest {
-            prompt: "x".repeat(17),
+            prompt: "x".repeat(17).into(),
             ..request()
         };
         let err = req.validate("m".into(), &LIMITS).unwrap_err();

@@ -22,7 +22,8 @@ use super::lifecycle::{self, Lifecycle, ModelSlot, ModelState, Shared};
 use super::priority::Ageing;
 use super::tokenizers::{TokenizerInfo, TokenizerOrigin, Tokenizers};
 use super::{RequestLimits, RunRequest, ValidationError};
-use crate::backend::{Backend, BackendError, ModelSpec, Role};
+use crate::backend::{Backend, BackendError};
+use crate::model::ModelSpec;
 use crate::stream::{Stream, StreamError, StreamManager};
 use crate::vocab::{EndErrorKind, EndInfo};
 
@@ -253,7 +254,7 @@ impl Engine {
     fn tokenizer_of(
         &self,
         slot: &ModelSlot,
-    ) -> Result<crate::backend::constraint::TokenizerSource, ValidationError> {
+    ) -> Result<crate::model::tokenizer::TokenizerSource, ValidationError> {
         self.shared
             .backend
             .tokenizer(&slot.spec)
@@ -273,7 +274,7 @@ impl Engine {
     pub fn tokenizer_source(
         &self,
         model: &str,
-    ) -> Option<crate::backend::constraint::TokenizerSource> {
+    ) -> Option<crate::model::tokenizer::TokenizerSource> {
         let slot = self.slot(Some(model)).ok()?;
         self.shared.backend.tokenizer(&slot.spec)
     }
@@ -290,7 +291,7 @@ impl Engine {
     pub fn check_constraint(
         &self,
         model: Option<&str>,
-        constraint: &crate::backend::constraint::Constraint,
+        constraint: &crate::model::constraint::Constraint,
     ) -> Result<(), ValidationError> {
         let slot = self.slot(model)?;
         let source = self.tokenizer_of(&slot)?;
@@ -302,7 +303,7 @@ impl Engine {
             .tokenizers
             .load(slot.name(), &source)
             .map_err(invalid)?;
-        crate::backend::constraint::check(&vocabulary, constraint)
+        crate::model::constraint::check(&vocabulary, constraint)
             .map_err(|e| invalid(format!("`format` cannot be followed: {e}")))
     }
 
@@ -490,13 +491,13 @@ impl Engine {
             .collect()
     }
 
-    /// The model's own (Jinja) chat template, which the service renders
-    /// conversations with; `None` for an unknown model or another kind.
-    pub fn jinja_template(&self, model: Option<&str>) -> Option<crate::backend::JinjaTemplate> {
-        match &self.slot(model).ok()?.spec.template {
-            crate::backend::ChatTemplate::Jinja(t) => Some(t.clone()),
-            _ => None,
-        }
+    /// How `model`'s conversations become input (its chat template), for
+    /// the service's prompt builder; the runtime's own for an unknown
+    /// model (which the engine then refuses).
+    pub fn chat_template(&self, model: Option<&str>) -> crate::model::ChatTemplate {
+        self.slot(model)
+            .map(|slot| slot.spec.template.clone())
+            .unwrap_or_default()
     }
 
     fn unknown_model(&self, name: &str) -> ValidationError {
@@ -663,17 +664,9 @@ impl Engine {
         mut reservation: Option<Reservation>,
     ) -> Result<Arc<Stream>, EngineError> {
         let slot = self.slot(request.model.as_deref())?;
-        let template = &slot.spec.template;
         let mut request = request;
-        let mut stop = Vec::new();
-        if template.is_server_side() {
-            // The server renders the chat; the runtime's template is off.
-            if let Some(conversation) = request.conversation.take() {
-                request.prompt = template.render(&conversation);
-                request.role = Role::User;
-            }
-            stop = template.stop_strings();
-        }
+        // The template's own stop strings (the prompt was built for it).
+        let stop = request.prompt.stop.clone();
         let wants_embedding = request.embed;
         let priority = request.priority;
         let constraint = request.constraint.take();

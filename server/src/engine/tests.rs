@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::backend::{MockBackend, MockConfig, Runner};
+use crate::model::{ChatTemplate, ModelSettings, ModelSpec};
 use crate::stream::{StreamLimits, StreamManager};
 use crate::vocab::FinishReason;
 

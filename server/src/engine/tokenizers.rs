@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::backend::constraint::{TokenizerSource, Vocabulary};
+use crate::model::tokenizer::{TokenizerSource, Vocabulary};
 
 /// What to do when a model has no usable tokenizer, unless its origin says
 /// better.
@@ -90,7 +90,7 @@ impl Tokenizers {
     /// # Errors
     /// Why there is none, naming the model and what to set.
     pub fn load(&self, model: &str, source: &TokenizerSource) -> Result<Arc<Vocabulary>, String> {
-        match Vocabulary::load(source) {
+        match crate::backend::vocabularies::load(source) {
             Ok(vocabulary) => {
                 let mut models = self.models.lock();
                 let held = models.entry(model.to_owned()).or_default();
@@ -226,7 +226,7 @@ mod tests {
         let info = tokenizers.info("m", Some(&source)).unwrap();
         assert!(!info.available && info.tokens.is_none(), "{info:?}");
 
-        std::fs::write(&path, crate::backend::constraint::MOCK_TOKENIZER).unwrap();
+        std::fs::write(&path, crate::model::tokenizer::MOCK_TOKENIZER).unwrap();
         let first = tokenizers.load("m", &source).unwrap();
         let again = tokenizers.load("m", &source).unwrap();
         assert!(Arc::ptr_eq(&first, &again), "loaded once");
@@ -238,7 +238,7 @@ mod tests {
 
         // Another tokenizer in its place (a model pulled again): read again.
         let mut json: serde_json::Value =
-            serde_json::from_str(crate::backend::constraint::MOCK_TOKENIZER).unwrap();
+            serde_json::from_str(crate::model::tokenizer::MOCK_TOKENIZER).unwrap();
         json["added_tokens"]
             .as_array_mut()
             .unwrap()

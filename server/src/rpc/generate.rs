@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 use super::context::{RequestCtx, Services, Summary};
 use super::params::Params;
 use super::{RpcError, codes};
-use crate::engine::{Priority, Role, Sampling};
+use crate::engine::Priority;
 use crate::service::{Completed, Generate, ImageSource, Input, OutputFormat, Prepared, Running};
+use crate::service::{Role, Sampling};
 use crate::stream::{PrivateStream, Stream};
 use crate::vocab::FinishReason;
 

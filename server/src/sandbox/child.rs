@@ -83,7 +83,8 @@ fn run(jobs: impl Read, mut replies: impl Write) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{JinjaTemplate, RenderJob, TemplateMessage};
+    use crate::model::JinjaTemplate;
+    use crate::model::template::{RenderJob, TemplateMessage};
 
     #[test]
     fn each_job_line_gets_one_reply_line() {

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::RenderJob;
-use crate::backend::constraint::{TokenizerError, Vocabulary};
+use crate::model::template::RenderJob;
+use crate::model::tokenizer::{TokenizerError, Vocabulary};
 
 /// One piece of untrusted input to work on.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -56,7 +56,7 @@ impl Job {
 }
 
 fn tokenizer(path: &std::path::Path) -> Reply {
-    let text = match Vocabulary::read_file(path) {
+    let text = match crate::backend::vocabularies::read_file(path) {
         Ok(text) => text,
         Err(e) => return Reply::OutOfBounds(e.to_string()),
     };

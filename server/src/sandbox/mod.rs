@@ -31,13 +31,13 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 pub use child::serve;
 pub use job::{Job, Reply};
 
-use crate::backend::RenderJob;
+use crate::model::template::RenderJob;
 
 /// Longest job line (a conversation with its template).
 pub const MAX_JOB_BYTES: usize = 64 << 20;
 
 /// Longest reply line: a rendered prompt, as JSON.
-const MAX_REPLY_BYTES: usize = 2 * crate::backend::MAX_RENDERED_BYTES + 4096;
+const MAX_REPLY_BYTES: usize = 2 * crate::model::template::MAX_RENDERED_BYTES + 4096;
 
 /// Memory a helper rendering templates may take.
 pub const DEFAULT_RENDER_MEMORY: u64 = 256 << 20;
@@ -260,6 +260,14 @@ impl Sandbox {
             }),
             _ => Err(SandboxError::Unavailable("a helper without pipes".into())),
         }
+    }
+}
+
+/// Chat templates are rendered here: the model's prompt builder hands its
+/// renders to the sandbox.
+impl crate::model::prompt::Render for Sandbox {
+    async fn render(&self, job: RenderJob) -> Result<String, String> {
+        Sandbox::render(self, job).await
     }
 }
 

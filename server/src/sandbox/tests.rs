@@ -1,5 +1,6 @@
 use super::*;
-use crate::backend::{JinjaTemplate, TemplateMessage};
+use crate::model::JinjaTemplate;
+use crate::model::template::TemplateMessage;
 
 fn job(source: &str) -> RenderJob {
     RenderJob {

@@ -12,9 +12,8 @@
 
 use std::future::Future;
 
-use super::chat::{Message, Speaker};
-use super::request::Input;
 use crate::engine::Priority;
+use crate::model::{Input, Message, Speaker};
 
 /// The HTTP header that names a request's lane.
 pub const HEADER: &str = "x-rkllm-priority";

@@ -1,5 +1,5 @@
 use super::*;
-use crate::engine::Role;
+use crate::model::Role;
 
 /// Open WebUI's title request as it sends it: its task template with the
 /// last two messages filled in where `{{MESSAGES:END:2}}` stands (one

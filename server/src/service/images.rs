@@ -9,17 +9,9 @@ use futures_util::StreamExt as _;
 use reqwest::Url;
 
 use super::address_filter::{AddressFilter, Refusal};
-use crate::backend::ImageData;
 use crate::backend::image::decode_base64_image;
-
-/// Where one image of a request comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ImageSource {
-    /// Sent with the request (data URL or base64), already decoded.
-    Inline(Vec<u8>),
-    /// An http(s) URL to fetch.
-    Remote(String),
-}
+use crate::model::ImageSource;
+use crate::model::image::ImageData;
 
 /// Reads one image reference: a `data:` URL, an http(s) URL or bare
 /// base64. `index` is the image's number (from 1), for messages.

@@ -15,7 +15,6 @@
 
 pub mod address_filter;
 pub mod background;
-mod chat;
 mod embed;
 mod error;
 pub mod images;
@@ -27,18 +26,20 @@ mod tools;
 
 use std::sync::Arc;
 
-pub use chat::{Message, Part, Speaker, prompt_of, system_first, turns};
 pub use embed::{Embedded, embedding_inputs};
 pub use error::ServiceError;
-pub use images::{ImageSource, RemoteImages, parse_source};
+pub use images::{RemoteImages, parse_source};
 pub use parse::parse_body;
-pub use request::{Generate, Input, OutputFormat, ToolChoice};
+pub use request::{Generate, OutputFormat, ToolChoice};
 pub use running::{Batch, Completed, Ending, Event, Finish, Running};
-pub use tools::ToolCall;
 
-use crate::backend::IMAGE_TAG;
-use crate::backend::constraint::Constraint;
-use crate::engine::{Engine, KeepAlive, Priority, Reservation, Role, RunRequest};
+/// What a model is given, as the APIs write it (the model's own types).
+pub use crate::model::prompt::{prompt_of, system_first, turns};
+pub use crate::model::{ImageSource, Input, Message, Part, Role, Sampling, Speaker, ToolCall};
+
+use crate::engine::{Engine, KeepAlive, Priority, Reservation, RunRequest};
+use crate::model::constraint::Constraint;
+use crate::model::prompt::{self, Options};
 use crate::sandbox::Sandbox;
 use crate::stream::PrivateStream;
 
@@ -161,62 +162,25 @@ impl Service {
                 constraint,
                 Some(Constraint::JsonObject | Constraint::JsonSchema(_))
             );
-        let mut whole_chat = None;
-        let (prompt, role, conversation, sources) = match request.input {
-            Input::Chat(messages) => {
-                let messages = system_first(messages);
-                let (prompt, role) =
-                    prompt_of(&messages).map_err(|m| ServiceError::invalid("messages", m))?;
-                let sources: Vec<ImageSource> =
-                    messages.iter().flat_map(Message::images).cloned().collect();
-                match self.engine.jinja_template(request.model.as_deref()) {
-                    // The model's own template: the whole conversation,
-                    // rendered, goes every time (no history reuse).
-                    Some(template) => {
-                        let tools = offer_tools
-                            .then(|| serde_json::Value::Array(request.tools.clone()).to_string());
-                        let thinking = match priority {
-                            Priority::Background => Some(false),
-                            Priority::Interactive => request.thinking,
-                        };
-                        // In the sandbox: a template is untrusted code, and
-                        // its memory and time are bounded there.
-                        let prompt = self
-                            .sandbox
-                            .render(chat::render_job(&template, &messages, tools, thinking))
-                            .await
-                            .map_err(|m| ServiceError::invalid("messages", m))?;
-                        whole_chat = Some(
-                            messages
-                                .first()
-                                .filter(|m| m.speaker == Speaker::System)
-                                .map(Message::rendered)
-                                .unwrap_or_default(),
-                        );
-                        (prompt, Role::User, None, sources)
-                    }
-                    None => (prompt, role, Some(turns(&messages)), sources),
-                }
-            }
-            Input::Prompt {
-                text,
-                system,
-                role,
-                images,
-            } => {
-                // Without tags of their own, the images go before the text.
-                let text = if images.is_empty() || text.contains(IMAGE_TAG) {
-                    text
-                } else {
-                    IMAGE_TAG.repeat(images.len()) + &text
-                };
-                let prompt = match system.filter(|s| !s.is_empty()) {
-                    Some(system) => format!("{system}\n\n{text}"),
-                    None => text,
-                };
-                (prompt, role, None, images)
-            }
+        let offered = offer_tools.then(|| serde_json::Value::Array(request.tools).to_string());
+        // Background work runs with thinking off: no one reads it, and it
+        // holds the NPU the shortest.
+        let thinking = match priority {
+            Priority::Background => Some(false),
+            Priority::Interactive => request.thinking,
         };
+        let template = self.engine.chat_template(request.model.as_deref());
+        let (prompt, sources) = prompt::build(
+            &template,
+            request.input,
+            Options {
+                tools: offered,
+                thinking,
+            },
+            self.sandbox.as_ref(),
+        )
+        .await
+        .map_err(|e| ServiceError::invalid(e.field, e.message))?;
         let images = if sources.is_empty() {
             Vec::new()
         } else {
@@ -229,16 +193,6 @@ impl Service {
             model: request.model,
             max_tokens: request.max_tokens,
             sampling: request.sampling,
-            role,
-            // Background work runs with thinking off: no one reads it, and
-            // it holds the NPU the shortest.
-            enable_thinking: match priority {
-                Priority::Background => Some(false),
-                Priority::Interactive => request.thinking,
-            },
-            conversation,
-            whole_chat,
-            tools: offer_tools.then(|| serde_json::Value::Array(request.tools).to_string()),
             images,
             embed: false,
             clear_cache: false,

@@ -5,40 +5,10 @@
 use serde_json::Value;
 
 use super::ServiceError;
-use super::chat::Message;
-use super::images::ImageSource;
-use crate::backend::constraint::{Constraint, ToolSchema};
-use crate::engine::{KeepAlive, Role, Sampling};
-
-/// What the model is given.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Input {
-    /// A conversation (chat APIs).
-    Chat(Vec<Message>),
-    /// A prompt (completion APIs, JSON-RPC), with its own images and an
-    /// optional system text before it.
-    Prompt {
-        /// The text.
-        text: String,
-        /// System text put before it (Ollama's `system`).
-        system: Option<String>,
-        /// Who speaks it.
-        role: Role,
-        /// Images, placed where its `<image>` tags are (or before it).
-        images: Vec<ImageSource>,
-    },
-}
-
-impl Default for Input {
-    fn default() -> Self {
-        Self::Prompt {
-            text: String::new(),
-            system: None,
-            role: Role::User,
-            images: Vec::new(),
-        }
-    }
-}
+use crate::engine::KeepAlive;
+use crate::model::Input;
+use crate::model::Sampling;
+use crate::model::constraint::{Constraint, ToolSchema};
 
 /// Which tool the model must call, if any.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -285,8 +255,9 @@ mod tests {
             json!({"type": "object", "properties": {"x": {"type": "number"}}})
         );
         // The grammar the engine compiles: the reference resolved.
-        use crate::backend::constraint::{TokenizerSource, Vocabulary, check};
-        let mock = Vocabulary::load(&TokenizerSource::Mock).unwrap();
+        use crate::model::constraint::check;
+        use crate::model::tokenizer::TokenizerSource;
+        let mock = crate::backend::vocabularies::load(&TokenizerSource::Mock).unwrap();
         check(&mock, &Constraint::ToolCall(tools)).unwrap();
     }
 

@@ -8,7 +8,8 @@
 use std::sync::Arc;
 
 use super::error::ServiceError;
-use super::tools::{Piece, ToolCall, ToolCallParser};
+use super::tools::{Piece, ToolCallParser};
+use crate::model::ToolCall;
 use crate::stream::PrivateStream;
 use crate::vocab::{EndError, EndInfo, FinishReason, Timings, Usage};
 

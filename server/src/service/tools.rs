@@ -9,27 +9,10 @@
 
 use serde_json::Value;
 
+use crate::model::ToolCall;
+
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
-
-/// One parsed call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolCall {
-    /// Its id (`call_…`), the same in every event and in the result.
-    pub id: String,
-    /// The function's name.
-    pub name: String,
-    /// Its arguments: the JSON text of an object.
-    pub arguments: String,
-}
-
-impl ToolCall {
-    /// The arguments as a JSON value (an empty object if they do not
-    /// parse).
-    pub fn arguments_value(&self) -> Value {
-        serde_json::from_str(&self.arguments).unwrap_or_else(|_| Value::Object(Default::default()))
-    }
-}
 
 /// What a piece of output became.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -204,7 +204,7 @@ impl Store {
                 url: format!("file://{}", target.display()),
             },
             chat_template: None,
-            settings: crate::engine::ModelSettings::default(),
+            settings: crate::model::ModelSettings::default(),
             vision_encoder: None,
             tokenizer: None,
             tokenizer_missing: Some(NO_TOKENIZER.to_owned()),

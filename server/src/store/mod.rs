@@ -39,9 +39,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::JinjaTemplate;
-use crate::backend::constraint::TokenizerSource;
-use crate::engine::{ModelSettings, ModelSpec, TokenizerOrigin, VisionSpec};
+use crate::engine::TokenizerOrigin;
+use crate::model::JinjaTemplate;
+use crate::model::tokenizer::TokenizerSource;
+use crate::model::{ModelSettings, ModelSpec, VisionSpec};
 
 pub use download::PullLimits;
 pub use error::PullError;
@@ -319,7 +320,7 @@ impl Store {
             embedding: None,
             lora: Vec::new(),
             prompt_cache: None,
-            reasoning: crate::engine::ReasoningMode::resolve("auto", &manifest.name)
+            reasoning: crate::model::ReasoningMode::resolve("auto", &manifest.name)
                 .unwrap_or_default(),
             // Where it is, or would be: a pull that brings one later needs
             // no new spec (see `tokenizer_origin` for why it is missing).
@@ -568,7 +569,7 @@ mod tests {
         let names: Vec<String> = store.list().into_iter().map(|m| m.name).collect();
         assert_eq!(names, ["a-model", "b-model"]);
         let spec = store.spec(&store.get("a-model").unwrap().unwrap());
-        assert_eq!(spec.template, crate::engine::ChatTemplate::ChatMl);
+        assert_eq!(spec.template, crate::model::ChatTemplate::ChatMl);
         assert_eq!(spec.settings.max_context_len, Some(2048));
         assert_eq!(spec.path.unwrap(), dir.join("a-model/m.rkllm"));
         assert!(store.remove("a-model").unwrap());

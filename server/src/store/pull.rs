@@ -345,7 +345,7 @@ pub async fn pull(
                 url: model.url,
             },
             chat_template: None,
-            settings: crate::engine::ModelSettings::default(),
+            settings: crate::model::ModelSettings::default(),
             vision_encoder: encoder.map(|(e, verified)| StoredFile {
                 file: e.name,
                 size: e.size,

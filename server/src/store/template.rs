@@ -8,7 +8,9 @@
 //! recorded; otherwise the manifest says why there is none and the model
 //! keeps the runtime's own template. A template never fails a pull.
 
-use crate::backend::{ChatTemplate, JinjaTemplate, RenderJob, TemplateMessage};
+use crate::model::{ChatTemplate, JinjaTemplate};
+
+use crate::model::template::{RenderJob, TemplateMessage};
 use crate::sandbox::Sandbox;
 
 use super::hf::Hub;

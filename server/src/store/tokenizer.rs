@@ -27,7 +27,7 @@ use super::lock::NameLock;
 use super::progress::Progress;
 use super::source::Source;
 use super::{Store, StoredTokenizer};
-use crate::backend::constraint::MAX_TOKENIZER_BYTES;
+use crate::model::tokenizer::MAX_TOKENIZER_BYTES;
 use crate::sandbox::{Reply, Sandbox};
 
 /// The tokenizer's name, in a repository and in a model's folder.

@@ -4,6 +4,9 @@ use flate2::{Compress, Compression, FlushCompress};
 use image::{DynamicImage, ImageFormat, RgbImage};
 use serde_json::json;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
 use super::*;
 
 // A global allocator is an unsafe trait; this one only counts (test-only).

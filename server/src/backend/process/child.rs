@@ -84,7 +84,7 @@ pub fn serve(mut orders: impl Read + Send + 'static, reports: impl Write + Send 
             cancel,
             outbox: &outbox,
         };
-        let mut sink = TokenSink::new(&output, order.request.conversation.is_some());
+        let mut sink = TokenSink::new(&output, order.request.prompt.turns().is_some());
         let result = catch_unwind(AssertUnwindSafe(|| {
             runner.generate(&order.request, &mut sink)
         }));

@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 pub use child::serve;
 pub use parent::{ProcessBackend, RunnerSettings};
 
-use super::{BackendSettings, ModelSpec, ValidRunRequest};
+use super::{BackendSettings, ValidRunRequest};
+use crate::model::ModelSpec;
 
 /// The first order to a runner: what to load, with which backend.
 #[derive(Debug, Serialize, Deserialize)]

@@ -19,9 +19,8 @@ use parking_lot::{Condvar, Mutex};
 
 use super::frame::{self, Filled, FrameReader};
 use super::{BackendSettings, LoadOrder, RunOrderRef};
-use crate::backend::{
-    Backend, BackendError, Generation, ModelSpec, Runner, TokenSink, ValidRunRequest,
-};
+use crate::backend::{Backend, BackendError, Generation, Runner, TokenSink, ValidRunRequest};
+use crate::model::ModelSpec;
 
 /// How runner processes are started and watched (config `[engine]`).
 #[derive(Debug, Clone)]
@@ -85,7 +84,7 @@ impl Backend for ProcessBackend {
         self.inner.context_length(model)
     }
 
-    fn tokenizer(&self, model: &ModelSpec) -> Option<crate::backend::constraint::TokenizerSource> {
+    fn tokenizer(&self, model: &ModelSpec) -> Option<crate::model::tokenizer::TokenizerSource> {
         self.inner.tokenizer(model)
     }
 

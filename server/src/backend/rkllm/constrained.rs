@@ -22,8 +22,9 @@ use super::abi::{self, ImageRun, RunSettings};
 use super::runtime::Api;
 use super::steer::{Ending, Outcome, SteerSettings, Steering, check_width};
 use super::{RkllmRunner, runtime_error};
-use crate::backend::constraint::{SamplingParams, TokenizerSource, Vocabulary};
 use crate::backend::{BackendError, Constrained, Generation, TokenSink, ValidRunRequest};
+use crate::model::constraint::SamplingParams;
+use crate::model::tokenizer::{TokenizerSource, Vocabulary};
 use crate::vocab::FinishReason;
 
 /// What a runner keeps for constrained answers.
@@ -54,7 +55,8 @@ impl RkllmRunner {
         {
             return Ok(Arc::clone(vocabulary));
         }
-        let vocabulary = Vocabulary::load(source).map_err(|e| runtime_error(None, e))?;
+        let vocabulary =
+            crate::backend::vocabularies::load(source).map_err(|e| runtime_error(None, e))?;
         tracing::info!(
             tokenizer = %describe(source),
             tokens = vocabulary.len(),
@@ -115,7 +117,7 @@ impl RkllmRunner {
         if self.history_dirty {
             self.clear_history();
         }
-        self.sync_prompt_cache(&request.prompt, &sink.cancel_token().clone());
+        self.sync_prompt_cache(&request.prompt.text, &sink.cancel_token().clone());
         self.conversation.reset();
         let result = self.steered_runs(request, sink, constrained, &vocabulary, embed.as_deref());
         // The runtime may be paused mid-answer: end that generation.
@@ -153,14 +155,14 @@ impl RkllmRunner {
             },
         )
         .map_err(|e| runtime_error(None, format!("the format cannot be followed: {e}")))?;
-        let prompt = CString::new(request.prompt.as_str()).map_err(|_| {
+        let prompt = CString::new(request.prompt.text.as_str()).map_err(|_| {
             runtime_error(
                 None,
                 "the prompt contains a NUL character, which the runtime cannot take",
             )
         })?;
-        let role =
-            CString::new(request.role.as_str()).map_err(|_| runtime_error(None, "bad role"))?;
+        let role = CString::new(request.prompt.role.as_str())
+            .map_err(|_| runtime_error(None, "bad role"))?;
         let markers = self.vision.as_ref().map(|v| v.markers.clone());
         let abort = Arc::clone(&self.handle.abort);
         let hook_abort = Arc::clone(&abort);
@@ -189,7 +191,7 @@ impl RkllmRunner {
             let settings = RunSettings {
                 prompt: &prompt,
                 role: &role,
-                enable_thinking: request.enable_thinking,
+                enable_thinking: request.prompt.thinking,
                 sampling,
                 // One more than the answer may take, so that the cap is
                 // the runner's to apply (and the runtime pauses, not ends).

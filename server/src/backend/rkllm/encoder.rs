@@ -16,7 +16,7 @@ use std::sync::Arc;
 use rknn_sys::api::{self as rknn, RknnApi};
 use rknn_sys::libloading;
 
-use crate::backend::VisionSpec;
+use crate::model::VisionSpec;
 
 /// A loaded `librknnrt.so`.
 pub struct RknnRuntime {

@@ -17,7 +17,7 @@ use std::sync::LazyLock;
 
 use parking_lot::Mutex;
 
-use crate::backend::HistoryReuse;
+use crate::model::HistoryReuse;
 
 /// Models seen to drop their history, by name, for the life of the
 /// process: a reloaded runner (`runner = "thread"`) does not trust the

@@ -38,9 +38,11 @@ use self::runtime::{Api, shared_call};
 pub use self::snapshots::SnapshotSettings;
 use self::snapshots::Snapshots;
 use crate::backend::{
-    ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, ImageLimits, ModelSpec,
-    Plan, Runner, TokenSink, ValidRunRequest, VisionSpec,
+    ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, Plan, Runner, TokenSink,
+    ValidRunRequest,
 };
+use crate::model::image::ImageLimits;
+use crate::model::{ModelSpec, VisionSpec};
 use crate::vocab::{FinishReason, Usage};
 
 /// Per-request overrides runtimes 1.2.x apply (`max_tokens` by aborting
@@ -425,7 +427,7 @@ struct RkllmRunner {
     /// the markers outlive the runtime handle that may point at them.
     vision: Option<Vision>,
     /// How its replies carry thinking (the history holds the answer).
-    reasoning: crate::backend::reasoning::ReasoningMode,
+    reasoning: crate::model::reasoning::ReasoningMode,
     /// Its tokenizer and what was learnt of the runtime's logits, for
     /// constrained answers.
     constrained: constrained::ConstrainedState,
@@ -509,7 +511,7 @@ impl RkllmRunner {
     ) -> Result<Generation, BackendError> {
         // New tools change the runtime's template and clear its history, so
         // they are set before deciding what to send.
-        if let Some(tools) = &request.tools {
+        if let Some(tools) = &request.prompt.tools {
             self.set_tools(request, tools)?;
         }
         if let Some(constrained) = &request.constraint {
@@ -522,12 +524,12 @@ impl RkllmRunner {
             if self.history_dirty {
                 self.clear_history();
             }
-            let (prompt, role) = (request.prompt.clone(), request.role.as_str());
+            let (prompt, role) = (request.prompt.text.clone(), request.prompt.role.as_str());
             return self.run_once(request, sink, &prompt, role, false, None);
         }
         let mut plan = request
-            .conversation
-            .as_deref()
+            .prompt
+            .turns()
             .filter(|_| self.history.reuses())
             .map(|c| self.conversation.plan(c));
         if matches!(plan, Some(Plan::Continue(_))) && !self.history.still_held(self.kv_cache_size())
@@ -541,7 +543,7 @@ impl RkllmRunner {
                 turn.text.as_str(),
                 if turn.role == "tool" { "tool" } else { "user" },
             ),
-            _ => (request.prompt.as_str(), request.role.as_str()),
+            _ => (request.prompt.text.as_str(), request.prompt.role.as_str()),
         };
         let keep_history = plan.is_some();
         let mut snapshot_to = None;
@@ -552,8 +554,8 @@ impl RkllmRunner {
             let cancel = sink.cancel_token().clone();
             self.sync_prompt_cache(prompt, &cancel);
             // A chat sent whole: the server's render, or the transcript.
-            let system = match (&request.whole_chat, &request.conversation) {
-                (Some(system), _) => Some(system.as_str()),
+            let system = match (request.prompt.whole_chat(), request.prompt.turns()) {
+                (Some(system), _) => Some(system),
                 (None, Some(conversation)) => Some(
                     conversation
                         .first()
@@ -581,11 +583,11 @@ impl RkllmRunner {
                 && !sink.cancel_token().is_cancelled();
             self.keep_snapshot(prompt, &tmp, ran);
         }
-        match (&request.conversation, &result) {
+        match (request.prompt.turns(), &result) {
             (Some(conversation), Ok(g))
                 if keep_history && g.finish_reason != FinishReason::Abort && sink.is_open() =>
             {
-                let answer = crate::backend::reasoning::answer_of(sink.produced(), self.reasoning);
+                let answer = crate::model::reasoning::answer_of(sink.produced(), self.reasoning);
                 self.conversation.commit(conversation, &answer);
                 if checked && !self.check_history(before.unwrap_or(0), g) {
                     self.conversation.reset();
@@ -628,7 +630,7 @@ impl RkllmRunner {
         if self.history_dirty {
             self.clear_history();
         }
-        self.sync_prompt_cache(&request.prompt, &sink.cancel_token().clone());
+        self.sync_prompt_cache(&request.prompt.text, &sink.cancel_token().clone());
         self.conversation.reset();
         let Some(vision) = self.vision.as_ref() else {
             return Err(runtime_error(None, "this model does not take images"));
@@ -642,7 +644,7 @@ impl RkllmRunner {
             height: vision.encoder.height as usize,
             markers: &markers,
         };
-        let (prompt, role) = (request.prompt.clone(), request.role.as_str());
+        let (prompt, role) = (request.prompt.text.clone(), request.prompt.role.as_str());
         self.run_once(request, sink, &prompt, role, false, Some(images))
     }
 
@@ -653,8 +655,8 @@ impl RkllmRunner {
             return Ok(());
         }
         let system = request
-            .conversation
-            .as_deref()
+            .prompt
+            .turns()
             .and_then(|c| c.iter().find(|t| t.role == "system"))
             .map_or("You are a helpful assistant.", |t| t.text.as_str());
         let c = |s: &str| {
@@ -721,7 +723,7 @@ impl RkllmRunner {
         let settings = RunSettings {
             prompt: &prompt,
             role: &role,
-            enable_thinking: request.enable_thinking,
+            enable_thinking: request.prompt.thinking,
             sampling: self.sampling(request),
             max_new_tokens: i32::try_from(request.max_tokens).unwrap_or(i32::MAX),
             keep_history,

@@ -30,9 +30,8 @@ use sha2::{Digest as _, Sha256};
 
 use super::RkllmRunner;
 use super::runtime::{Runtime, shared_call};
-use crate::backend::{
-    ModelSpec, PromptCacheSpec, Role, Sampling, TokenOutput, TokenSink, ValidRunRequest,
-};
+use crate::backend::{TokenOutput, TokenSink, ValidRunRequest};
+use crate::model::{ModelSpec, Prompt, PromptCacheSpec, Sampling};
 use crate::vocab::{CancelToken, FinishReason};
 
 /// A model's prompt cache as its runner holds it.
@@ -581,16 +580,11 @@ impl RkllmRunner {
                 .map_err(|_| failed("the path contains a NUL byte".into()))?,
         );
         let request = ValidRunRequest {
-            prompt: prompt.to_owned(),
+            prompt: Prompt::plain(prompt),
             model: model.to_owned(),
             max_tokens: 1,
             max_tokens_requested: true,
             sampling: Sampling::default(),
-            role: Role::User,
-            enable_thinking: false,
-            conversation: None,
-            whole_chat: None,
-            tools: None,
             images: Vec::new(),
             embed: None,
             clear_cache: false,

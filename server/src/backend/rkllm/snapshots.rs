@@ -33,7 +33,8 @@ use super::prompt_cache::{
     NotBuilt, PromptCache, Stamp, digest, install_as, refused, write_private,
 };
 use super::runtime::Runtime;
-use crate::backend::{ModelSpec, SnapshotReport};
+use crate::backend::SnapshotReport;
+use crate::model::ModelSpec;
 use crate::vocab::CancelToken;
 
 /// A loaded snapshot is worth its file only when it covers this much.

@@ -36,8 +36,9 @@ use std::sync::Arc;
 use toktrie::SimpleVob;
 
 use crate::backend::TokenSink;
-use crate::backend::constraint::{Constraint, Guide, SamplingParams, Vocabulary, sample};
-use crate::backend::reasoning::ReasoningMode;
+use crate::model::constraint::{Constraint, Guide, SamplingParams, sample};
+use crate::model::reasoning::ReasoningMode;
+use crate::model::tokenizer::Vocabulary;
 
 /// Forced tokens after a standing pick that are worth a pause to feed them
 /// in one go (fewer are left to the runtime, whose picks will likely be

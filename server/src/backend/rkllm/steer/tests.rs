@@ -3,10 +3,11 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::*;
-use crate::backend::constraint::{Constraint, TokenizerSource, ToolSchema, Vocabulary};
+use crate::model::constraint::{Constraint, ToolSchema};
+use crate::model::tokenizer::{TokenizerSource, Vocabulary};
 
 fn mock() -> Arc<Vocabulary> {
-    Vocabulary::load(&TokenizerSource::Mock).unwrap()
+    crate::backend::vocabularies::load(&TokenizerSource::Mock).unwrap()
 }
 
 /// The mock vocabulary's token whose text is `text`.

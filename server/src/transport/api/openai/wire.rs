@@ -7,11 +7,11 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::engine::{Role, Sampling};
 use crate::service::{
     Generate, ImageSource, Input, Message, OutputFormat, Part, ServiceError, Speaker, ToolCall,
     ToolChoice, parse_source,
 };
+use crate::service::{Role, Sampling};
 
 /// The most stop strings OpenAI takes.
 const MAX_STOP: usize = 4;

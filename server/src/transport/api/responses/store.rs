@@ -215,7 +215,7 @@ fn expire(inner: &mut Inner, now: Instant, ttl: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::Speaker;
+    use crate::model::Speaker;
 
     fn conversation(text: &str) -> Vec<Message> {
         vec![Message::text(Speaker::User, text)]

@@ -1,12 +1,22 @@
-//! Chat templates the server renders itself, for models whose built-in
-//! template is wrong or missing. With one, the runtime's own template is
-//! switched off, the whole conversation is rendered into one prompt
-//! ending with the assistant's header, and the server stops the
-//! generation at the template's stop strings.
+//! How a model's conversations become input: the runtime's built-in
+//! template, or one the server renders itself (ChatML, Llama 3, a custom
+//! one, or the model's own Jinja template, [`jinja`]), for models whose
+//! built-in template is wrong or missing. With one of those, the runtime's
+//! own template is switched off, the whole conversation is rendered into
+//! one prompt ending with the assistant's header, and the server stops the
+//! generation at the template's stop strings. `super::prompt::build` is
+//! where a template is applied.
+
+mod jinja;
 
 use serde::{Deserialize, Serialize};
 
-use super::Turn;
+pub use jinja::{
+    FUEL, JinjaTemplate, MAX_RENDERED_BYTES, RenderJob, RenderOptions, TemplateCall,
+    TemplateMessage,
+};
+
+use super::message::Turn;
 
 /// A custom template: `message` is written for each message with
 /// `{role}` and `{content}` replaced; `assistant` ends the prompt; the
@@ -38,7 +48,7 @@ pub enum ChatTemplate {
     /// The model's own Hugging Face template (Jinja): the service renders
     /// conversations with it (`crate::service`), with their tool calls,
     /// tools and thinking switch.
-    Jinja(super::JinjaTemplate),
+    Jinja(JinjaTemplate),
 }
 
 impl ChatTemplate {
@@ -69,11 +79,14 @@ impl ChatTemplate {
         }
     }
 
-    /// Renders a conversation, ending with the assistant's header.
+    /// Renders a conversation, ending with the assistant's header: the
+    /// templates rendered here (ChatML, Llama 3, custom); nothing for the
+    /// runtime's own and the model's Jinja one, which are rendered
+    /// elsewhere (the runtime; the sandbox, through `prompt::build`).
     pub fn render(&self, conversation: &[Turn]) -> String {
         let mut out = String::new();
         match self {
-            Self::Builtin => {}
+            Self::Builtin | Self::Jinja(_) => {}
             Self::ChatMl => {
                 for t in conversation {
                     out.push_str(&format!("<|im_start|>{}\n{}<|im_end|>\n", t.role, t.text));
@@ -104,30 +117,6 @@ impl ChatTemplate {
                     );
                 }
                 out.push_str(&t.assistant);
-            }
-            Self::Jinja(t) => {
-                // The service renders chats itself; this is for a
-                // conversation handed straight to the engine.
-                let messages: Vec<_> = conversation
-                    .iter()
-                    .map(|turn| super::TemplateMessage {
-                        role: turn.role.clone(),
-                        content: turn.text.clone(),
-                        tool_calls: Vec::new(),
-                    })
-                    .collect();
-                let options = super::RenderOptions {
-                    tools: None,
-                    enable_thinking: None,
-                    now: std::time::SystemTime::now(),
-                };
-                match t.render(&messages, options) {
-                    Ok(text) => out = text,
-                    Err(why) => {
-                        tracing::warn!("{why}; sent as ChatML");
-                        out = Self::ChatMl.render(conversation);
-                    }
-                }
             }
         }
         out

@@ -23,9 +23,7 @@
 //! or a grammar that allows no first token) is refused when it is checked,
 //! naming the `$ref` where there is one.
 
-mod bounds;
 mod sampler;
-mod vocabulary;
 
 use std::sync::Arc;
 
@@ -36,10 +34,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toktrie::SimpleVob;
 
+use super::tokenizer::Vocabulary;
 pub use sampler::{SamplingParams, sample};
-pub use vocabulary::{
-    MAX_TOKENIZER_BYTES, MOCK_TOKENIZER, TokenizerError, TokenizerSource, Vocabulary,
-};
 
 /// A function tool a forced call may name: its name and the JSON schema of
 /// its arguments.

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use super::*;
 
 fn mock() -> Arc<Vocabulary> {
-    Vocabulary::load(&TokenizerSource::Mock).unwrap()
+    Arc::new(Vocabulary::parse(crate::model::tokenizer::MOCK_TOKENIZER).unwrap())
 }
 
 /// Logits that end what is open soonest: the end token first, then a
@@ -62,10 +62,6 @@ fn the_mock_vocabulary_loads_with_its_end_token() {
     assert_eq!(vocabulary.bytes(vocabulary.eos()), b"<|endoftext|>");
     assert!(vocabulary.is_special(vocabulary.eos()));
     assert_eq!(vocabulary.bytes(u32::from(b'{')), b"{");
-    assert!(
-        Arc::ptr_eq(&vocabulary, &mock()),
-        "loaded once while in use"
-    );
 }
 
 #[test]

@@ -1,15 +1,13 @@
-//! A model's vocabulary: the bytes of each token, read from its Hugging
-//! Face `tokenizer.json`, with the token trie and the parser factory the
-//! constraint engine works over. Loaded once per process and source, and
-//! shared; a file that changes (a model pulled again with another
-//! tokenizer) is read again.
+//! A model's vocabulary: the bytes of each token, read from the text of its
+//! Hugging Face `tokenizer.json` within the bounds of [`super::bounds`],
+//! with the token trie and the parser factory the constraint engine works
+//! over. (Reading the file, once per process and source, is the backend's:
+//! `backend::vocabularies`.)
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use llguidance::ParserFactory;
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 
@@ -37,30 +35,6 @@ const EOS_NAMES: &[&str] = &[
     "</s>",
     "<eos>",
 ];
-
-/// The text of a file of at most [`MAX_TOKENIZER_BYTES`].
-fn read_limited(path: &std::path::Path) -> std::io::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut text = String::new();
-    // Non-blocking, and a regular file only: a FIFO or a device at the
-    // path is refused, never waited on or read without end.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("it is not a regular file"));
-    }
-    file.take(MAX_TOKENIZER_BYTES + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_TOKENIZER_BYTES {
-        return Err(std::io::Error::other(format!(
-            "it is larger than {MAX_TOKENIZER_BYTES} bytes, more than any tokenizer.json"
-        )));
-    }
-    Ok(text)
-}
 
 /// Why a `tokenizer.json` was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,69 +68,11 @@ impl std::fmt::Debug for Vocabulary {
     }
 }
 
-/// Vocabularies loaded in this process, by source, with the stamp of the
-/// file each was read from (dropped with their last user).
-type Loaded = HashMap<TokenizerSource, (Option<Stamp>, Weak<Vocabulary>)>;
-static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
-
-/// What tells a file's versions apart: its size and modification time.
-type Stamp = (u64, Option<std::time::SystemTime>);
-
 /// Largest `tokenizer.json` read (the largest vocabularies' files are a
 /// few tens of MB).
 pub const MAX_TOKENIZER_BYTES: u64 = 64 << 20;
 
-fn stamp(source: &TokenizerSource) -> Option<Stamp> {
-    match source {
-        TokenizerSource::Mock => None,
-        TokenizerSource::File(path) => std::fs::metadata(path)
-            .ok()
-            .map(|m| (m.len(), m.modified().ok())),
-    }
-}
-
 impl Vocabulary {
-    /// The vocabulary of `source`, loaded once per process while in use.
-    ///
-    /// # Errors
-    /// A file that cannot be read, or is not a byte-level or byte-fallback
-    /// tokenizer.json.
-    pub fn load(source: &TokenizerSource) -> Result<Arc<Self>, String> {
-        let stamp = stamp(source);
-        if let Some(loaded) = LOADED
-            .lock()
-            .as_ref()
-            .and_then(|l| l.get(source))
-            .filter(|(loaded_from, _)| *loaded_from == stamp)
-            .and_then(|(_, loaded)| loaded.upgrade())
-        {
-            return Ok(loaded);
-        }
-        let text = match source {
-            TokenizerSource::Mock => MOCK_TOKENIZER.to_owned(),
-            TokenizerSource::File(path) => read_limited(path)
-                .map_err(|e| format!("cannot read the tokenizer {}: {e}", path.display()))?,
-        };
-        let vocabulary = Arc::new(Self::parse(&text).map_err(|e| match source {
-            TokenizerSource::Mock => e,
-            TokenizerSource::File(path) => format!("the tokenizer {}: {e}", path.display()),
-        })?);
-        LOADED
-            .lock()
-            .get_or_insert_with(HashMap::new)
-            .insert(source.clone(), (stamp, Arc::downgrade(&vocabulary)));
-        Ok(vocabulary)
-    }
-
-    /// The text of a `tokenizer.json` file: a regular file (never a FIFO or
-    /// a device, never waited on) of at most [`MAX_TOKENIZER_BYTES`].
-    ///
-    /// # Errors
-    /// A file that cannot be read, is not a regular file, or is too large.
-    pub fn read_file(path: &std::path::Path) -> std::io::Result<String> {
-        read_limited(path)
-    }
-
     /// A vocabulary from the text of a `tokenizer.json`.
     ///
     /// # Errors
@@ -269,11 +185,11 @@ impl Vocabulary {
         self.memory
     }
 
-    pub(super) fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
-    pub(super) fn factory(&self) -> &ParserFactory {
+    pub(crate) fn factory(&self) -> &ParserFactory {
         &self.factory
     }
 }

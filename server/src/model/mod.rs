@@ -1,0 +1,32 @@
+//! What a model is, apart from what runs it: its spec and settings, how it
+//! is asked to sample and who speaks ([`Sampling`], [`Role`]), the
+//! messages and tool calls of a conversation, its chat templates (the
+//! runtime's, ChatML, Llama 3, custom, Jinja), its tokenizer and
+//! vocabulary, the shape of its reasoning, its images' types and the check
+//! of their headers, and the constraint compiler that holds an answer to a
+//! grammar over its vocabulary. [`prompt::build`] is the one place a
+//! conversation becomes this model's input.
+//!
+//! A pure room: no I/O, no threads, no FFI. What reads files, starts
+//! processes or calls the runtime lives above (`backend`, `sandbox`,
+//! `engine`, `service`) and hands this room text and values.
+
+pub mod constraint;
+pub mod image;
+pub mod message;
+pub mod prompt;
+pub mod reasoning;
+mod sampling;
+mod spec;
+pub mod template;
+pub mod tokenizer;
+
+pub use message::{ImageSource, Message, Part, Speaker, ToolCall};
+pub use prompt::{Chat, Input, Prompt, Turn};
+pub use reasoning::ReasoningMode;
+pub use sampling::{Role, Sampling};
+pub use spec::{
+    EmbeddingSpec, HistoryReuse, LoraAdapter, ModelSettings, ModelSpec, Pooling, PromptCacheSpec,
+    VISION_FAMILIES, VisionSpec,
+};
+pub use template::{ChatTemplate, CustomTemplate, JinjaTemplate};

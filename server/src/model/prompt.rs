@@ -1,0 +1,441 @@
+//! The one place a conversation becomes this model's input: [`build`]
+//! takes a request's conversation or prompt and the model's chat template
+//! and gives the [`Prompt`] the runner is handed — its text, who speaks it,
+//! the tools and thinking switch the runtime's template reads, the turns a
+//! runner may reuse from the runtime's history, the system text, and the
+//! template's stop strings. Nothing below the service renders.
+//!
+//! How each template is applied:
+//! - the runtime's own (`builtin`): a single user (or tool) message goes as
+//!   it is, with a system message, if any, before it; a longer conversation
+//!   as one transcript (`role: text` lines) ending with the new message,
+//!   with its turns, so that a runner whose runtime still holds all but the
+//!   last message sends only that one;
+//! - the model's own (Jinja): the whole conversation rendered, with the
+//!   tools and the thinking switch, every time (the render runs where the
+//!   caller's [`Render`] runs it: a template is untrusted code);
+//! - ChatML, Llama 3 or a custom template: the whole conversation rendered
+//!   here, the reply stopped at the template's stop strings.
+
+use serde::{Deserialize, Serialize};
+
+use super::image::IMAGE_TAG;
+pub use super::message::Turn;
+use super::message::{ImageSource, Message, Part, Speaker};
+use super::sampling::Role;
+use super::template::{ChatTemplate, JinjaTemplate, RenderJob, TemplateCall, TemplateMessage};
+
+/// What a request gives the model: a conversation or a prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A conversation (chat APIs).
+    Chat(Vec<Message>),
+    /// A prompt (completion APIs, JSON-RPC), with its own images and an
+    /// optional system text before it.
+    Prompt {
+        /// The text.
+        text: String,
+        /// System text put before it (Ollama's `system`).
+        system: Option<String>,
+        /// Who speaks it.
+        role: Role,
+        /// Images, placed where its `<image>` tags are (or before it).
+        images: Vec<ImageSource>,
+    },
+}
+
+impl Default for Input {
+    fn default() -> Self {
+        Self::Prompt {
+            text: String::new(),
+            system: None,
+            role: Role::User,
+            images: Vec::new(),
+        }
+    }
+}
+
+/// What the model is given, built once per request by [`build`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prompt {
+    /// The text the runtime is given: the whole conversation (rendered,
+    /// or as a transcript), or the prompt.
+    pub text: String,
+    /// Who speaks it, for the runtime's own template.
+    pub role: Role,
+    /// The thinking switch (false when not asked for).
+    pub thinking: bool,
+    /// Function tools offered: a JSON array in OpenAI's shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<String>,
+    /// What a chat sent in the runtime's template or in the model's own
+    /// brings besides its text (none for a plain prompt, or a chat in a
+    /// server-side template the runtime knows nothing of).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<Chat>,
+    /// Strings that end the reply (the template's own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+}
+
+impl From<&str> for Prompt {
+    fn from(text: &str) -> Self {
+        Self::plain(text)
+    }
+}
+
+impl From<String> for Prompt {
+    fn from(text: String) -> Self {
+        Self::plain(text)
+    }
+}
+
+/// A chat's parts a runner works with.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chat {
+    /// The text of its system message, when it has one.
+    pub system: Option<String>,
+    /// Its turns, when the runner may reuse the runtime's history (the
+    /// runtime's own template); `None`: rendered whole by the server.
+    pub turns: Option<Vec<Turn>>,
+}
+
+impl Prompt {
+    /// A plain prompt spoken by the user: no chat, no template.
+    pub fn plain(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The chat's turns, when the runner may reuse the runtime's history.
+    pub fn turns(&self) -> Option<&[Turn]> {
+        self.chat.as_ref()?.turns.as_deref()
+    }
+
+    /// For a chat the server rendered whole (the model's own template): its
+    /// system message's text, empty without one.
+    pub fn whole_chat(&self) -> Option<&str> {
+        let chat = self.chat.as_ref().filter(|c| c.turns.is_none())?;
+        Some(chat.system.as_deref().unwrap_or(""))
+    }
+
+    /// For a chat in the runtime's template: its system message's text.
+    pub fn chat_system(&self) -> Option<&str> {
+        let chat = self.chat.as_ref().filter(|c| c.turns.is_some())?;
+        chat.system.as_deref()
+    }
+}
+
+/// Where a model's own (Jinja) template is rendered: a template is
+/// untrusted code, so the caller decides (the server: in its sandbox).
+pub trait Render {
+    /// Renders `job`.
+    ///
+    /// # Errors
+    /// What the template raised or failed on, or the bound it broke.
+    fn render(
+        &self,
+        job: RenderJob,
+    ) -> impl std::future::Future<Output = Result<String, String>> + Send;
+}
+
+/// What a request adds to its conversation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Function tools offered (a JSON array), when the request offers some
+    /// and does not turn them off.
+    pub tools: Option<String>,
+    /// The thinking switch, when set.
+    pub thinking: Option<bool>,
+}
+
+/// Why a request's input cannot become a prompt.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PromptError {
+    /// The request field (`messages`).
+    pub field: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn invalid(message: impl Into<String>) -> PromptError {
+    PromptError {
+        field: "messages",
+        message: message.into(),
+    }
+}
+
+/// The prompt `input` becomes for a model with `template`, and the images
+/// it carries, in the order of its `<image>` tags.
+///
+/// # Errors
+/// An empty conversation, one that does not end with a user or tool
+/// message, or a template that fails on it (naming `messages`).
+pub async fn build(
+    template: &ChatTemplate,
+    input: Input,
+    options: Options,
+    render: &impl Render,
+) -> Result<(Prompt, Vec<ImageSource>), PromptError> {
+    let thinking = options.thinking.unwrap_or(false);
+    match input {
+        Input::Chat(messages) => {
+            let messages = system_first(messages);
+            let (transcript, role) = prompt_of(&messages).map_err(invalid)?;
+            let sources: Vec<ImageSource> =
+                messages.iter().flat_map(Message::images).cloned().collect();
+            let system = messages
+                .first()
+                .filter(|m| m.speaker == Speaker::System)
+                .map(Message::rendered);
+            let prompt = match template {
+                ChatTemplate::Jinja(jinja) => {
+                    let job = render_job(jinja, &messages, options.tools.clone(), options.thinking);
+                    Prompt {
+                        text: render.render(job).await.map_err(invalid)?,
+                        role: Role::User,
+                        thinking,
+                        tools: options.tools,
+                        chat: Some(Chat {
+                            system,
+                            turns: None,
+                        }),
+                        stop: template.stop_strings(),
+                    }
+                }
+                ChatTemplate::Builtin => Prompt {
+                    text: transcript,
+                    role,
+                    thinking,
+                    tools: options.tools,
+                    chat: Some(Chat {
+                        system,
+                        turns: Some(turns(&messages)),
+                    }),
+                    stop: Vec::new(),
+                },
+                server_side => Prompt {
+                    text: server_side.render(&turns(&messages)),
+                    role: Role::User,
+                    thinking,
+                    tools: options.tools,
+                    chat: None,
+                    stop: server_side.stop_strings(),
+                },
+            };
+            Ok((prompt, sources))
+        }
+        Input::Prompt {
+            text,
+            system,
+            role,
+            images,
+        } => {
+            // Without tags of their own, the images go before the text.
+            let text = if images.is_empty() || text.contains(IMAGE_TAG) {
+                text
+            } else {
+                IMAGE_TAG.repeat(images.len()) + &text
+            };
+            let text = match system.filter(|s| !s.is_empty()) {
+                Some(system) => format!("{system}\n\n{text}"),
+                None => text,
+            };
+            let prompt = Prompt {
+                text,
+                role,
+                thinking,
+                tools: options.tools,
+                chat: None,
+                stop: template.stop_strings(),
+            };
+            Ok((prompt, images))
+        }
+    }
+}
+
+/// The render of a conversation (its system messages first) in the
+/// model's own template, with the tools offered and the thinking switch:
+/// what the sandbox runs.
+pub fn render_job(
+    template: &JinjaTemplate,
+    messages: &[Message],
+    tools: Option<String>,
+    enable_thinking: Option<bool>,
+) -> RenderJob {
+    let messages: Vec<TemplateMessage> = messages
+        .iter()
+        .map(|m| TemplateMessage {
+            role: m.speaker.as_str().to_owned(),
+            content: m
+                .parts
+                .iter()
+                .map(|part| match part {
+                    Part::Text(text) => text.as_str(),
+                    Part::Image(_) => IMAGE_TAG,
+                })
+                .collect(),
+            tool_calls: m
+                .tool_calls
+                .iter()
+                .map(|call| TemplateCall {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    RenderJob {
+        template: template.clone(),
+        messages,
+        tools,
+        enable_thinking,
+        now_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    }
+}
+
+/// The conversation as the engine keeps it, for history reuse.
+pub fn turns(messages: &[Message]) -> Vec<Turn> {
+    messages
+        .iter()
+        .map(|m| Turn {
+            role: m.speaker.as_str().to_owned(),
+            text: m.rendered(),
+        })
+        .collect()
+}
+
+/// A conversation with its system messages first: instructions may come
+/// anywhere (an agent appends one after the first user message), and are
+/// gathered, in order, into one system message before the turns.
+pub fn system_first(messages: Vec<Message>) -> Vec<Message> {
+    let (system, turns): (Vec<Message>, Vec<Message>) = messages
+        .into_iter()
+        .partition(|m| m.speaker == Speaker::System);
+    if system.len() <= 1 && turns.is_empty() {
+        return system;
+    }
+    let mut out = Vec::with_capacity(turns.len() + 1);
+    if !system.is_empty() {
+        let text: Vec<String> = system.iter().map(Message::rendered).collect();
+        out.push(Message::text(Speaker::System, text.join("\n\n")));
+    }
+    out.extend(turns);
+    out
+}
+
+/// The prompt and role to send for a conversation (its system messages
+/// first, see [`system_first`]).
+///
+/// # Errors
+/// When there is no message, or the last one is not from the user or a tool.
+pub fn prompt_of(messages: &[Message]) -> Result<(String, Role), String> {
+    let last = messages.last().ok_or("`messages` must not be empty")?;
+    let role = match last.speaker {
+        Speaker::User => Role::User,
+        Speaker::Tool => Role::Tool,
+        other => {
+            return Err(format!(
+                "the last message must be from `user` or `tool`, got `{}`",
+                other.as_str()
+            ));
+        }
+    };
+    let earlier = &messages[..messages.len() - 1];
+    let prompt = match earlier {
+        [] => last.rendered(),
+        [system] if system.speaker == Speaker::System => {
+            format!("{}\n\n{}", system.rendered(), last.rendered())
+        }
+        _ => messages
+            .iter()
+            .map(|m| format!("{}: {}", m.speaker.as_str(), m.rendered()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    };
+    Ok((prompt, role))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::message::ToolCall;
+
+    #[test]
+    fn messages_become_one_prompt() {
+        let one = [Message::text(Speaker::User, "hi")];
+        assert_eq!(prompt_of(&one).unwrap(), ("hi".into(), Role::User));
+        let parts = [
+            Message::text(Speaker::System, "be brief"),
+            Message {
+                parts: vec![Part::Text("a".into()), Part::Text("b".into())],
+                ..Message::text(Speaker::User, "")
+            },
+        ];
+        assert_eq!(prompt_of(&parts).unwrap().0, "be brief\n\nab");
+        let turns = [
+            Message::text(Speaker::User, "q1"),
+            Message::text(Speaker::Assistant, "a1"),
+            Message::text(Speaker::Tool, "{}"),
+        ];
+        assert_eq!(
+            prompt_of(&turns).unwrap(),
+            ("user: q1\nassistant: a1\ntool: {}".into(), Role::Tool)
+        );
+        assert!(prompt_of(&[]).is_err());
+        assert!(prompt_of(&[Message::text(Speaker::Assistant, "x")]).is_err());
+    }
+
+    #[test]
+    fn system_messages_anywhere_are_gathered_first() {
+        let messages = system_first(vec![
+            Message::text(Speaker::System, "a"),
+            Message::text(Speaker::User, "q"),
+            Message::text(Speaker::System, "b"),
+        ]);
+        assert_eq!(
+            messages,
+            vec![
+                Message::text(Speaker::System, "a\n\nb"),
+                Message::text(Speaker::User, "q")
+            ]
+        );
+        assert_eq!(
+            prompt_of(&messages).unwrap(),
+            ("a\n\nb\n\nq".into(), Role::User)
+        );
+    }
+
+    #[test]
+    fn images_become_tags_and_calls_are_written_as_the_model_writes_them() {
+        let m = Message {
+            parts: vec![
+                Part::Text("compare ".into()),
+                Part::Image(ImageSource::Inline(vec![1])),
+                Part::Text(" and ".into()),
+                Part::Image(ImageSource::Remote("https://x/b.png".into())),
+            ],
+            ..Message::text(Speaker::User, "")
+        };
+        assert_eq!(m.rendered(), "compare <image> and <image>");
+        assert_eq!(m.images().count(), 2);
+        let call = Message {
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "f".into(),
+                arguments: "{\"a\":1}".into(),
+            }],
+            ..Message::text(Speaker::Assistant, "")
+        };
+        assert_eq!(
+            call.rendered(),
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\":1}}\n</tool_call>"
+        );
+    }
+}
