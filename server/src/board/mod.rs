@@ -9,7 +9,12 @@
 //! [`Snapshot`] with its reason, which [`log_missing_once`] logs once per
 //! process. Below `transport`, above `metrics`: it uses nothing of the
 //! server but the metrics' sample type.
+//!
+//! The files are outside input, and bounded where they are read
+//! (`file.rs`): regular files only, opened without blocking, within the
+//! root, 16 KiB at most each.
 
+mod file;
 mod read;
 
 use std::collections::HashSet;
@@ -91,6 +96,25 @@ pub struct Memory {
     pub available_bytes: u64,
 }
 
+/// One of the NPU's device nodes, for `doctor`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NpuNode {
+    /// `/dev/dri/renderD129`, `/dev/rknpu` (as on the board, under the root).
+    pub path: String,
+    /// Whether this process opens it for reading and writing.
+    pub opens: bool,
+}
+
+/// Which sources a read takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// What `/metrics` shows.
+    Metrics,
+    /// That, the NPU's device nodes (each opened and closed) and the CPU's
+    /// features: what `doctor` looks at.
+    Doctor,
+}
+
 /// A source that could not be read, and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Missing {
@@ -121,11 +145,37 @@ pub struct Snapshot {
     pub cooling: Vec<Cooling>,
     /// Memory.
     pub memory: Option<Memory>,
+    /// The NPU's device nodes ([`Scope::Doctor`] only).
+    pub npu_nodes: Vec<NpuNode>,
+    /// The words of `proc/cpuinfo`'s `Features` lines ([`Scope::Doctor`]
+    /// only).
+    pub cpu_features: Vec<String>,
     /// What could not be read.
     pub missing: Vec<Missing>,
+    /// Whether every source was read.
+    pub finished: bool,
 }
 
 impl Snapshot {
+    /// Nothing read yet under `root`.
+    pub fn empty(root: &Path) -> Self {
+        Self {
+            root: root.to_owned(),
+            compatible: Vec::new(),
+            chip: None,
+            driver: NpuDriver::None,
+            npu_load: None,
+            clocks: Vec::new(),
+            zones: Vec::new(),
+            cooling: Vec::new(),
+            memory: None,
+            npu_nodes: Vec::new(),
+            cpu_features: Vec::new(),
+            missing: Vec::new(),
+            finished: false,
+        }
+    }
+
     /// The clock named `name`.
     pub fn clock(&self, name: &str) -> Option<&Clock> {
         self.clocks.iter().find(|c| c.name == name)
@@ -143,8 +193,10 @@ impl Snapshot {
 }
 
 /// Reads the board under `root`.
-pub fn read(root: &Path) -> Snapshot {
-    read::snapshot(root)
+pub fn read(root: &Path, scope: Scope) -> Snapshot {
+    let snapshot = Mutex::new(Snapshot::empty(root));
+    read::snapshot(&file::Tree::new(root), scope, &snapshot);
+    snapshot.into_inner()
 }
 
 /// Logs each missing source's reason the first time it is seen in this
@@ -299,11 +351,6 @@ pub fn samples(snapshot: &Snapshot) -> Vec<BoardSeries> {
         );
     }
     out
-}
-
-/// `root` joined with an absolute-looking path such as `sys/class/devfreq`.
-fn under(root: &Path, path: &str) -> PathBuf {
-    root.join(path.trim_start_matches('/'))
 }
 
 #[cfg(test)]

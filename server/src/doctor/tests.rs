@@ -3,13 +3,14 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::board::read;
+use crate::board::{Scope, read};
 
 fn fake(layout: &str) -> crate::board::Snapshot {
     read(
         &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fake-sys")
             .join(layout),
+        Scope::Doctor,
     )
 }
 
@@ -121,7 +122,7 @@ fn runtime_1_3_0_on_rk3588_fails_and_1_2_3_passes() {
 fn an_rkllm_backend_off_a_rockchip_board_is_not_blocked() {
     let empty = std::env::temp_dir().join(format!("rkllm-doctor-empty-{}", std::process::id()));
     std::fs::create_dir_all(&empty).unwrap();
-    let findings = board::check(&read(&empty), true);
+    let findings = board::check(&read(&empty, Scope::Doctor), true);
     assert_eq!(verdict_of(&findings, "chip"), Verdict::Warn);
     assert_eq!(verdict_of(&findings, "npu-driver"), Verdict::Warn);
     assert_eq!(Report { findings }.exit_code(), 0);

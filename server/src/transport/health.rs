@@ -60,7 +60,7 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let root = state.settings.sys_root.clone();
     let board = tokio::task::spawn_blocking(move || {
-        let snapshot = board::read(&root);
+        let snapshot = board::read(&root, board::Scope::Metrics);
         board::log_missing_once(&snapshot);
         board::samples(&snapshot)
     })
