@@ -103,6 +103,14 @@ impl<'a> Tree<'a> {
         }
     }
 
+    /// The same, noting in `now` the path each read is at.
+    pub(crate) fn noting(root: &Path, now: &'a Mutex<Option<PathBuf>>) -> Self {
+        Self {
+            root: root.to_owned(),
+            now: Some(now),
+        }
+    }
+
     /// `rel` under the root, for messages.
     pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.root.join(rel.trim_start_matches('/'))

@@ -12,10 +12,13 @@
 //!
 //! The files are outside input, and bounded where they are read
 //! (`file.rs`): regular files only, opened without blocking, within the
-//! root, 16 KiB at most each.
+//! root, 16 KiB at most each. A whole read is bounded in time (`timed.rs`):
+//! past [`READ_BUDGET`] what was read is used, and a read that is stuck in
+//! the kernel is never joined by another.
 
 mod file;
 mod read;
+mod timed;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -25,6 +28,7 @@ use parking_lot::Mutex;
 use crate::metrics::{BoardSample, BoardSeries};
 
 pub use read::{parse_load, parse_meminfo};
+pub use timed::{READ_BUDGET, Sampler, read_within};
 
 /// Where the rknpu driver's debugfs files are read, under the root: the
 /// debugfs path itself (readable by root), then the read-only copy the
@@ -152,7 +156,8 @@ pub struct Snapshot {
     pub cpu_features: Vec<String>,
     /// What could not be read.
     pub missing: Vec<Missing>,
-    /// Whether every source was read.
+    /// Whether every source was read; not when the read was given up on
+    /// past its budget (the reason is in `missing`).
     pub finished: bool,
 }
 
@@ -192,7 +197,9 @@ impl Snapshot {
     }
 }
 
-/// Reads the board under `root`.
+/// Reads the board under `root`, in this thread and however long it takes
+/// (each file is bounded; the time is not: see [`read_within`] and
+/// [`Sampler`]).
 pub fn read(root: &Path, scope: Scope) -> Snapshot {
     let snapshot = Mutex::new(Snapshot::empty(root));
     read::snapshot(&file::Tree::new(root), scope, &snapshot);

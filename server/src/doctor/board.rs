@@ -12,8 +12,23 @@ const RKNPU_WANTED: (u32, u32, u32) = (0, 9, 8);
 const HOT_CELSIUS: f64 = 85.0;
 
 /// The board's findings; `rkllm` says whether the NPU is used (with the
-/// mock backend a missing NPU is only a warning).
+/// mock backend a missing NPU is only a warning). A read of the board given
+/// up on past its budget gives one warning instead: what it lacks would
+/// read as absent, and findings on it would be wrong.
 pub(super) fn check(s: &Snapshot, rkllm: bool) -> Vec<Finding> {
+    if !s.finished {
+        let why = s
+            .missing
+            .iter()
+            .find(|m| m.source == "board")
+            .map_or("the board's read did not finish", |m| m.reason.as_str());
+        return vec![Finding::warn(
+            "board",
+            format!("the board's checks are skipped: {why}"),
+            "find what holds that file (a hung filesystem mounted under [board] sys_root, a \
+             driver that does not answer)",
+        )];
+    }
     let mut out = vec![chip(s), driver(s, rkllm)];
     if let Some(found) = device(s, rkllm) {
         out.push(found);

@@ -172,10 +172,11 @@ pub fn examine(config: &Config, options: Options) -> Report {
     Report { findings }
 }
 
-/// The board under `[board] sys_root` (with the same bounded reads as
-/// `/metrics`).
+/// The board under `[board] sys_root`, read within its budget (with the
+/// same bounded reads as `/metrics`).
 fn board_now(config: &Config) -> crate::board::Snapshot {
-    crate::board::read(&config.board.sys_root, crate::board::Scope::Doctor)
+    use crate::board::{READ_BUDGET, Scope, read_within};
+    read_within(&config.board.sys_root, Scope::Doctor, READ_BUDGET)
 }
 
 /// The board and runtime checks (what start-up runs), and the runtime's

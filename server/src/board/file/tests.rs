@@ -244,3 +244,14 @@ fn a_node_is_opened_only_when_it_is_a_device_or_a_fake_trees_file() {
     // /dev/null is a device anyone may open.
     assert_eq!(Tree::new(Path::new("/")).node_opens("dev/null"), Some(true));
 }
+
+#[test]
+fn the_path_being_read_is_noted_and_cleared_after() {
+    let dir = Scratch::new("noted");
+    dir.put("a", "1\n");
+    let now = Mutex::new(None);
+    let tree = Tree::noting(&dir.0, &now);
+    tree.read("a").unwrap();
+    assert_eq!(*now.lock(), None);
+    assert_eq!(tree.path("a"), dir.0.join("a"));
+}
