@@ -13,8 +13,8 @@
 //! The files are outside input, and bounded where they are read
 //! (`file.rs`): regular files only, opened without blocking, within the
 //! root, 16 KiB at most each. A whole read is bounded in time (`timed.rs`):
-//! past [`READ_BUDGET`] what was read is used, and a read that is stuck in
-//! the kernel is never joined by another.
+//! past [`READ_BUDGET`] what was read is used, and while a read is stuck in
+//! the kernel no other starts.
 
 mod file;
 mod read;
