@@ -9,8 +9,16 @@
 //! [`Snapshot`] with its reason, which [`log_missing_once`] logs once per
 //! process. Below `transport`, above `metrics`: it uses nothing of the
 //! server but the metrics' sample type.
+//!
+//! The files are outside input, and bounded where they are read
+//! (`file.rs`): regular files only, opened without blocking, within the
+//! root, 16 KiB at most each. A whole read is bounded in time (`timed.rs`):
+//! past [`READ_BUDGET`] what was read is used, and while a read is stuck in
+//! the kernel no other starts.
 
+mod file;
 mod read;
+mod timed;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -20,6 +28,7 @@ use parking_lot::Mutex;
 use crate::metrics::{BoardSample, BoardSeries};
 
 pub use read::{parse_load, parse_meminfo};
+pub use timed::{READ_BUDGET, Sampler, read_within};
 
 /// Where the rknpu driver's debugfs files are read, under the root: the
 /// debugfs path itself (readable by root), then the read-only copy the
@@ -91,6 +100,25 @@ pub struct Memory {
     pub available_bytes: u64,
 }
 
+/// One of the NPU's device nodes, for `doctor`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NpuNode {
+    /// `/dev/dri/renderD129`, `/dev/rknpu` (as on the board, under the root).
+    pub path: String,
+    /// Whether this process opens it for reading and writing.
+    pub opens: bool,
+}
+
+/// Which sources a read takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// What `/metrics` shows.
+    Metrics,
+    /// That, the NPU's device nodes (each opened and closed) and the CPU's
+    /// features: what `doctor` looks at.
+    Doctor,
+}
+
 /// A source that could not be read, and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Missing {
@@ -121,11 +149,38 @@ pub struct Snapshot {
     pub cooling: Vec<Cooling>,
     /// Memory.
     pub memory: Option<Memory>,
+    /// The NPU's device nodes ([`Scope::Doctor`] only).
+    pub npu_nodes: Vec<NpuNode>,
+    /// The words of `proc/cpuinfo`'s `Features` lines ([`Scope::Doctor`]
+    /// only).
+    pub cpu_features: Vec<String>,
     /// What could not be read.
     pub missing: Vec<Missing>,
+    /// Whether every source was read; not when the read was given up on
+    /// past its budget (the reason is in `missing`).
+    pub finished: bool,
 }
 
 impl Snapshot {
+    /// Nothing read yet under `root`.
+    pub fn empty(root: &Path) -> Self {
+        Self {
+            root: root.to_owned(),
+            compatible: Vec::new(),
+            chip: None,
+            driver: NpuDriver::None,
+            npu_load: None,
+            clocks: Vec::new(),
+            zones: Vec::new(),
+            cooling: Vec::new(),
+            memory: None,
+            npu_nodes: Vec::new(),
+            cpu_features: Vec::new(),
+            missing: Vec::new(),
+            finished: false,
+        }
+    }
+
     /// The clock named `name`.
     pub fn clock(&self, name: &str) -> Option<&Clock> {
         self.clocks.iter().find(|c| c.name == name)
@@ -142,9 +197,13 @@ impl Snapshot {
     }
 }
 
-/// Reads the board under `root`.
-pub fn read(root: &Path) -> Snapshot {
-    read::snapshot(root)
+/// Reads the board under `root`, in this thread and however long it takes
+/// (each file is bounded; the time is not: see [`read_within`] and
+/// [`Sampler`]).
+pub fn read(root: &Path, scope: Scope) -> Snapshot {
+    let snapshot = Mutex::new(Snapshot::empty(root));
+    read::snapshot(&file::Tree::new(root), scope, &snapshot);
+    snapshot.into_inner()
 }
 
 /// Logs each missing source's reason the first time it is seen in this
@@ -299,11 +358,6 @@ pub fn samples(snapshot: &Snapshot) -> Vec<BoardSeries> {
         );
     }
     out
-}
-
-/// `root` joined with an absolute-looking path such as `sys/class/devfreq`.
-fn under(root: &Path, path: &str) -> PathBuf {
-    root.join(path.trim_start_matches('/'))
 }
 
 #[cfg(test)]

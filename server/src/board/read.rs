@@ -1,45 +1,64 @@
 //! Reading the files of the board and parsing what they say.
 
-use std::path::Path;
+use parking_lot::Mutex;
 
-use super::{Clock, Cooling, Memory, Missing, NpuDriver, RKNPU_DEBUG_DIRS, Snapshot, Zone, under};
+use super::file::Tree;
+use super::{
+    Clock, Cooling, Memory, Missing, NpuDriver, NpuNode, RKNPU_DEBUG_DIRS, Scope, Snapshot, Zone,
+};
 
-/// Reads everything under `root`.
-pub(super) fn snapshot(root: &Path) -> Snapshot {
+/// Reads every source of `scope` from `tree` into `into`, one source after
+/// the other, each put there as soon as it is read (so that a read given
+/// up on has what it read); marks it finished at the end.
+pub(super) fn snapshot(tree: &Tree<'_>, scope: Scope, into: &Mutex<Snapshot>) {
     let mut missing = Vec::new();
-    let compatible = read_compatible(root, &mut missing);
+    let compatible = read_compatible(tree, &mut missing);
     let chip = chip_of(&compatible);
-    let (driver, npu_load) = npu(root, &mut missing);
-    let mut clocks = devfreq(root, &mut missing);
-    clocks.extend(cpufreq(root, &mut missing));
-    let (zones, cooling) = thermal(root, &mut missing);
-    let memory = match std::fs::read_to_string(under(root, "proc/meminfo")) {
+    put(into, &mut missing, |s| {
+        (s.compatible, s.chip) = (compatible, chip)
+    });
+    let (driver, load) = npu(tree, &mut missing);
+    put(into, &mut missing, |s| {
+        (s.driver, s.npu_load) = (driver, load)
+    });
+    let clocks = devfreq(tree, &mut missing);
+    put(into, &mut missing, |s| s.clocks.extend(clocks));
+    let clocks = cpufreq(tree, &mut missing);
+    put(into, &mut missing, |s| s.clocks.extend(clocks));
+    let (zones, cooling) = thermal(tree, &mut missing);
+    put(into, &mut missing, |s| {
+        (s.zones, s.cooling) = (zones, cooling)
+    });
+    let memory = match tree.read_text("proc/meminfo") {
         Ok(text) => parse_meminfo(&text),
         Err(err) => {
             missing.push(Missing {
                 source: "memory",
-                reason: format!("{}: {err}", under(root, "proc/meminfo").display()),
+                reason: format!("{}: {err}", tree.path("proc/meminfo").display()),
             });
             None
         }
     };
-    Snapshot {
-        root: root.to_owned(),
-        compatible,
-        chip,
-        driver,
-        npu_load,
-        clocks,
-        zones,
-        cooling,
-        memory,
-        missing,
+    put(into, &mut missing, |s| s.memory = memory);
+    if scope == Scope::Doctor {
+        let nodes = npu_nodes(tree);
+        put(into, &mut missing, |s| s.npu_nodes = nodes);
+        let features = cpu_features(tree);
+        put(into, &mut missing, |s| s.cpu_features = features);
     }
+    into.lock().finished = true;
 }
 
-fn read_compatible(root: &Path, missing: &mut Vec<Missing>) -> Vec<String> {
-    let path = under(root, "proc/device-tree/compatible");
-    match std::fs::read(&path) {
+/// Puts what one source gave into the snapshot, with its missing parts.
+fn put(into: &Mutex<Snapshot>, missing: &mut Vec<Missing>, fill: impl FnOnce(&mut Snapshot)) {
+    let mut snapshot = into.lock();
+    fill(&mut snapshot);
+    snapshot.missing.append(missing);
+}
+
+fn read_compatible(tree: &Tree<'_>, missing: &mut Vec<Missing>) -> Vec<String> {
+    let rel = "proc/device-tree/compatible";
+    match tree.read(rel) {
         Ok(bytes) => bytes
             .split(|&b| b == 0 || b == b'\n')
             .filter(|s| !s.is_empty())
@@ -48,7 +67,7 @@ fn read_compatible(root: &Path, missing: &mut Vec<Missing>) -> Vec<String> {
         Err(err) => {
             missing.push(Missing {
                 source: "device tree",
-                reason: format!("{}: {err}", path.display()),
+                reason: format!("{}: {err}", tree.path(rel).display()),
             });
             Vec::new()
         }
@@ -65,38 +84,39 @@ fn chip_of(compatible: &[String]) -> Option<String> {
         .map(|soc| soc.chars().take(6).collect())
 }
 
-fn npu(root: &Path, missing: &mut Vec<Missing>) -> (NpuDriver, Option<Vec<u8>>) {
+fn npu(tree: &Tree<'_>, missing: &mut Vec<Missing>) -> (NpuDriver, Option<Vec<u8>>) {
     let rocket = ["sys/bus/platform/drivers/rocket", "sys/module/rocket"]
         .iter()
-        .any(|p| under(root, p).exists());
+        .any(|p| tree.exists(p));
     let rknpu_present = ["sys/bus/platform/drivers/RKNPU", "sys/module/rknpu"]
         .iter()
-        .any(|p| under(root, p).exists());
+        .any(|p| tree.exists(p));
     // The first debugfs directory that can be listed.
     let mut debug_dir = None;
     let mut denied = Vec::new();
     for dir in RKNPU_DEBUG_DIRS {
-        let path = under(root, dir);
-        match std::fs::read_dir(&path) {
+        match tree.list(dir) {
             Ok(_) => {
-                debug_dir = Some(path);
+                debug_dir = Some(dir);
                 break;
             }
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => denied.push(format!("{}: {err}", path.display())),
+            Err(err) => denied.push(format!("{}: {err}", tree.path(dir).display())),
         }
     }
     let mut version = None;
     let mut load = None;
-    if let Some(dir) = &debug_dir {
-        match std::fs::read_to_string(dir.join("version")) {
+    if let Some(dir) = debug_dir {
+        let version_file = format!("{dir}/version");
+        match tree.read_text(&version_file) {
             Ok(text) => version = parse_version(&text),
             Err(err) => missing.push(Missing {
                 source: "rknpu version",
-                reason: format!("{}: {err}", dir.join("version").display()),
+                reason: format!("{}: {err}", tree.path(&version_file).display()),
             }),
         }
-        match std::fs::read_to_string(dir.join("load")) {
+        let load_file = format!("{dir}/load");
+        match tree.read_text(&load_file) {
             Ok(text) => {
                 load = parse_load(&text);
                 if load.is_none() {
@@ -104,14 +124,14 @@ fn npu(root: &Path, missing: &mut Vec<Missing>) -> (NpuDriver, Option<Vec<u8>>) 
                         source: "npu load",
                         reason: format!(
                             "{}: not in the form `NPU load:  Core0: 12%, …`",
-                            dir.join("load").display()
+                            tree.path(&load_file).display()
                         ),
                     });
                 }
             }
             Err(err) => missing.push(Missing {
                 source: "npu load",
-                reason: format!("{}: {err}", dir.join("load").display()),
+                reason: format!("{}: {err}", tree.path(&load_file).display()),
             }),
         }
     } else if rknpu_present || !denied.is_empty() {
@@ -188,23 +208,19 @@ pub fn parse_meminfo(text: &str) -> Option<Memory> {
     })
 }
 
-fn read_trimmed(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_owned())
+fn read_trimmed(tree: &Tree<'_>, rel: &str) -> Option<String> {
+    tree.read_text(rel).ok().map(|s| s.trim().to_owned())
 }
 
-fn read_number(path: &Path) -> Option<u64> {
-    read_trimmed(path)?.parse().ok()
+fn read_number(tree: &Tree<'_>, rel: &str) -> Option<u64> {
+    read_trimmed(tree, rel)?.parse().ok()
 }
 
-fn sorted_entries(dir: &Path) -> std::io::Result<Vec<(String, std::path::PathBuf)>> {
-    let mut entries: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(dir)?
-        .filter_map(Result::ok)
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
-        .collect();
-    entries.sort_by_key(|e| natural_key(&e.0));
-    Ok(entries)
+/// The names in the directory `rel`, in natural order.
+fn sorted_entries(tree: &Tree<'_>, rel: &str) -> std::io::Result<Vec<String>> {
+    let mut names = tree.list(rel)?;
+    names.sort_by_key(|name| natural_key(name));
+    Ok(names)
 }
 
 /// Sorts `policy10` after `policy4`.
@@ -214,34 +230,35 @@ fn natural_key(name: &str) -> (String, u64) {
     (head.to_owned(), tail.parse().unwrap_or(0))
 }
 
-fn devfreq(root: &Path, missing: &mut Vec<Missing>) -> Vec<Clock> {
-    let dir = under(root, "sys/class/devfreq");
-    let entries = match sorted_entries(&dir) {
+fn devfreq(tree: &Tree<'_>, missing: &mut Vec<Missing>) -> Vec<Clock> {
+    let dir = "sys/class/devfreq";
+    let entries = match sorted_entries(tree, dir) {
         Ok(entries) => entries,
         Err(err) => {
             missing.push(Missing {
                 source: "devfreq",
-                reason: format!("{}: {err}", dir.display()),
+                reason: format!("{}: {err}", tree.path(dir).display()),
             });
             return Vec::new();
         }
     };
     let mut clocks: Vec<Clock> = entries
         .into_iter()
-        .map(|(name, path)| {
+        .map(|name| {
+            let path = format!("{dir}/{name}");
             // `fdab0000.npu` -> `npu`; `dmc` stays.
             let short = name.rsplit('.').next().unwrap_or(&name).to_owned();
             let freq = |file: &str| {
-                read_number(&path.join(file))
-                    .or_else(|| read_number(&path.join(format!("{file}uency"))))
+                read_number(tree, &format!("{path}/{file}"))
+                    .or_else(|| read_number(tree, &format!("{path}/{file}uency")))
             };
             Clock {
                 name: short,
-                path: path.display().to_string(),
+                path: tree.path(&path).display().to_string(),
                 current_hz: freq("cur_freq"),
                 max_hz: freq("max_freq"),
-                governor: read_trimmed(&path.join("governor")),
-                available_governors: read_trimmed(&path.join("available_governors"))
+                governor: read_trimmed(tree, &format!("{path}/governor")),
+                available_governors: read_trimmed(tree, &format!("{path}/available_governors"))
                     .map(|s| s.split_whitespace().map(str::to_owned).collect())
                     .unwrap_or_default(),
             }
@@ -261,64 +278,72 @@ fn devfreq(root: &Path, missing: &mut Vec<Missing>) -> Vec<Clock> {
             source: "dmc devfreq",
             reason: format!(
                 "{}: no DDR controller (DMC) devfreq: this firmware has no DDR frequency scaling",
-                dir.join("dmc").display()
+                tree.path(&format!("{dir}/dmc")).display()
             ),
         });
     }
     clocks
 }
 
-fn cpufreq(root: &Path, missing: &mut Vec<Missing>) -> Vec<Clock> {
-    let dir = under(root, "sys/devices/system/cpu/cpufreq");
-    let entries = match sorted_entries(&dir) {
+fn cpufreq(tree: &Tree<'_>, missing: &mut Vec<Missing>) -> Vec<Clock> {
+    let dir = "sys/devices/system/cpu/cpufreq";
+    let entries = match sorted_entries(tree, dir) {
         Ok(entries) => entries,
         Err(err) => {
             missing.push(Missing {
                 source: "cpufreq",
-                reason: format!("{}: {err}", dir.display()),
+                reason: format!("{}: {err}", tree.path(dir).display()),
             });
             return Vec::new();
         }
     };
     entries
         .into_iter()
-        .filter(|(name, _)| name.starts_with("policy"))
-        .map(|(name, path)| {
+        .filter(|name| name.starts_with("policy"))
+        .map(|name| {
+            let path = format!("{dir}/{name}");
             // cpufreq speaks kHz.
-            let khz = |file: &str| read_number(&path.join(file)).map(|k| k.saturating_mul(1000));
+            let khz = |file: &str| {
+                read_number(tree, &format!("{path}/{file}")).map(|k| k.saturating_mul(1000))
+            };
             Clock {
                 name: format!("cpu_{name}"),
-                path: path.display().to_string(),
+                path: tree.path(&path).display().to_string(),
                 current_hz: khz("scaling_cur_freq"),
                 max_hz: khz("scaling_max_freq"),
-                governor: read_trimmed(&path.join("scaling_governor")),
-                available_governors: read_trimmed(&path.join("scaling_available_governors"))
-                    .map(|s| s.split_whitespace().map(str::to_owned).collect())
-                    .unwrap_or_default(),
+                governor: read_trimmed(tree, &format!("{path}/scaling_governor")),
+                available_governors: read_trimmed(
+                    tree,
+                    &format!("{path}/scaling_available_governors"),
+                )
+                .map(|s| s.split_whitespace().map(str::to_owned).collect())
+                .unwrap_or_default(),
             }
         })
         .collect()
 }
 
-fn thermal(root: &Path, missing: &mut Vec<Missing>) -> (Vec<Zone>, Vec<Cooling>) {
-    let dir = under(root, "sys/class/thermal");
-    let entries = match sorted_entries(&dir) {
+fn thermal(tree: &Tree<'_>, missing: &mut Vec<Missing>) -> (Vec<Zone>, Vec<Cooling>) {
+    let dir = "sys/class/thermal";
+    let entries = match sorted_entries(tree, dir) {
         Ok(entries) => entries,
         Err(err) => {
             missing.push(Missing {
                 source: "thermal",
-                reason: format!("{}: {err}", dir.display()),
+                reason: format!("{}: {err}", tree.path(dir).display()),
             });
             return (Vec::new(), Vec::new());
         }
     };
     let mut zones = Vec::new();
     let mut cooling = Vec::new();
-    for (name, path) in entries {
-        let kind = read_trimmed(&path.join("type")).unwrap_or_default();
+    for name in entries {
+        let path = format!("{dir}/{name}");
+        let kind = read_trimmed(tree, &format!("{path}/type")).unwrap_or_default();
         if name.starts_with("thermal_zone") {
             // Millidegrees Celsius; a zone that cannot be read now is left out.
-            if let Some(temp) = read_trimmed(&path.join("temp")).and_then(|t| t.parse::<i64>().ok())
+            if let Some(temp) =
+                read_trimmed(tree, &format!("{path}/temp")).and_then(|t| t.parse::<i64>().ok())
             {
                 zones.push(Zone {
                     zone: name,
@@ -328,8 +353,8 @@ fn thermal(root: &Path, missing: &mut Vec<Missing>) -> (Vec<Zone>, Vec<Cooling>)
             }
         } else if name.starts_with("cooling_device")
             && let (Some(state), Some(max_state)) = (
-                read_number(&path.join("cur_state")),
-                read_number(&path.join("max_state")),
+                read_number(tree, &format!("{path}/cur_state")),
+                read_number(tree, &format!("{path}/max_state")),
             )
         {
             cooling.push(Cooling {
@@ -341,6 +366,46 @@ fn thermal(root: &Path, missing: &mut Vec<Missing>) -> (Vec<Zone>, Vec<Cooling>)
         }
     }
     (zones, cooling)
+}
+
+/// The NPU's device nodes (`dev/dri/renderD*`, then `dev/rknpu`), and
+/// whether this process opens each for reading and writing.
+fn npu_nodes(tree: &Tree<'_>) -> Vec<NpuNode> {
+    let mut rels: Vec<String> = tree
+        .list("dev/dri")
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|name| name.starts_with("renderD"))
+        .map(|name| format!("dev/dri/{name}"))
+        .collect();
+    rels.sort();
+    rels.push("dev/rknpu".to_owned());
+    rels.into_iter()
+        .filter_map(|rel| {
+            tree.node_opens(&rel).map(|opens| NpuNode {
+                path: format!("/{rel}"),
+                opens,
+            })
+        })
+        .collect()
+}
+
+/// The words of `proc/cpuinfo`'s `Features` lines (each once), none when
+/// it cannot be read.
+fn cpu_features(tree: &Tree<'_>) -> Vec<String> {
+    let Ok(text) = tree.read_text("proc/cpuinfo") else {
+        return Vec::new();
+    };
+    let mut features: Vec<String> = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("Features")) {
+        let words = line.split_once(':').map_or("", |(_, words)| words);
+        for word in words.split_whitespace() {
+            if !features.iter().any(|f| f == word) {
+                features.push(word.to_owned());
+            }
+        }
+    }
+    features
 }
 
 #[cfg(test)]

@@ -461,7 +461,8 @@ impl Default for ResponsesSection {
 #[serde(default, deny_unknown_fields)]
 pub struct BoardSection {
     /// The root under which `sys/`, `proc/` and `dev/` are read: `/` on a
-    /// board, a copy of the tree in tests.
+    /// board, a copy of the tree in tests. Its files are bounded where they
+    /// are read (`board`: regular files, 16 KiB, symlinks inside it, 2 s).
     pub sys_root: std::path::PathBuf,
 }
 

@@ -12,8 +12,23 @@ const RKNPU_WANTED: (u32, u32, u32) = (0, 9, 8);
 const HOT_CELSIUS: f64 = 85.0;
 
 /// The board's findings; `rkllm` says whether the NPU is used (with the
-/// mock backend a missing NPU is only a warning).
+/// mock backend a missing NPU is only a warning). A read of the board given
+/// up on past its budget gives one warning instead: what it lacks would
+/// read as absent, and findings on it would be wrong.
 pub(super) fn check(s: &Snapshot, rkllm: bool) -> Vec<Finding> {
+    if !s.finished {
+        let why = s
+            .missing
+            .iter()
+            .find(|m| m.source == "board")
+            .map_or("the board's read did not finish", |m| m.reason.as_str());
+        return vec![Finding::warn(
+            "board",
+            format!("the board's checks are skipped: {why}"),
+            "find what holds that file (a hung filesystem mounted under [board] sys_root, a \
+             driver that does not answer)",
+        )];
+    }
     let mut out = vec![chip(s), driver(s, rkllm)];
     if let Some(found) = device(s, rkllm) {
         out.push(found);
@@ -96,23 +111,7 @@ fn device(s: &Snapshot, rkllm: bool) -> Option<Finding> {
     if !matches!(s.driver, NpuDriver::Rknpu { .. }) {
         return None;
     }
-    let root = s.root.as_path();
-    let mut nodes: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("dev/dri"))
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("renderD"))
-        })
-        .collect();
-    nodes.sort();
-    let rknpu = root.join("dev/rknpu");
-    if rknpu.exists() {
-        nodes.push(rknpu);
-    }
-    if nodes.is_empty() {
+    if s.npu_nodes.is_empty() {
         let explanation = "no NPU device node (dev/dri/renderD* or dev/rknpu)".to_owned();
         let fix = "check that the rknpu driver probed (dmesg | grep -i rknpu)";
         return Some(if rkllm {
@@ -121,21 +120,13 @@ fn device(s: &Snapshot, rkllm: bool) -> Option<Finding> {
             Finding::warn("npu-device", explanation, fix)
         });
     }
-    let open: Vec<_> = nodes
+    let shown = s
+        .npu_nodes
         .iter()
-        .filter(|p| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(p)
-                .is_ok()
-        })
-        .collect();
-    let shown = nodes
-        .iter()
-        .map(|p| format!("/{}", p.strip_prefix(root).unwrap_or(p).display()))
+        .map(|n| n.path.as_str())
         .collect::<Vec<_>>()
         .join(", ");
+    let open: Vec<_> = s.npu_nodes.iter().filter(|n| n.opens).collect();
     Some(if open.is_empty() {
         Finding::warn(
             "npu-device",
@@ -284,10 +275,7 @@ pub(super) fn runtime(s: &Snapshot, loaded: Option<(Option<&str>, &str, &str)>) 
     let Some((version, describe, abi)) = loaded else {
         return Finding::ok("runtime", "no runtime loaded");
     };
-    let sve = std::fs::read_to_string(s.root.join("proc/cpuinfo")).is_ok_and(|t| {
-        t.lines()
-            .any(|l| l.starts_with("Features") && l.split_whitespace().any(|w| w == "sve"))
-    });
+    let sve = s.cpu_features.iter().any(|f| f == "sve");
     if version == Some("1.3.0") && s.chip.as_deref() == Some("rk3588") && !sve {
         return Finding::fail(
             "runtime",

@@ -160,7 +160,7 @@ pub struct Options {
 
 /// Examines the board, the runtime, the models and the configuration.
 pub fn examine(config: &Config, options: Options) -> Report {
-    let snapshot = crate::board::read(&config.board.sys_root);
+    let snapshot = board_now(config);
     let (mut findings, runtime) = examine_board(config, &snapshot);
     findings.insert(0, config_finding(config));
     findings.extend(models::check(
@@ -170,6 +170,13 @@ pub fn examine(config: &Config, options: Options) -> Report {
         options,
     ));
     Report { findings }
+}
+
+/// The board under `[board] sys_root`, read within its budget (with the
+/// same bounded reads as `/metrics`).
+fn board_now(config: &Config) -> crate::board::Snapshot {
+    use crate::board::{READ_BUDGET, Scope, read_within};
+    read_within(&config.board.sys_root, Scope::Doctor, READ_BUDGET)
 }
 
 /// The board and runtime checks (what start-up runs), and the runtime's
@@ -235,7 +242,7 @@ fn config_finding(config: &Config) -> Finding {
 /// and the blocking ones' lines returned for
 /// `/ready`.
 pub fn at_start(config: &Config) -> Vec<String> {
-    let snapshot = crate::board::read(&config.board.sys_root);
+    let snapshot = board_now(config);
     let (findings, _) = examine_board(config, &snapshot);
     // The mock backend runs anywhere: what the board lacks is no news there.
     let board_matters = config.backend == BackendKind::Rkllm;

@@ -3,13 +3,14 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::board::read;
+use crate::board::{Scope, read};
 
 fn fake(layout: &str) -> crate::board::Snapshot {
     read(
         &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fake-sys")
             .join(layout),
+        Scope::Doctor,
     )
 }
 
@@ -121,11 +122,32 @@ fn runtime_1_3_0_on_rk3588_fails_and_1_2_3_passes() {
 fn an_rkllm_backend_off_a_rockchip_board_is_not_blocked() {
     let empty = std::env::temp_dir().join(format!("rkllm-doctor-empty-{}", std::process::id()));
     std::fs::create_dir_all(&empty).unwrap();
-    let findings = board::check(&read(&empty), true);
+    let findings = board::check(&read(&empty, Scope::Doctor), true);
     assert_eq!(verdict_of(&findings, "chip"), Verdict::Warn);
     assert_eq!(verdict_of(&findings, "npu-driver"), Verdict::Warn);
     assert_eq!(Report { findings }.exit_code(), 0);
     std::fs::remove_dir_all(&empty).unwrap();
+}
+
+#[test]
+fn a_board_read_given_up_on_skips_the_board_checks_with_one_warning() {
+    let mut s = fake("rk3588-rocket");
+    s.finished = false;
+    s.missing.push(crate::board::Missing {
+        source: "board",
+        reason: "/x/sys/class/thermal/thermal_zone0/temp: no answer within 2s".into(),
+    });
+    let findings = board::check(&s, true);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(findings[0].check, "board");
+    assert_eq!(findings[0].verdict, Verdict::Warn);
+    assert!(
+        findings[0].explanation.contains("thermal_zone0/temp"),
+        "{findings:#?}"
+    );
+    // What was read (a rocket driver, here) blocks nothing it may not have
+    // read whole.
+    assert_eq!(Report { findings }.exit_code(), 0);
 }
 
 fn stored(dir: &std::path::Path, name: &str, file: &str, body: &[u8], sha256: &str) {

@@ -56,16 +56,12 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// `GET /metrics`: the Prometheus text exposition with the current gauges,
-/// the board's read now (a few small files, off the async threads).
+/// the board's read now (a few small files, off the async threads, within
+/// the board's read budget: see `board::Sampler`).
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let root = state.settings.sys_root.clone();
-    let board = tokio::task::spawn_blocking(move || {
-        let snapshot = board::read(&root);
-        board::log_missing_once(&snapshot);
-        board::samples(&snapshot)
-    })
-    .await
-    .unwrap_or_default();
+    let snapshot = state.board.sample().await;
+    board::log_missing_once(&snapshot);
+    let board = board::samples(&snapshot);
     let gauges = metrics::Gauges {
         board,
         active_streams: state.streams.active_streams(),

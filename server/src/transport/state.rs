@@ -98,6 +98,8 @@ pub struct AppState {
     pub ws_slots: Arc<WsSlots>,
     /// Responses kept for `previous_response_id` (the Responses API).
     pub responses: Arc<ResponseStore>,
+    /// The board's reads for `/metrics` (`[board] sys_root`).
+    pub board: crate::board::Sampler,
     shutdown: watch::Sender<bool>,
     connections: Arc<ConnectionCount>,
 }
@@ -162,6 +164,7 @@ impl AppState {
                 settings.ws_max_connections_per_ip,
             )),
             responses: Arc::new(ResponseStore::new(settings.responses_store)),
+            board: crate::board::Sampler::new(settings.sys_root.clone()),
             settings,
             shutdown: watch::Sender::new(false),
             connections: Arc::default(),
