@@ -828,6 +828,30 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The names in `dir`, sorted.
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_save_whose_fingerprint_cannot_be_written_leaves_no_file_behind() {
+        let dir = scratch();
+        let mut snapshots = opened(&dir, 10, 1 << 20);
+        let prompt = "p".repeat(70);
+        // A folder where its fingerprint goes: the rename onto it fails.
+        let blocked = format!("{}.snapshot.json", stem_of(&prompt));
+        std::fs::create_dir(dir.join(&blocked)).unwrap();
+        save(&mut snapshots, &prompt, 40, false);
+        assert!(snapshots.entries.is_empty());
+        assert_eq!(listing(&dir), vec![blocked]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn model_names_become_plain_folder_names() {
         assert_eq!(folder_name("qwen2.5-1.5b"), "qwen2.5-1.5b");
