@@ -42,6 +42,8 @@ fn long_system() -> String {
 struct Board {
     server: Server,
     scratch: ScratchDir,
+    /// `[rkllm] snapshot_dir`, where the test reads it.
+    root: PathBuf,
 }
 
 impl Board {
@@ -52,6 +54,18 @@ impl Board {
     /// A server on the folders of `scratch` (a restart, when another ran
     /// there).
     fn start_in(fake: Fake, max_mb: f64, scratch: ScratchDir) -> Self {
+        let dir = scratch.0.join("snapshots");
+        Self::launch(
+            fake,
+            &format!("snapshot_max_mb = {max_mb}\n"),
+            &dir,
+            scratch,
+        )
+    }
+
+    /// A server keeping its snapshots in `dir`, with more `[rkllm]`
+    /// settings (`rkllm`: lines).
+    fn launch(fake: Fake, rkllm: &str, dir: &Path, scratch: ScratchDir) -> Self {
         let model = scratch.0.join("chat.rkllm");
         // Written once: a model file written again is another model file
         // to its snapshots (its time is in their fingerprint).
@@ -59,9 +73,8 @@ impl Board {
             std::fs::write(&model, ANSWER).unwrap();
         }
         let config = format!(
-            "[rkllm]\nsnapshot_dir = {:?}\nsnapshot_max_mb = {max_mb}\n\
-             [[models]]\nname = \"chat\"\npath = {model:?}\nchat_template = {TEMPLATE:?}\n",
-            scratch.0.join("snapshots")
+            "[rkllm]\nsnapshot_dir = {dir:?}\n{rkllm}\
+             [[models]]\nname = \"chat\"\npath = {model:?}\nchat_template = {TEMPLATE:?}\n"
         );
         let runtime = fake_runtime(fake);
         let log = scratch.0.join("fake.log");
@@ -74,7 +87,11 @@ impl Board {
                 ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
             ],
         );
-        Self { server, scratch }
+        Self {
+            server,
+            scratch,
+            root: dir.to_owned(),
+        }
     }
 
     fn events(&self, event: &str) -> Vec<String> {
@@ -96,8 +113,7 @@ impl Board {
 
     /// The model's folder of snapshots.
     fn folder(&self) -> PathBuf {
-        let root = self.scratch.0.join("snapshots");
-        let mut folders: Vec<PathBuf> = std::fs::read_dir(&root)
+        let mut folders: Vec<PathBuf> = std::fs::read_dir(&self.root)
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
@@ -356,7 +372,9 @@ async fn a_damaged_snapshot_is_removed_and_its_chat_answered_in_full_and_saved_a
             harm(&path, how);
             let board = if let Harm::Refused = how {
                 // Read again from its fingerprint by the next start: kept.
-                let Board { server, scratch } = board;
+                let Board {
+                    server, scratch, ..
+                } = board;
                 drop(server);
                 let board = Board::start_in(fake, 2048.0, scratch);
                 assert!(board.files().iter().any(|(p, _)| *p == path), "{fake:?}");
@@ -429,7 +447,12 @@ async fn snapshots_off_for_a_model_keep_nothing() {
             ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
         ],
     );
-    let board = Board { server, scratch };
+    let root = scratch.0.join("snapshots");
+    let board = Board {
+        server,
+        scratch,
+        root,
+    };
     board.chat(&[system("be brief"), user("alpha one")]).await;
     assert!(board.events("prompt-cache-save").is_empty());
     assert!(!board.scratch.0.join("snapshots").exists());
@@ -463,7 +486,12 @@ async fn a_snapshot_the_system_prompt_cache_replaced_is_loaded_again() {
                 ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
             ],
         );
-        let board = Board { server, scratch };
+        let root = scratch.0.join("snapshots");
+        let board = Board {
+            server,
+            scratch,
+            root,
+        };
         let y1 = vec![
             system("be brief"),
             user("a question about the weather outside, again"),
@@ -496,4 +524,16 @@ async fn a_snapshot_the_system_prompt_cache_replaced_is_loaded_again() {
             board.events("prompt-cache")
         );
     }
+}
+
+/// The snapshot folder is made owner-only (with the folders it needs),
+/// like each model's folder in it.
+#[tokio::test]
+async fn the_snapshot_folder_is_made_owner_only() {
+    let scratch = ScratchDir::new();
+    let dir = scratch.0.join("state").join("snapshots");
+    let board = Board::launch(Fake::V1_3, "", &dir, scratch);
+    board.chat(&[system("be brief"), user("alpha one")]).await;
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&board.folder()), 0o700);
 }

@@ -23,7 +23,7 @@
 //! snapshot ever fails a request or a load.
 
 use std::ffi::CString;
-use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
@@ -172,7 +172,13 @@ impl Snapshots {
             folder_name(&model.name),
             &file_hash[..8]
         ));
-        let made = std::fs::create_dir_all(&dir)
+        // Owner-only: the folder and those it needs (an existing
+        // `snapshot_dir` keeps its mode; the model's folder is made
+        // owner-only in any case).
+        let made = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
             .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)));
         if let Err(e) = made {
             tracing::warn!(
