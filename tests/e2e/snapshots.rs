@@ -268,11 +268,9 @@ async fn alternating_chats_come_back_to_their_own_snapshot() {
         assert_eq!(info["files"], 3, "{fake:?}: {info}");
         assert_eq!(info["hits"], 4, "{fake:?}: {info}");
         assert_eq!(info["misses"], 0, "{fake:?}: {info}");
-        let bytes: u64 = board
-            .files()
-            .iter()
-            .map(|(p, _)| std::fs::metadata(p).unwrap().len())
-            .sum();
+        // What the folder takes on disk: the snapshots, their `.json` files
+        // and the folder itself.
+        let bytes = counted(&board.folder());
         assert_eq!(info["bytes"], bytes, "{fake:?}: {info}");
         let metrics = board.server.metrics_text().await;
         for line in [
@@ -289,11 +287,20 @@ async fn alternating_chats_come_back_to_their_own_snapshot() {
 #[tokio::test]
 async fn the_least_recently_used_snapshot_goes_when_the_budget_is_spent() {
     for fake in ABIS {
-        // Room for two snapshots of these short chats, not three (the
-        // double's file is the prompt and 62 bytes around it).
-        let one =
-            render(&[("system", "be brief"), ("user", "question number 1")]).len() as f64 + 62.0;
-        let board = Board::start(fake, one * 2.5 / 1024.0 / 1024.0);
+        // Room on disk for two snapshots of these short chats with their
+        // `.json` files, not three: what they take is measured first on
+        // another server.
+        let measure = Board::start(fake, 2048.0);
+        let mut taken = Vec::new();
+        for n in 1..=2 {
+            measure
+                .chat(&[system("be brief"), user(&format!("question number {n}"))])
+                .await;
+            taken.push(measure.snapshots_info().await["bytes"].as_u64().unwrap());
+        }
+        drop(measure);
+        let budget = taken[1] + (taken[1] - taken[0]) / 2;
+        let board = Board::start(fake, budget as f64 / 1024.0 / 1024.0);
         for n in 1..=3 {
             board
                 .chat(&[system("be brief"), user(&format!("question number {n}"))])
@@ -524,6 +531,92 @@ async fn a_snapshot_the_system_prompt_cache_replaced_is_loaded_again() {
             board.events("prompt-cache")
         );
     }
+}
+
+/// The files under `dir` (all of them, folders walked) and what the folder
+/// takes on disk, as `du` counts it: each file's and folder's blocks.
+fn on_disk(dir: &Path) -> (Vec<String>, u64) {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut names = Vec::new();
+    let mut bytes = std::fs::metadata(dir).unwrap().blocks() * 512;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            let (inner, inner_bytes) = on_disk(&entry.path());
+            names.extend(inner);
+            bytes += inner_bytes;
+        } else {
+            names.push(entry.file_name().to_string_lossy().into_owned());
+            bytes += entry.metadata().unwrap().blocks() * 512;
+        }
+    }
+    names.sort();
+    (names, bytes)
+}
+
+/// What `dir` and the files in it take on disk, as the budget counts it:
+/// each one's blocks, or its length when that is more.
+fn counted(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let size = |meta: std::fs::Metadata| meta.len().max(meta.blocks() * 512);
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| size(e.unwrap().metadata().unwrap()))
+        .sum::<u64>()
+        + size(std::fs::metadata(dir).unwrap())
+}
+
+/// The files that are not a snapshot with its fingerprint: what a save
+/// left behind.
+fn leftovers(names: &[String]) -> Vec<&String> {
+    names
+        .iter()
+        .filter(|n| match n.strip_suffix(".snapshot.json") {
+            Some(stem) => !names.contains(&format!("{stem}.snapshot")),
+            None => !n
+                .strip_suffix(".snapshot")
+                .is_some_and(|stem| names.contains(&format!("{stem}.snapshot.json"))),
+        })
+        .collect()
+}
+
+/// `snapshot_max_mb` bounds what the snapshot folder takes on disk: the
+/// `.json` beside each snapshot, and the blocks of both, count too.
+#[tokio::test]
+async fn the_budget_counts_the_fingerprints_and_the_blocks_on_disk() {
+    let budget = 40 * 1024;
+    let scratch = ScratchDir::new();
+    let dir = scratch.0.join("snapshots");
+    let board = Board::launch(
+        Fake::V1_3,
+        &format!("snapshot_max_mb = {}\n", budget as f64 / 1024.0 / 1024.0),
+        &dir,
+        scratch,
+    );
+    // Snapshots of about 2 KB: twelve of them fit the budget, not with
+    // their fingerprints, nor in their blocks.
+    let chats = 12;
+    for n in 0..chats {
+        board
+            .chat(&[
+                system("be brief"),
+                user(&format!(
+                    "question number {n}: {}",
+                    "and then? ".repeat(200)
+                )),
+            ])
+            .await;
+    }
+    let (names, bytes) = on_disk(&board.folder());
+    let info = board.snapshots_info().await;
+    eprintln!(
+        "after {chats} chats: {} files, {bytes} bytes on disk ({info}) for a budget of {budget}",
+        names.len()
+    );
+    assert!(bytes <= budget, "{bytes} bytes on disk: {names:?}");
+    assert!(info["bytes"].as_u64().unwrap() <= budget, "{info}");
+    assert!(info["files"].as_u64().unwrap() >= 1, "{info}");
+    assert_eq!(leftovers(&names), Vec::<&String>::new());
 }
 
 /// The snapshot folder is made owner-only (with the folders it needs),

@@ -85,8 +85,8 @@ pub struct RkllmSection {
     /// whole), one folder per model in it; absent: `snapshots` beside the
     /// store's `models` folder.
     pub snapshot_dir: Option<std::path::PathBuf>,
-    /// Megabytes each model's snapshots may take (least recently used
-    /// evicted first); 0 keeps none.
+    /// Megabytes each model's snapshots may take on disk, their `.json`
+    /// files included (least recently used evicted first); 0 keeps none.
     pub snapshot_max_mb: f64,
 }
 

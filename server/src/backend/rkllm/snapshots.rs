@@ -15,12 +15,13 @@
 //! The files live in a folder per model file under `[rkllm] snapshot_dir`,
 //! owner-only, each with a `.json` beside it: what it was made from (model
 //! file, runtime, chat template), the prompt it holds, and its size and
-//! SHA-256. They are bounded in bytes (`[rkllm] snapshot_max_mb`) and in
-//! number, the least recently used evicted first; a file made from
-//! something else is removed when the model loads; a file that does not
-//! match its fingerprint, or that the runtime refuses, is removed and its
-//! request prefilled in full (which saves it again). Nothing about a
-//! snapshot ever fails a request or a load.
+//! SHA-256. They are bounded in bytes on disk, the `.json` files and the
+//! folder included (`[rkllm] snapshot_max_mb`), and in number, the least
+//! recently used evicted first; a file made from something else is removed
+//! when the model loads; a file that does not match its fingerprint, or
+//! that the runtime refuses, is removed and its request prefilled in full
+//! (which saves it again). Nothing about a snapshot ever fails a request
+//! or a load.
 
 use std::ffi::CString;
 use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
@@ -52,7 +53,8 @@ const MAX_FILES: usize = 256;
 pub struct SnapshotSettings {
     /// The folder; each model has its own folder in it.
     pub dir: Option<PathBuf>,
-    /// Bytes all of a model's snapshots may take.
+    /// Bytes all of a model's snapshots may take on disk, their `.json`
+    /// files and their folder included.
     pub max_bytes: u64,
 }
 
@@ -91,6 +93,8 @@ struct Entry {
     system_prefix: bool,
     bytes: u64,
     sha256: String,
+    /// What it and its `.json` take on disk.
+    disk: u64,
     /// When it was last used or saved (a counter).
     used: u64,
     /// The file as it was when its SHA-256 was last found right: checked
@@ -115,6 +119,13 @@ pub(super) struct Snapshots {
     /// The runtime wrote no file when asked to save one (a model whose
     /// runtime saves no prompt cache, Qwen3.5's): nothing is saved any more.
     saves_failed: bool,
+}
+
+/// What a file takes on disk: its blocks, or its length when the file
+/// system reports fewer (a file not written out yet, or held inline).
+fn on_disk(meta: &std::fs::Metadata) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    meta.len().max(meta.blocks().saturating_mul(512))
 }
 
 /// Bytes two texts share from their start, cut back to a character
@@ -302,9 +313,11 @@ impl Snapshots {
         if fingerprint.made_from != self.made_from {
             return Err("made from another model file, runtime or chat template".into());
         }
-        let len = std::fs::metadata(self.path(stem))
-            .map_err(|e| format!("cannot read it: {e}"))?
-            .len();
+        let meta =
+            std::fs::metadata(self.path(stem)).map_err(|e| format!("cannot read it: {e}"))?;
+        let len = meta.len();
+        let disk = on_disk(&meta)
+            + std::fs::metadata(self.sidecar(stem)).map_or(text.len() as u64, |m| on_disk(&m));
         if len != fingerprint.cache_size {
             return Err(format!(
                 "it holds {len} bytes, its fingerprint says {}",
@@ -317,6 +330,7 @@ impl Snapshots {
             system_prefix: fingerprint.system_prefix,
             bytes: len,
             sha256: fingerprint.cache_sha256,
+            disk,
             used: 0,
             verified: None,
         })
@@ -490,6 +504,10 @@ impl Snapshots {
             self.remove_files(&stem);
             return Err(format!("cannot write {}: {e}", sidecar.display()));
         }
+        let disk = [&path, &sidecar]
+            .iter()
+            .map(|p| std::fs::metadata(p).map_or(0, |m| on_disk(&m)))
+            .sum();
         self.entries.retain(|e| e.stem != stem);
         let earlier: Vec<usize> = (0..self.entries.len())
             .filter(|&i| {
@@ -507,6 +525,7 @@ impl Snapshots {
             system_prefix,
             bytes,
             sha256,
+            disk,
             used: self.clock,
             verified: Stamp::of(&path).ok(),
         });
@@ -514,11 +533,18 @@ impl Snapshots {
         Ok(())
     }
 
-    /// Removes the least recently used snapshots until they fit the byte
-    /// budget and [`MAX_FILES`].
+    /// What the folder takes on disk: itself, the snapshots and their
+    /// `.json` files.
+    fn total(&self) -> u64 {
+        let folder = std::fs::metadata(&self.dir).map_or(0, |m| on_disk(&m));
+        folder + self.entries.iter().map(|e| e.disk).sum::<u64>()
+    }
+
+    /// Removes the least recently used snapshots until the folder fits the
+    /// byte budget and [`MAX_FILES`].
     fn evict(&mut self) {
         loop {
-            let total: u64 = self.entries.iter().map(|e| e.bytes).sum();
+            let total = self.total();
             if (total <= self.max_bytes && self.entries.len() <= MAX_FILES)
                 || self.entries.is_empty()
             {
@@ -543,7 +569,7 @@ impl Snapshots {
             hits: self.hits,
             misses: self.misses,
             files: u32::try_from(self.entries.len()).unwrap_or(u32::MAX),
-            bytes: self.entries.iter().map(|e| e.bytes).sum(),
+            bytes: self.total(),
         };
         self.hits = 0;
         self.misses = 0;
@@ -771,17 +797,21 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600, "{mode:o}");
         }
         let report = snapshots.report();
-        assert_eq!((report.files, report.bytes), (3, 30));
+        assert_eq!(report.files, 3);
+        assert_eq!(report.bytes, du(&dir));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn the_least_recently_used_go_past_the_budget() {
         let dir = scratch();
-        let mut snapshots = opened(&dir, 10, 250);
+        let mut snapshots = opened(&dir, 10, 1 << 20);
         let chat = |n: usize| format!("{}{n}", "x".repeat(80));
         save(&mut snapshots, &chat(1), 100, false);
         save(&mut snapshots, &chat(2), 100, false);
+        // Room for two on disk, not three.
+        let two = snapshots.total();
+        snapshots.max_bytes = two + (two - std::fs::metadata(&dir).map_or(0, |m| on_disk(&m))) / 4;
         // Chat 1 is used again: chat 2 is now the least recently used.
         let (index, _) = snapshots.best(&format!("{}/more", chat(1))).unwrap();
         snapshots.loaded_now(index);
@@ -842,6 +872,39 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    /// What the folder and every file in it take on disk.
+    fn du(dir: &Path) -> u64 {
+        let files: u64 = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| on_disk(&e.unwrap().metadata().unwrap()))
+            .sum();
+        on_disk(&std::fs::metadata(dir).unwrap()) + files
+    }
+
+    #[test]
+    fn the_budget_counts_the_fingerprints_and_the_folder_on_disk() {
+        let dir = scratch();
+        let max = 20 * 1024;
+        let mut snapshots = opened(&dir, 10, max);
+        for n in 0..5 {
+            save(
+                &mut snapshots,
+                &format!("{}{n}", "q".repeat(3000)),
+                3000,
+                false,
+            );
+            assert!(
+                du(&dir) <= max,
+                "{} bytes on disk: {:?}",
+                du(&dir),
+                listing(&dir)
+            );
+            assert_eq!(snapshots.report().bytes, du(&dir));
+        }
+        assert!(!snapshots.entries.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
