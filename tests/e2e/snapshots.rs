@@ -4,9 +4,13 @@
 //! the loaded cache and the prompt, and logs `run-cached bytes=N`); a long
 //! system prompt is saved on its own first and shared; the files are
 //! owner-only and counted in `models` and the metrics; the least recently
-//! used go when the budget is spent; a damaged file, or one the runtime
-//! refuses, is removed and its chat answered in full and saved again.
+//! used go when the budget is spent (the `.json` files and the blocks on
+//! disk count); a damaged file, or one the runtime refuses, is removed and
+//! its chat answered in full and saved again. On a small disk of its own
+//! (a tmpfs), the server saves nothing below the free-space reserve, leaves
+//! nothing of a failed save, and says so once, not per chat.
 
+use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
@@ -59,13 +63,20 @@ impl Board {
             fake,
             &format!("snapshot_max_mb = {max_mb}\n"),
             &dir,
+            None,
             scratch,
         )
     }
 
     /// A server keeping its snapshots in `dir`, with more `[rkllm]`
-    /// settings (`rkllm`: lines).
-    fn launch(fake: Fake, rkllm: &str, dir: &Path, scratch: ScratchDir) -> Self {
+    /// settings (`rkllm`: lines), on `disk` when given (`dir` is on it).
+    fn launch(
+        fake: Fake,
+        rkllm: &str,
+        dir: &Path,
+        disk: Option<&SmallDisk>,
+        scratch: ScratchDir,
+    ) -> Self {
         let model = scratch.0.join("chat.rkllm");
         // Written once: a model file written again is another model file
         // to its snapshots (its time is in their fingerprint).
@@ -78,7 +89,8 @@ impl Board {
         );
         let runtime = fake_runtime(fake);
         let log = scratch.0.join("fake.log");
-        let server = Server::start_env(
+        let server = Server::start_under(
+            &disk.map(SmallDisk::prefix).unwrap_or_default(),
             &config,
             &["--backend", "rkllm", "--runtime", runtime.to_str().unwrap()],
             &[
@@ -87,10 +99,14 @@ impl Board {
                 ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
             ],
         );
+        let root = match disk {
+            Some(disk) => disk.seen_by(&server, dir),
+            None => dir.to_owned(),
+        };
         Self {
             server,
             scratch,
-            root: dir.to_owned(),
+            root,
         }
     }
 
@@ -533,6 +549,78 @@ async fn a_snapshot_the_system_prompt_cache_replaced_is_loaded_again() {
     }
 }
 
+/// `sh -c` words that mount a tmpfs of size `$1` at `$2`, then become the
+/// command that follows.
+const MOUNT_AND_RUN: &str = "mount -t tmpfs -o size=\"$1\" tmpfs \"$2\" && shift 2 && exec \"$@\"";
+
+/// A small disk (a tmpfs) of one server's own: mounted by `unshare -rm` in
+/// a mount namespace that only the server and its runners live in, so it
+/// goes with them; the test reaches it through `/proc/PID/root`.
+struct SmallDisk {
+    at: PathBuf,
+    kib: u64,
+}
+
+impl SmallDisk {
+    /// A disk of `kib` KiB at `scratch/disk`, or why there can be none on
+    /// this machine.
+    fn new(scratch: &ScratchDir, kib: u64) -> Result<Self, String> {
+        let disk = Self {
+            at: scratch.0.join("disk"),
+            kib,
+        };
+        std::fs::create_dir_all(&disk.at).unwrap();
+        let mut words = disk.prefix().into_iter();
+        let probe = std::process::Command::new(words.next().unwrap())
+            .args(words)
+            .arg("true")
+            .output()
+            .map_err(|e| format!("`unshare` cannot be run ({e})"))?;
+        if !probe.status.success() {
+            return Err(format!(
+                "a tmpfs cannot be mounted in a mount namespace of its own (`unshare -rm` and \
+                 `mount -t tmpfs` need user namespaces or CAP_SYS_ADMIN; {}): {}",
+                probe.status,
+                String::from_utf8_lossy(&probe.stderr).trim()
+            ));
+        }
+        Ok(disk)
+    }
+
+    /// The words that run a command with the disk mounted.
+    fn prefix(&self) -> Vec<OsString> {
+        let words = ["unshare", "-rm", "sh", "-c", MOUNT_AND_RUN, "sh"];
+        let mut prefix: Vec<OsString> = words.iter().map(OsString::from).collect();
+        prefix.push(format!("{}k", self.kib).into());
+        prefix.push(self.at.clone().into());
+        prefix
+    }
+
+    /// `path` (on the disk) as the test reaches it while `server` runs.
+    fn seen_by(&self, server: &Server, path: &Path) -> PathBuf {
+        Path::new(&format!("/proc/{}/root", server.pid())).join(path.strip_prefix("/").unwrap())
+    }
+}
+
+/// A test that needs a [`SmallDisk`] says why it cannot run, and ends.
+macro_rules! small_disk_or_skip {
+    ($scratch:expr, $kib:expr) => {
+        match SmallDisk::new(&$scratch, $kib) {
+            Ok(disk) => disk,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                return;
+            }
+        }
+    };
+}
+
+/// Bytes free on the file system of `path`, for an unprivileged writer.
+fn free_bytes(path: &Path) -> u64 {
+    let stat = rustix::fs::statvfs(path).unwrap();
+    stat.f_bavail * stat.f_frsize
+}
+
 /// The files under `dir` (all of them, folders walked) and what the folder
 /// takes on disk, as `du` counts it: each file's and folder's blocks.
 fn on_disk(dir: &Path) -> (Vec<String>, u64) {
@@ -580,6 +668,113 @@ fn leftovers(names: &[String]) -> Vec<&String> {
         .collect()
 }
 
+/// The server's log lines about the snapshots' free-space reserve, each as
+/// its level and message.
+fn reserve_lines(log: &[String]) -> Vec<String> {
+    log.iter()
+        .filter(|l| l.contains("free-space reserve"))
+        .map(|l| {
+            let level = if l.contains("WARN") { "WARN" } else { "INFO" };
+            format!("{level} {l}")
+        })
+        .collect()
+}
+
+/// A disk far below the reserve (the default, 512 MB, on 256 KiB): every
+/// chat is answered, no save is even tried, nothing is left on the disk,
+/// and the server says so once, not once per chat.
+#[tokio::test]
+async fn on_a_disk_below_the_reserve_chats_answer_and_nothing_is_saved_and_it_is_said_once() {
+    let scratch = ScratchDir::new();
+    let disk = small_disk_or_skip!(scratch, 256);
+    let dir = disk.at.join("snapshots");
+    let mut board = Board::launch(Fake::V1_3, "", &dir, Some(&disk), scratch);
+    let sys = long_system();
+    let chats = 40;
+    for n in 0..chats {
+        board
+            .chat(&[system(&sys), user(&format!("question number {n}"))])
+            .await;
+    }
+    let saves = board.events("prompt-cache-save");
+    let (names, bytes) = on_disk(&board.root);
+    let free = free_bytes(&board.root);
+    let log = board.server.stop_and_log();
+    let warnings: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("WARN") && l.contains("snapshot"))
+        .collect();
+    eprintln!(
+        "after {chats} chats: {} saves, {} files ({} left by saves), {bytes} bytes on disk, \
+         {free} bytes free, {} warnings",
+        saves.len(),
+        names.len(),
+        leftovers(&names).len(),
+        warnings.len()
+    );
+    assert_eq!(saves, Vec::<String>::new());
+    assert_eq!(names, Vec::<String>::new());
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("free-space reserve"), "{warnings:?}");
+}
+
+/// A disk that crosses its reserve: no save while it is below, saves again
+/// once there is room (said once), and none that would take it below the
+/// reserve again (said once more); no failed save leaves a file behind.
+#[tokio::test]
+async fn snapshots_stop_at_the_free_space_reserve_and_say_so_once_each_time_it_is_reached() {
+    let scratch = ScratchDir::new();
+    let disk = small_disk_or_skip!(scratch, 640);
+    let dir = disk.at.join("snapshots");
+    let reserve = 256 * 1024;
+    let mut board = Board::launch(
+        Fake::V1_3,
+        "snapshot_min_free_mb = 0.25\n",
+        &dir,
+        Some(&disk),
+        scratch,
+    );
+    let question = |n: usize| format!("question number {n}: {}", "tell me more. ".repeat(900));
+    // Most of the disk taken by another file: below the reserve.
+    let filler = board.root.parent().unwrap().join("filler");
+    std::fs::write(&filler, vec![0u8; 440 * 1024]).unwrap();
+    for n in 0..3 {
+        board.chat(&[system("be brief"), user(&question(n))]).await;
+    }
+    assert_eq!(board.events("prompt-cache-save"), Vec::<String>::new());
+    // Room again: chats are saved until the reserve is reached, no further.
+    std::fs::remove_file(&filler).unwrap();
+    let chats = 24;
+    for n in 3..3 + chats {
+        board.chat(&[system("be brief"), user(&question(n))]).await;
+    }
+    let saved = board.events("prompt-cache-save").len();
+    let (names, bytes) = on_disk(&board.root);
+    let free = free_bytes(&board.root);
+    eprintln!(
+        "after {} chats: {saved} saves, {} files, {bytes} bytes on disk, {free} bytes free",
+        3 + chats,
+        names.len()
+    );
+    assert!(saved >= 3 && saved < chats, "{saved} saves");
+    assert!(free >= reserve, "{free} bytes free");
+    assert_eq!(leftovers(&names), Vec::<&String>::new());
+    assert_eq!(
+        names.len(),
+        2 * board.snapshots_info().await["files"].as_u64().unwrap() as usize
+    );
+    let log = board.server.stop_and_log();
+    let said: Vec<String> = reserve_lines(&log);
+    eprintln!("{said:#?}");
+    let levels: Vec<&str> = said.iter().map(|l| &l[..4]).collect();
+    assert_eq!(levels, ["WARN", "INFO", "WARN"], "{said:#?}");
+    let warnings = log
+        .iter()
+        .filter(|l| l.contains("WARN") && l.contains("snapshot"))
+        .count();
+    assert_eq!(warnings, 2, "{log:#?}");
+}
+
 /// `snapshot_max_mb` bounds what the snapshot folder takes on disk: the
 /// `.json` beside each snapshot, and the blocks of both, count too.
 #[tokio::test]
@@ -591,6 +786,7 @@ async fn the_budget_counts_the_fingerprints_and_the_blocks_on_disk() {
         Fake::V1_3,
         &format!("snapshot_max_mb = {}\n", budget as f64 / 1024.0 / 1024.0),
         &dir,
+        None,
         scratch,
     );
     // Snapshots of about 2 KB: twelve of them fit the budget, not with
@@ -625,7 +821,7 @@ async fn the_budget_counts_the_fingerprints_and_the_blocks_on_disk() {
 async fn the_snapshot_folder_is_made_owner_only() {
     let scratch = ScratchDir::new();
     let dir = scratch.0.join("state").join("snapshots");
-    let board = Board::launch(Fake::V1_3, "", &dir, scratch);
+    let board = Board::launch(Fake::V1_3, "", &dir, None, scratch);
     board.chat(&[system("be brief"), user("alpha one")]).await;
     assert_eq!(mode(&dir), 0o700);
     assert_eq!(mode(&board.folder()), 0o700);
