@@ -181,7 +181,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let snapshot_bytes = Family::<ModelLabels, Gauge>::default();
     registry.register(
         "snapshot_bytes",
-        "Bytes of the conversation snapshots kept, per model",
+        "Bytes the conversation snapshots take on disk, their fingerprints included, per model",
         snapshot_bytes.clone(),
     );
     let model_decode_tokens_per_second =

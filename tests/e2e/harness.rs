@@ -2,6 +2,7 @@
 //! as clients do: an HTTP client (reqwest) and a WebSocket client
 //! (tokio-tungstenite).
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -71,16 +72,22 @@ fn start_attempts() -> usize {
 /// example `qemu-aarch64 -L /usr/aarch64-linux-gnu`) and prefixes the
 /// server too. Inherited `RKLLM_SERVER_*` variables are removed.
 pub fn server_command() -> Command {
+    server_command_under(&[])
+}
+
+/// [`server_command`] run by the command `prefix` (a program and its
+/// arguments, the server's command line following them), such as
+/// `unshare` putting it in a namespace of its own.
+pub fn server_command_under(prefix: &[OsString]) -> Command {
     let runner = std::env::var("RKLLM_E2E_RUNNER").unwrap_or_default();
-    let mut words = runner.split_whitespace();
-    let mut command = match words.next() {
-        Some(program) => {
-            let mut command = Command::new(program);
-            command.args(words).arg(server_binary());
-            command
-        }
-        None => Command::new(server_binary()),
-    };
+    let words: Vec<OsString> = prefix
+        .iter()
+        .cloned()
+        .chain(runner.split_whitespace().map(OsString::from))
+        .chain([OsString::from(server_binary())])
+        .collect();
+    let mut command = Command::new(&words[0]);
+    command.args(&words[1..]);
     for (key, _) in std::env::vars() {
         if key.starts_with("RKLLM_SERVER_") || key.starts_with("FAKE_RKLLM_") {
             command.env_remove(key);
@@ -242,6 +249,8 @@ pub struct Server {
     pub tcp_addr: Option<SocketAddr>,
     pub http: reqwest::Client,
     log: Arc<Mutex<Vec<String>>>,
+    /// The thread that reads its stderr into `log`, until it closes.
+    reader: Option<std::thread::JoinHandle<()>>,
     _dir: ScratchDir,
 }
 
@@ -264,13 +273,34 @@ impl Server {
         env: &[(&str, &str)],
         prepare: impl Fn(&mut Command),
     ) -> Self {
+        Self::start_with(config, args, env, &[], prepare)
+    }
+
+    /// Starts the server like [`Server::start_env`], run by the command
+    /// `prefix` ([`server_command_under`]).
+    pub fn start_under(
+        prefix: &[OsString],
+        config: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::start_with(config, args, env, prefix, |_| {})
+    }
+
+    fn start_with(
+        config: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        prefix: &[OsString],
+        prepare: impl Fn(&mut Command),
+    ) -> Self {
         let dir = ScratchDir::new();
         let path = dir.0.join("rkllm-server.toml");
         std::fs::write(&path, config).expect("write config");
         let mut attempt = 0;
-        let (child, log, addr, tcp_addr) = loop {
+        let (child, log, reader, addr, tcp_addr) = loop {
             attempt += 1;
-            let mut command = server_command();
+            let mut command = server_command_under(prefix);
             command
                 .arg("--config")
                 .arg(&path)
@@ -286,7 +316,7 @@ impl Server {
             let log = Arc::new(Mutex::new(Vec::new()));
             let (addr_tx, addr_rx) = mpsc::channel();
             let log_sink = Arc::clone(&log);
-            std::thread::spawn(move || {
+            let reader = std::thread::spawn(move || {
                 let mut tcp = None;
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     if let Some(addr) = line.strip_prefix("rkllm-server line protocol on tcp://") {
@@ -300,7 +330,7 @@ impl Server {
                 }
             });
             match addr_rx.recv_timeout(LIVENESS) {
-                Ok((addr, tcp_addr)) => break (child, log, addr, tcp_addr),
+                Ok((addr, tcp_addr)) => break (child, log, reader, addr, tcp_addr),
                 Err(why) => {
                     // How it ended says why: a crash, an exit, or still running.
                     let status = child.try_wait();
@@ -331,6 +361,7 @@ impl Server {
             tcp_addr,
             http,
             log,
+            reader: Some(reader),
             _dir: dir,
         }
     }
@@ -488,6 +519,26 @@ impl Server {
             .status()
             .expect("kill");
         assert!(status.success());
+    }
+
+    /// Stops the server (SIGTERM) and returns its whole log: every line it
+    /// wrote to stderr before it exited, its runners' lines included (a
+    /// runner's stderr is read to its end before the server exits).
+    pub fn stop_and_log(&mut self) -> Vec<String> {
+        self.terminate();
+        assert!(self.wait_exit().success(), "{:?}", self.log());
+        if let Some(reader) = self.reader.take() {
+            let deadline = std::time::Instant::now() + LIVENESS;
+            while !reader.is_finished() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the server's stderr did not close"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            reader.join().expect("the log reader");
+        }
+        self.log()
     }
 
     /// Waits for the process to exit (bounded by [`LIVENESS`]).

@@ -76,7 +76,8 @@ pub struct SnapshotReport {
     pub misses: u32,
     /// Snapshot files kept.
     pub files: u32,
-    /// Their bytes.
+    /// What their folder takes on disk: the snapshots, the `.json` beside
+    /// each, the folder itself (what `snapshot_max_mb` bounds).
     pub bytes: u64,
 }
 

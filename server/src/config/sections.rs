@@ -85,9 +85,12 @@ pub struct RkllmSection {
     /// whole), one folder per model in it; absent: `snapshots` beside the
     /// store's `models` folder.
     pub snapshot_dir: Option<std::path::PathBuf>,
-    /// Megabytes each model's snapshots may take (least recently used
-    /// evicted first); 0 keeps none.
+    /// Megabytes each model's snapshots may take on disk, their `.json`
+    /// files included (least recently used evicted first); 0 keeps none.
     pub snapshot_max_mb: f64,
+    /// Megabytes the snapshot folder's disk keeps free: no snapshot is
+    /// saved when the save would leave less; 0: no reserve.
+    pub snapshot_min_free_mb: f64,
 }
 
 impl Default for RkllmSection {
@@ -109,6 +112,7 @@ impl Default for RkllmSection {
             runner: RunnerKind::Process,
             snapshot_dir: None,
             snapshot_max_mb: 2048.0,
+            snapshot_min_free_mb: 512.0,
         }
     }
 }

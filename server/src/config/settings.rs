@@ -342,6 +342,7 @@ impl Config {
                 })),
                 // Validated: finite and not negative.
                 max_bytes: (r.snapshot_max_mb * 1024.0 * 1024.0) as u64,
+                min_free_bytes: (r.snapshot_min_free_mb * 1024.0 * 1024.0) as u64,
             },
         }
     }

@@ -154,6 +154,17 @@ fn invalid_values_name_their_key() {
         ),
         (
             Config {
+                backend: BackendKind::Rkllm,
+                rkllm: RkllmSection {
+                    snapshot_min_free_mb: -1.0,
+                    ..RkllmSection::default()
+                },
+                ..Config::default()
+            },
+            "rkllm.snapshot_min_free_mb",
+        ),
+        (
+            Config {
                 streams: StreamsSection {
                     idle_timeout_secs: 0,
                     ..StreamsSection::default()

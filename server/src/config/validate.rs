@@ -575,8 +575,14 @@ impl Config {
                 format!("must be between 0 and 1000, got {}", r.top_k),
             ));
         }
-        let ranges: [(&'static str, f64, f64, f64); 6] = [
+        let ranges: [(&'static str, f64, f64, f64); 7] = [
             ("rkllm.snapshot_max_mb", r.snapshot_max_mb, 0.0, 1.0e9),
+            (
+                "rkllm.snapshot_min_free_mb",
+                r.snapshot_min_free_mb,
+                0.0,
+                1.0e9,
+            ),
             ("rkllm.top_p", r.top_p, 0.0, 1.0),
             ("rkllm.temperature", r.temperature, 0.0, 2.0),
             ("rkllm.repeat_penalty", r.repeat_penalty, 0.0, 10.0),

@@ -338,19 +338,25 @@ pub(super) fn install_as(tmp: &Path, path: &Path, durable: bool) -> std::io::Res
 }
 
 /// Writes `bytes` to `path` through a temporary file, readable by its
-/// owner only, flushed before the rename and the folder after.
+/// owner only, flushed before the rename and the folder after. A write
+/// that fails (a full disk) leaves no temporary file behind.
 pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
+    let written = std::fs::OpenOptions::new()
         .create(true)
         .write(true)
         .truncate(true)
         .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&tmp, path)?;
+        .open(&tmp)
+        .and_then(|mut file| {
+            file.write_all(bytes)?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     sync_folder(path)
 }
 
@@ -558,8 +564,11 @@ impl RkllmRunner {
             cache_sha256: Some(cache_sha256),
         };
         let text = serde_json::to_vec_pretty(&fingerprint).unwrap_or_default();
-        write_private(&cache.sidecar, &text)
-            .map_err(|e| failed(format!("cannot write {}: {e}", cache.sidecar.display())))?;
+        write_private(&cache.sidecar, &text).map_err(|e| {
+            // A cache without its fingerprint is of no use.
+            let _ = std::fs::remove_file(&cache.path);
+            failed(format!("cannot write {}: {e}", cache.sidecar.display()))
+        })?;
         Stamp::of(&cache.path).map_err(|e| failed(format!("cannot read it back: {e}")))
     }
 

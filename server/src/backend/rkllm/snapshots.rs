@@ -15,15 +15,22 @@
 //! The files live in a folder per model file under `[rkllm] snapshot_dir`,
 //! owner-only, each with a `.json` beside it: what it was made from (model
 //! file, runtime, chat template), the prompt it holds, and its size and
-//! SHA-256. They are bounded in bytes (`[rkllm] snapshot_max_mb`) and in
-//! number, the least recently used evicted first; a file made from
-//! something else is removed when the model loads; a file that does not
-//! match its fingerprint, or that the runtime refuses, is removed and its
-//! request prefilled in full (which saves it again). Nothing about a
-//! snapshot ever fails a request or a load.
+//! SHA-256. They are bounded in bytes on disk, the `.json` files and the
+//! folder included (`[rkllm] snapshot_max_mb`), and in number, the least
+//! recently used evicted first; a file made from something else is removed
+//! when the model loads; a file that does not match its fingerprint, or
+//! that the runtime refuses, is removed and its request prefilled in full
+//! (which saves it again). Nothing about a snapshot ever fails a request
+//! or a load.
+//!
+//! The disk keeps a reserve (`[rkllm] snapshot_min_free_mb`): no save is
+//! made that would leave it less, as far as the snapshots saved so far
+//! tell its size, and one that did is removed. A save that fails leaves
+//! nothing behind. What stops the saves (the reserve, a failing write) is
+//! warned once, and said again only after a snapshot was saved since.
 
 use std::ffi::CString;
-use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
@@ -47,14 +54,25 @@ pub(super) const SYSTEM_PREFIX_MIN_BYTES: usize = 2048;
 /// Files at most per model, whatever their bytes.
 const MAX_FILES: usize = 256;
 
-/// Where a model's snapshots go and how many bytes they may take
-/// (`[rkllm] snapshot_dir`, `snapshot_max_mb`); `None` or 0: none kept.
+/// What a `.json` beside a snapshot holds besides the prompt, at most
+/// (the prompt's escapes and what it was made from), for the estimate of
+/// a save's size.
+const FINGERPRINT_EXTRA: u64 = 1024;
+
+/// Where a model's snapshots go, how many bytes they may take and how
+/// many the disk keeps free (`[rkllm] snapshot_dir`, `snapshot_max_mb`,
+/// `snapshot_min_free_mb`); `None` or 0 bytes: none kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SnapshotSettings {
     /// The folder; each model has its own folder in it.
     pub dir: Option<PathBuf>,
-    /// Bytes all of a model's snapshots may take.
+    /// Bytes all of a model's snapshots may take on disk, their `.json`
+    /// files and their folder included.
     pub max_bytes: u64,
+    /// Bytes the disk keeps free: no snapshot is saved that would leave
+    /// less.
+    #[serde(default)]
+    pub min_free_bytes: u64,
 }
 
 /// What a snapshot was made from: one made from another model file,
@@ -92,6 +110,8 @@ struct Entry {
     system_prefix: bool,
     bytes: u64,
     sha256: String,
+    /// What it and its `.json` take on disk.
+    disk: u64,
     /// When it was last used or saved (a counter).
     used: u64,
     /// The file as it was when its SHA-256 was last found right: checked
@@ -105,6 +125,13 @@ pub(super) struct Snapshots {
     model: String,
     dir: PathBuf,
     max_bytes: u64,
+    /// The disk's reserve.
+    min_free: u64,
+    /// Bytes of snapshot per byte of prompt, the most any save made:
+    /// what a save is expected to take.
+    per_prompt_byte: f64,
+    /// What stopped the saves, said once; `None` once a save is made.
+    trouble: Option<Trouble>,
     made_from: MadeFrom,
     entries: Vec<Entry>,
     clock: u64,
@@ -116,6 +143,48 @@ pub(super) struct Snapshots {
     /// The runtime wrote no file when asked to save one (a model whose
     /// runtime saves no prompt cache, Qwen3.5's): nothing is saved any more.
     saves_failed: bool,
+}
+
+/// What stops snapshots from being saved, warned once until a snapshot is
+/// saved again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trouble {
+    /// The save would leave the disk less than its reserve.
+    Reserve,
+    /// Writing a snapshot or its `.json` failed so.
+    Write(std::io::ErrorKind),
+}
+
+/// Why a save was not kept.
+#[derive(Debug)]
+struct NotKept {
+    trouble: Trouble,
+    why: String,
+}
+
+/// What the file system of the snapshots has free.
+#[derive(Debug, Clone, Copy)]
+struct Free {
+    /// Bytes an unprivileged writer may still take.
+    bytes: u64,
+    /// Files it may still make, when the file system counts them.
+    files: Option<u64>,
+    /// Its unit of allocation.
+    block: u64,
+}
+
+impl Free {
+    /// `bytes` in whole blocks.
+    fn blocks(&self, bytes: u64) -> u64 {
+        bytes.div_ceil(self.block).saturating_mul(self.block)
+    }
+}
+
+/// What a file takes on disk: its blocks, or its length when the file
+/// system reports fewer (a file not written out yet, or held inline).
+fn on_disk(meta: &std::fs::Metadata) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    meta.len().max(meta.blocks().saturating_mul(512))
 }
 
 /// Bytes two texts share from their start, cut back to a character
@@ -173,7 +242,13 @@ impl Snapshots {
             folder_name(&model.name),
             &file_hash[..8]
         ));
-        let made = std::fs::create_dir_all(&dir)
+        // Owner-only: the folder and those it needs (an existing
+        // `snapshot_dir` keeps its mode; the model's folder is made
+        // owner-only in any case).
+        let made = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
             .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)));
         if let Err(e) = made {
             tracing::warn!(
@@ -203,6 +278,9 @@ impl Snapshots {
             model: model.name.clone(),
             dir,
             max_bytes: settings.max_bytes,
+            min_free: settings.min_free_bytes,
+            per_prompt_byte: 1.0,
+            trouble: None,
             made_from,
             entries: Vec::new(),
             clock: 0,
@@ -287,6 +365,11 @@ impl Snapshots {
             self.entries[index].used = order as u64 + 1;
         }
         self.clock = self.entries.len() as u64;
+        for entry in &self.entries {
+            self.per_prompt_byte = self
+                .per_prompt_byte
+                .max(entry.bytes as f64 / entry.prompt.len().max(1) as f64);
+        }
         self.evict();
     }
 
@@ -297,9 +380,11 @@ impl Snapshots {
         if fingerprint.made_from != self.made_from {
             return Err("made from another model file, runtime or chat template".into());
         }
-        let len = std::fs::metadata(self.path(stem))
-            .map_err(|e| format!("cannot read it: {e}"))?
-            .len();
+        let meta =
+            std::fs::metadata(self.path(stem)).map_err(|e| format!("cannot read it: {e}"))?;
+        let len = meta.len();
+        let disk = on_disk(&meta)
+            + std::fs::metadata(self.sidecar(stem)).map_or(text.len() as u64, |m| on_disk(&m));
         if len != fingerprint.cache_size {
             return Err(format!(
                 "it holds {len} bytes, its fingerprint says {}",
@@ -312,6 +397,7 @@ impl Snapshots {
             system_prefix: fingerprint.system_prefix,
             bytes: len,
             sha256: fingerprint.cache_sha256,
+            disk,
             used: 0,
             verified: None,
         })
@@ -423,7 +509,7 @@ impl Snapshots {
 
     /// The runtime cannot save snapshots: none is made any more by this
     /// runner (said once).
-    pub(super) fn saving_failed(&mut self, why: &str) {
+    fn saving_failed(&mut self, why: &str) {
         if !self.saves_failed {
             self.saves_failed = true;
             tracing::warn!(
@@ -451,27 +537,136 @@ impl Snapshots {
         self.loaded = None;
     }
 
-    /// Installs the snapshot a run saved at `tmp` for `prompt`. Snapshots
-    /// of earlier turns of the same conversation (prompts this one starts
-    /// with) go; a system prompt saved on its own stays.
-    pub(super) fn keep(&mut self, prompt: &str, system_prefix: bool, tmp: &Path) {
-        if let Err(why) = self.install(prompt, system_prefix, tmp) {
-            let _ = std::fs::remove_file(tmp);
-            tracing::warn!(
-                model = %self.model,
-                cause = %why,
-                "conversation snapshot not kept"
-            );
+    /// What the disk has free, when it can be told.
+    fn free(&self) -> Option<Free> {
+        match rustix::fs::statvfs(&self.dir) {
+            Ok(stat) => Some(Free {
+                bytes: stat.f_bavail.saturating_mul(stat.f_frsize),
+                files: (stat.f_files > 0).then_some(stat.f_favail),
+                block: stat.f_frsize.max(1),
+            }),
+            Err(e) => {
+                tracing::debug!(model = %self.model, error = %e, "statvfs of the snapshots");
+                None
+            }
         }
     }
 
-    fn install(&mut self, prompt: &str, system_prefix: bool, tmp: &Path) -> Result<(), String> {
+    /// Whether a snapshot of `prompt` and its `.json` leave the disk its
+    /// reserve, as big as the saves made so far suggest it is; with why
+    /// not. A disk whose free space cannot be read has room (a save that
+    /// fails there leaves nothing behind).
+    fn has_room(&self, prompt: &str) -> Result<(), String> {
+        let Some(free) = self.free() else {
+            return Ok(());
+        };
+        let len = prompt.len() as u64;
+        let expected = free.blocks((self.per_prompt_byte * len as f64).ceil() as u64)
+            + free.blocks(len + len / 8 + FINGERPRINT_EXTRA);
+        let wanted = self.min_free.saturating_add(expected);
+        if free.files.is_some_and(|files| files < 3) {
+            Err("the disk has no room for more files".to_owned())
+        } else if free.bytes < wanted {
+            Err(format!(
+                "the disk has {} bytes free; a save of about {expected} bytes would leave less \
+                 than its reserve of {} bytes ([rkllm] snapshot_min_free_mb)",
+                free.bytes, self.min_free
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Before a save of `prompt`: whether the disk has room for it
+    /// (otherwise said, once).
+    pub(super) fn room_for(&mut self, prompt: &str) -> bool {
+        match self.has_room(prompt) {
+            Ok(()) => true,
+            Err(why) => {
+                self.stopped(Trouble::Reserve, &why);
+                false
+            }
+        }
+    }
+
+    /// Saves stopped for `trouble`: warned when it is not what stopped the
+    /// last one (said again only after a snapshot was saved since).
+    fn stopped(&mut self, trouble: Trouble, why: &str) {
+        if self.trouble == Some(trouble) {
+            tracing::debug!(model = %self.model, cause = why, "conversation snapshot not saved");
+            return;
+        }
+        self.trouble = Some(trouble);
+        match trouble {
+            Trouble::Reserve => tracing::warn!(
+                model = %self.model,
+                cause = why,
+                "conversation snapshots not saved: the disk is at its free-space reserve; chats \
+                 are answered without new snapshots until there is room (said once)"
+            ),
+            Trouble::Write(_) => tracing::warn!(
+                model = %self.model,
+                cause = why,
+                "conversation snapshot not kept: nothing of it is left; later failures of this \
+                 kind are not logged until a snapshot is saved again"
+            ),
+        }
+    }
+
+    /// A snapshot was saved: whatever stopped the saves is over.
+    fn saved(&mut self) {
+        match self.trouble.take() {
+            Some(Trouble::Reserve) => tracing::info!(
+                model = %self.model,
+                "conversation snapshots saved again: the disk has room above its free-space reserve"
+            ),
+            Some(Trouble::Write(_)) => {
+                tracing::info!(model = %self.model, "conversation snapshots saved again");
+            }
+            None => {}
+        }
+    }
+
+    /// Installs the snapshot a run saved at `tmp` for `prompt`. Snapshots
+    /// of earlier turns of the same conversation (prompts this one starts
+    /// with) go; a system prompt saved on its own stays. A save that took
+    /// the disk below its reserve, or that cannot be installed, is removed.
+    pub(super) fn keep(&mut self, prompt: &str, system_prefix: bool, tmp: &Path) {
+        if let Ok(meta) = std::fs::metadata(tmp) {
+            self.per_prompt_byte = self
+                .per_prompt_byte
+                .max(meta.len() as f64 / prompt.len().max(1) as f64);
+        }
+        match self.install(prompt, system_prefix, tmp) {
+            Ok(()) => self.saved(),
+            Err(not_kept) => {
+                let _ = std::fs::remove_file(tmp);
+                self.stopped(not_kept.trouble, &not_kept.why);
+            }
+        }
+    }
+
+    /// The runtime wrote no snapshot when asked to: the disk's doing when
+    /// it is at its reserve (said once), else the runtime cannot save
+    /// them.
+    pub(super) fn not_written(&mut self, prompt: &str, why: &str) {
+        match self.has_room(prompt) {
+            Ok(()) => self.saving_failed(why),
+            Err(room) => self.stopped(Trouble::Reserve, &format!("{why}; {room}")),
+        }
+    }
+
+    fn install(&mut self, prompt: &str, system_prefix: bool, tmp: &Path) -> Result<(), NotKept> {
+        let write = |what: &str, path: &Path, e: &std::io::Error| NotKept {
+            trouble: Trouble::Write(e.kind()),
+            why: format!("cannot {what} {}: {e}", path.display()),
+        };
         let stem = stem_of(prompt);
         let path = self.path(&stem);
         // Not flushed to the disk before the answer's end: a snapshot lost
         // to a power cut is found by its SHA-256 and only costs a prefill.
-        let (bytes, sha256) = install_as(tmp, &path, false)
-            .map_err(|e| format!("cannot install {}: {e}", path.display()))?;
+        let (bytes, sha256) =
+            install_as(tmp, &path, false).map_err(|e| write("install", &path, &e))?;
         let fingerprint = Fingerprint {
             made_from: self.made_from.clone(),
             prompt: prompt.to_owned(),
@@ -480,11 +675,30 @@ impl Snapshots {
             cache_sha256: sha256.clone(),
         };
         let text = serde_json::to_vec(&fingerprint).unwrap_or_default();
+        // The snapshot is on the disk: its `.json` must leave the reserve
+        // too, and a disk with nothing left may have cut the save short.
+        if let Some(free) = self.free()
+            && free.bytes < self.min_free.saturating_add(free.blocks(text.len() as u64))
+        {
+            let _ = std::fs::remove_file(&path);
+            return Err(NotKept {
+                trouble: Trouble::Reserve,
+                why: format!(
+                    "the save of {bytes} bytes left the disk {} bytes free, below its reserve of \
+                     {} bytes ([rkllm] snapshot_min_free_mb) with its fingerprint",
+                    free.bytes, self.min_free
+                ),
+            });
+        }
         let sidecar = self.sidecar(&stem);
         if let Err(e) = write_private(&sidecar, &text) {
-            self.remove_files(&stem);
-            return Err(format!("cannot write {}: {e}", sidecar.display()));
+            let _ = std::fs::remove_file(&path);
+            return Err(write("write", &sidecar, &e));
         }
+        let disk = [&path, &sidecar]
+            .iter()
+            .map(|p| std::fs::metadata(p).map_or(0, |m| on_disk(&m)))
+            .sum();
         self.entries.retain(|e| e.stem != stem);
         let earlier: Vec<usize> = (0..self.entries.len())
             .filter(|&i| {
@@ -502,6 +716,7 @@ impl Snapshots {
             system_prefix,
             bytes,
             sha256,
+            disk,
             used: self.clock,
             verified: Stamp::of(&path).ok(),
         });
@@ -509,11 +724,18 @@ impl Snapshots {
         Ok(())
     }
 
-    /// Removes the least recently used snapshots until they fit the byte
-    /// budget and [`MAX_FILES`].
+    /// What the folder takes on disk: itself, the snapshots and their
+    /// `.json` files.
+    fn total(&self) -> u64 {
+        let folder = std::fs::metadata(&self.dir).map_or(0, |m| on_disk(&m));
+        folder + self.entries.iter().map(|e| e.disk).sum::<u64>()
+    }
+
+    /// Removes the least recently used snapshots until the folder fits the
+    /// byte budget and [`MAX_FILES`].
     fn evict(&mut self) {
         loop {
-            let total: u64 = self.entries.iter().map(|e| e.bytes).sum();
+            let total = self.total();
             if (total <= self.max_bytes && self.entries.len() <= MAX_FILES)
                 || self.entries.is_empty()
             {
@@ -538,7 +760,7 @@ impl Snapshots {
             hits: self.hits,
             misses: self.misses,
             files: u32::try_from(self.entries.len()).unwrap_or(u32::MAX),
-            bytes: self.entries.iter().map(|e| e.bytes).sum(),
+            bytes: self.total(),
         };
         self.hits = 0;
         self.misses = 0;
@@ -585,6 +807,7 @@ impl RkllmRunner {
             && covered < end
             && !snaps.saves_failed
             && snaps.best(prompt).is_none_or(|(_, shared)| shared < end)
+            && snaps.room_for(&prompt[..end])
         {
             let tmp = snaps.building_path();
             match self.prefill_and_save(&prompt[..end], model, &tmp, cancel) {
@@ -592,7 +815,7 @@ impl RkllmRunner {
                 Err(not_built) => {
                     let _ = std::fs::remove_file(&tmp);
                     if let NotBuilt::Failed(why) = not_built {
-                        snaps.saving_failed(&why);
+                        snaps.not_written(&prompt[..end], &why);
                     }
                 }
             }
@@ -639,12 +862,13 @@ impl RkllmRunner {
                 }
             }
         }
-        let save = (!snaps.saves_failed && !snaps.holds(prompt)).then(|| {
-            let path = snaps.building_path();
-            // Nothing a run that went wrong left may pass for this one's.
-            let _ = std::fs::remove_file(&path);
-            path
-        });
+        let save =
+            (!snaps.saves_failed && !snaps.holds(prompt) && snaps.room_for(prompt)).then(|| {
+                let path = snaps.building_path();
+                // Nothing a run that went wrong left may pass for this one's.
+                let _ = std::fs::remove_file(&path);
+                path
+            });
         self.snapshots = Some(snaps);
         save
     }
@@ -657,7 +881,7 @@ impl RkllmRunner {
         match self.snapshots.as_mut() {
             Some(snaps) if ran && tmp.is_file() => snaps.keep(prompt, false, tmp),
             Some(snaps) if ran => {
-                snaps.saving_failed("the runtime wrote no prompt cache when asked to");
+                snaps.not_written(prompt, "the runtime wrote no prompt cache when asked to");
             }
             _ => {
                 let _ = std::fs::remove_file(tmp);
@@ -686,6 +910,9 @@ mod tests {
             model: "m".into(),
             dir: dir.to_owned(),
             max_bytes,
+            min_free: 0,
+            per_prompt_byte: 1.0,
+            trouble: None,
             made_from: MadeFrom {
                 model_file: "/models/m.rkllm".into(),
                 model_size,
@@ -766,17 +993,21 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600, "{mode:o}");
         }
         let report = snapshots.report();
-        assert_eq!((report.files, report.bytes), (3, 30));
+        assert_eq!(report.files, 3);
+        assert_eq!(report.bytes, du(&dir));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn the_least_recently_used_go_past_the_budget() {
         let dir = scratch();
-        let mut snapshots = opened(&dir, 10, 250);
+        let mut snapshots = opened(&dir, 10, 1 << 20);
         let chat = |n: usize| format!("{}{n}", "x".repeat(80));
         save(&mut snapshots, &chat(1), 100, false);
         save(&mut snapshots, &chat(2), 100, false);
+        // Room for two on disk, not three.
+        let two = snapshots.total();
+        snapshots.max_bytes = two + (two - std::fs::metadata(&dir).map_or(0, |m| on_disk(&m))) / 4;
         // Chat 1 is used again: chat 2 is now the least recently used.
         let (index, _) = snapshots.best(&format!("{}/more", chat(1))).unwrap();
         snapshots.loaded_now(index);
@@ -826,6 +1057,159 @@ mod tests {
         let snapshots = opened(&dir, 11, 1 << 20);
         assert!(snapshots.entries.is_empty());
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The names in `dir`, sorted.
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_save_whose_fingerprint_cannot_be_written_leaves_no_file_behind() {
+        let dir = scratch();
+        let mut snapshots = opened(&dir, 10, 1 << 20);
+        let prompt = "p".repeat(70);
+        // A folder where its fingerprint goes: the rename onto it fails.
+        let blocked = format!("{}.snapshot.json", stem_of(&prompt));
+        std::fs::create_dir(dir.join(&blocked)).unwrap();
+        save(&mut snapshots, &prompt, 40, false);
+        assert!(snapshots.entries.is_empty());
+        assert_eq!(listing(&dir), vec![blocked]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// What the folder and every file in it take on disk.
+    fn du(dir: &Path) -> u64 {
+        let files: u64 = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| on_disk(&e.unwrap().metadata().unwrap()))
+            .sum();
+        on_disk(&std::fs::metadata(dir).unwrap()) + files
+    }
+
+    /// The lines `f` logs, at info and above.
+    fn logged(f: impl FnOnce()) -> Vec<String> {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let sink = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    fn count(lines: &[String], level: &str) -> usize {
+        lines.iter().filter(|l| l.contains(level)).count()
+    }
+
+    #[test]
+    fn the_budget_counts_the_fingerprints_and_the_folder_on_disk() {
+        let dir = scratch();
+        let max = 20 * 1024;
+        let mut snapshots = opened(&dir, 10, max);
+        for n in 0..5 {
+            save(
+                &mut snapshots,
+                &format!("{}{n}", "q".repeat(3000)),
+                3000,
+                false,
+            );
+            assert!(
+                du(&dir) <= max,
+                "{} bytes on disk: {:?}",
+                du(&dir),
+                listing(&dir)
+            );
+            assert_eq!(snapshots.report().bytes, du(&dir));
+        }
+        assert!(!snapshots.entries.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn below_the_reserve_nothing_is_saved_and_it_is_said_once_until_a_save_is_made() {
+        let dir = scratch();
+        let mut snapshots = opened(&dir, 10, 1 << 20);
+        let prompt = "r".repeat(100);
+        let lines = logged(|| {
+            snapshots.min_free = u64::MAX / 2;
+            for _ in 0..3 {
+                assert!(!snapshots.room_for(&prompt));
+            }
+            snapshots.min_free = 0;
+            assert!(snapshots.room_for(&prompt));
+            save(&mut snapshots, &prompt, 40, false);
+            snapshots.min_free = u64::MAX / 2;
+            for _ in 0..3 {
+                assert!(!snapshots.room_for("another prompt"));
+            }
+        });
+        assert_eq!(count(&lines, "WARN"), 2, "{lines:#?}");
+        assert_eq!(count(&lines, "INFO"), 1, "{lines:#?}");
+        assert!(
+            lines.iter().all(|l| l.contains("free-space reserve")),
+            "{lines:#?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_save_that_took_the_disk_below_its_reserve_is_removed() {
+        let dir = scratch();
+        let mut snapshots = opened(&dir, 10, 1 << 20);
+        snapshots.min_free = u64::MAX / 2;
+        let lines = logged(|| {
+            save(&mut snapshots, &"s".repeat(100), 40, false);
+            save(&mut snapshots, &"t".repeat(100), 40, false);
+        });
+        assert!(snapshots.entries.is_empty());
+        assert_eq!(listing(&dir), Vec::<String>::new());
+        assert_eq!(count(&lines, "WARN"), 1, "{lines:#?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn failed_writes_are_said_once_until_a_save_is_made_and_leave_nothing() {
+        let dir = scratch();
+        let mut snapshots = opened(&dir, 10, 1 << 20);
+        let blocked = |snapshots: &Snapshots, prompt: &str| {
+            std::fs::create_dir(snapshots.sidecar(&stem_of(prompt))).unwrap();
+        };
+        let failing: Vec<String> = (0..4).map(|n| format!("{}{n}", "w".repeat(80))).collect();
+        let lines = logged(|| {
+            for prompt in &failing[..3] {
+                blocked(&snapshots, prompt);
+                save(&mut snapshots, prompt, 40, false);
+            }
+            save(&mut snapshots, &"ok".repeat(40), 40, false);
+            blocked(&snapshots, &failing[3]);
+            save(&mut snapshots, &failing[3], 40, false);
+        });
+        assert_eq!(count(&lines, "WARN"), 2, "{lines:#?}");
+        assert_eq!(count(&lines, "INFO"), 1, "{lines:#?}");
+        assert_eq!(prompts(&snapshots), vec!["ok".repeat(40)]);
+        // The blocking folders, and the one snapshot kept.
+        assert_eq!(listing(&dir).len(), 4 + 2, "{:?}", listing(&dir));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
