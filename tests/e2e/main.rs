@@ -37,5 +37,6 @@ mod structured_npu;
 mod systemd;
 mod tokenizers;
 mod ui;
+mod untrusted_input;
 mod vision;
 mod vision_bombs;
