@@ -21,6 +21,7 @@ pub mod service;
 pub mod startup;
 pub mod store;
 pub mod stream;
+pub mod task;
 pub mod transport;
 pub mod vocab;
 
