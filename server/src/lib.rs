@@ -74,7 +74,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .fallback(not_found);
     let router = Router::new()
         .merge(with_layers(
-            responses::routes(),
+            responses::routes(state.settings.responses_store),
             &state,
             openai::shape,
             true,

@@ -1,8 +1,10 @@
 //! What every transport shares: the engine and stream manager below,
 //! the JSON-RPC services, the transports' own settings and state (API
-//! keys, MCP sessions, open connections, the WebSocket cap, the responses
-//! kept for the Responses API) and the shutdown signal. Built once at
-//! start (see `startup`), from settings the configuration gives.
+//! keys, MCP sessions, open connections, the WebSocket cap) and the
+//! shutdown signal. Built once at start (see `startup`), from settings the
+//! configuration gives.
+//! (What one API keeps for itself, such as the Responses API's store,
+//! belongs to that API's routes, not here.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,7 +12,6 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use super::api::responses::store::{ResponseStore, StoreSettings};
 use super::auth::ApiKeys;
 use super::clock::unix_now;
 use super::lines::LineOptions;
@@ -62,13 +63,26 @@ pub struct Settings {
     /// lane (`[engine] detect_background`).
     pub detect_background: bool,
     /// The Responses API's store of finished responses (`[responses]`).
-    pub responses_store: StoreSettings,
+    pub responses_store: ResponsesSettings,
     /// The root under which the board's files are read for `/metrics`
     /// (`[board] sys_root`).
     pub sys_root: std::path::PathBuf,
     /// What `doctor` found at start that keeps this server from serving
     /// (one line each); `/ready` answers 503 with them.
     pub blocking: Vec<String>,
+}
+
+/// How much the Responses API keeps of finished responses for
+/// `previous_response_id`, and for how long (`[responses]`). The store
+/// itself is the Responses routes' own (`api::responses`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponsesSettings {
+    /// Responses kept at once; 0 turns the store off.
+    pub max_entries: usize,
+    /// Bytes their conversations may take together.
+    pub max_bytes: usize,
+    /// How long a response is kept after it finished.
+    pub ttl: Duration,
 }
 
 /// Everything a request handler needs.
@@ -96,8 +110,6 @@ pub struct AppState {
     pub store: Arc<crate::store::Service>,
     /// The open WebSocket connections, against their cap.
     pub ws_slots: Arc<WsSlots>,
-    /// Responses kept for `previous_response_id` (the Responses API).
-    pub responses: Arc<ResponseStore>,
     shutdown: watch::Sender<bool>,
     connections: Arc<ConnectionCount>,
 }
@@ -161,7 +173,6 @@ impl AppState {
                 settings.ws_max_connections,
                 settings.ws_max_connections_per_ip,
             )),
-            responses: Arc::new(ResponseStore::new(settings.responses_store)),
             settings,
             shutdown: watch::Sender::new(false),
             connections: Arc::default(),
