@@ -164,19 +164,24 @@ pub async fn run_stdio(
     stop_workers(&state).await;
 }
 
-/// Answers HAProxy's agent check on `listener` (`agent_listen`) until the
-/// process ends.
+/// Answers HAProxy's agent check on `listener` (`agent_listen`) until
+/// `state` drops (it goes on while shutting down). The task is one of the
+/// state's own (`AppState::tasks`).
 pub fn spawn_agent(listener: TcpListener, state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(transport::agent::serve_agent(listener, state))
+    let serve = transport::agent::serve_agent(listener, Arc::downgrade(&state));
+    state.tasks().spawn(serve)
 }
 
-/// Serves the line protocol on a TCP listener (`--tcp`) until shutdown.
+/// Serves the line protocol on a TCP listener (`--tcp`) until shutdown,
+/// or until `state` drops. The task is one of the state's own
+/// (`AppState::tasks`).
 pub fn spawn_tcp(listener: TcpListener, state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
     let options = transport::lines::LineOptions {
         transport: "tcp",
         ..state.settings.line
     };
-    tokio::spawn(transport::tcp::serve_tcp(listener, state, options))
+    let serve = transport::tcp::serve_tcp(listener, &state, options);
+    state.tasks().spawn(serve)
 }
 
 async fn stop_workers(state: &Arc<AppState>) {

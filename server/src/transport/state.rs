@@ -1,8 +1,8 @@
 //! What every transport shares: the engine and stream manager below,
 //! the JSON-RPC services, the transports' own settings and state (API
-//! keys, MCP sessions, open connections, the WebSocket cap) and the
-//! shutdown signal. Built once at start (see `startup`), from settings the
-//! configuration gives.
+//! keys, MCP sessions, open connections, the WebSocket cap), the shutdown
+//! signal, and the background tasks that live as long as the state. Built
+//! once at start (see `startup`), from settings the configuration gives.
 //! (What one API keeps for itself, such as the Responses API's store,
 //! belongs to that API's routes, not here.)
 
@@ -21,6 +21,7 @@ use crate::engine::Engine;
 use crate::rpc::{Dispatcher, RpcLimits, Services};
 use crate::service::Service;
 use crate::stream::StreamManager;
+use crate::task::Tasks;
 
 /// The transports' settings (config sections `[http]`, `[ui]`,
 /// `[websocket]`, `[mcp]`, `[stdio]` and the request size limit).
@@ -112,6 +113,8 @@ pub struct AppState {
     pub ws_slots: Arc<WsSlots>,
     shutdown: watch::Sender<bool>,
     connections: Arc<ConnectionCount>,
+    /// The tasks that live as long as this state; they end when it drops.
+    tasks: Tasks,
 }
 
 /// Counts long-lived connections (WebSocket) that the HTTP server's own
@@ -176,7 +179,16 @@ impl AppState {
             settings,
             shutdown: watch::Sender::new(false),
             connections: Arc::default(),
+            tasks: Tasks::new(),
         })
+    }
+
+    /// The background tasks that live as long as this state (those
+    /// `startup` starts, the listeners beside HTTP): each ends when the
+    /// state drops, so none may hold the state itself (only the parts it
+    /// works on, or a `Weak`). `live()` counts those still running.
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
     }
 
     /// A dispatcher for one connection's JSON-RPC messages.
