@@ -148,6 +148,7 @@ pub async fn run_stdio(
     output: std::fs::File,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    // Ends with this run, however it ends.
     let reaper = state.streams.spawn_reaper();
     let options = state.settings.line;
     let served = transport::stdio::serve_stdio(Arc::clone(&state), output, options);
@@ -203,6 +204,7 @@ pub async fn run(
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    // Both end with this run, however it ends.
     let reaper = state.streams.spawn_reaper();
     let sessions_reaper = state.mcp_sessions.spawn_reaper();
     let server = transport::serve::serve(listener, app(Arc::clone(&state)), Arc::clone(&state));
