@@ -22,6 +22,7 @@ pub mod service;
 pub mod startup;
 pub mod store;
 pub mod stream;
+pub mod task;
 pub mod transport;
 pub mod vocab;
 
@@ -74,7 +75,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .fallback(not_found);
     let router = Router::new()
         .merge(with_layers(
-            responses::routes(),
+            responses::routes(state.settings.responses_store),
             &state,
             openai::shape,
             true,
@@ -148,6 +149,7 @@ pub async fn run_stdio(
     output: std::fs::File,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    // Ends with this run, however it ends.
     let reaper = state.streams.spawn_reaper();
     let options = state.settings.line;
     let served = transport::stdio::serve_stdio(Arc::clone(&state), output, options);
@@ -164,19 +166,24 @@ pub async fn run_stdio(
     stop_workers(&state).await;
 }
 
-/// Answers HAProxy's agent check on `listener` (`agent_listen`) until the
-/// process ends.
+/// Answers HAProxy's agent check on `listener` (`agent_listen`) until
+/// `state` drops (it goes on while shutting down). The task is one of the
+/// state's own (`AppState::tasks`).
 pub fn spawn_agent(listener: TcpListener, state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(transport::agent::serve_agent(listener, state))
+    let serve = transport::agent::serve_agent(listener, Arc::downgrade(&state));
+    state.tasks().spawn(serve)
 }
 
-/// Serves the line protocol on a TCP listener (`--tcp`) until shutdown.
+/// Serves the line protocol on a TCP listener (`--tcp`) until shutdown,
+/// or until `state` drops. The task is one of the state's own
+/// (`AppState::tasks`).
 pub fn spawn_tcp(listener: TcpListener, state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
     let options = transport::lines::LineOptions {
         transport: "tcp",
         ..state.settings.line
     };
-    tokio::spawn(transport::tcp::serve_tcp(listener, state, options))
+    let serve = transport::tcp::serve_tcp(listener, &state, options);
+    state.tasks().spawn(serve)
 }
 
 async fn stop_workers(state: &Arc<AppState>) {
@@ -198,6 +205,7 @@ pub async fn run(
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    // Both end with this run, however it ends.
     let reaper = state.streams.spawn_reaper();
     let sessions_reaper = state.mcp_sessions.spawn_reaper();
     let server = transport::serve::serve(listener, app(Arc::clone(&state)), Arc::clone(&state));

@@ -9,6 +9,7 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::task::Tasks;
 use crate::transport::AppState;
 
 /// A connection to systemd's notify socket.
@@ -65,18 +66,21 @@ impl SystemdNotifier {
     /// half period while the model supervisor is sound (every worker
     /// thread runs, no model's lock is stuck). A dead or stuck supervisor
     /// stops the pings, and systemd restarts the service; a runner
-    /// process's crash does not (the supervisor restarts it).
-    pub fn spawn_watchdog(
-        self: &Arc<Self>,
-        state: Arc<AppState>,
-    ) -> Option<tokio::task::JoinHandle<()>> {
+    /// process's crash does not (the supervisor restarts it). The task
+    /// holds the engine only, and ends when the returned guard drops.
+    pub fn spawn_watchdog(self: &Arc<Self>, state: Arc<AppState>) -> Option<Tasks> {
         let period = self.watchdog? / 2;
         let notifier = Arc::clone(self);
-        Some(tokio::spawn(async move {
+        let engine = Arc::clone(&state.engine);
+        let watchdog = Tasks::new();
+        watchdog.spawn(async move {
             let mut ticks = tokio::time::interval(period);
+            // A late ping goes out at once and the next keeps to the
+            // schedule; missed ones are not made up for.
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
                 ticks.tick().await;
-                let engine = Arc::clone(&state.engine);
+                let engine = Arc::clone(&engine);
                 let healthy = tokio::task::spawn_blocking(move || engine.supervisor_healthy())
                     .await
                     .unwrap_or(false);
@@ -86,6 +90,7 @@ impl SystemdNotifier {
                     tracing::error!("the model supervisor is not sound: no watchdog ping");
                 }
             }
-        }))
+        });
+        Some(watchdog)
     }
 }

@@ -1,6 +1,8 @@
 //! Start-up: the one place that reads the whole [`Config`]. It builds the
 //! backend, the stream manager and the engine, then the transports' shared
-//! state, handing each part only its own typed settings.
+//! state, handing each part only its own typed settings. The background
+//! tasks it starts (following the store, fetching and checking tokenizers)
+//! are the state's own (`AppState::tasks`): they end when it drops.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,8 +12,9 @@ use crate::backend::{Backend, BackendError, BackendSettings, MockBackend, RkllmB
 use crate::config::{BackendKind, Config, RunnerKind};
 use crate::engine::{Engine, EngineError, TokenizerOrigin};
 use crate::store::tokenizer::NoTokenizer;
-use crate::store::{HubTokenizer, Store};
+use crate::store::{HubTokenizer, Service as StoreService, Store};
 use crate::stream::StreamManager;
+use crate::task::Tasks;
 use crate::transport::AppState;
 
 /// Builds the backend, starts the models' workers, loads the models
@@ -129,13 +132,18 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
     transport.blocking = crate::doctor::at_start(config);
     let state = AppState::new(engine, config.rpc_limits(), transport, store);
     if tokio::runtime::Handle::try_current().is_ok() {
-        tokio::spawn(follow_store(
-            Arc::clone(&state),
+        // Each holds the engine and the store, never the state, which owns
+        // them: dropping the state ends them.
+        let (engine, store) = (&state.engine, &state.store);
+        let tasks = state.tasks();
+        tasks.spawn(follow_store(
+            Arc::clone(engine),
+            Arc::clone(store),
             configured,
             configured_files,
         ));
-        fetch_tokenizers(&state, hub_tokenizers);
-        tokio::spawn(check_tokenizers(Arc::clone(&state)));
+        fetch_tokenizers(tasks, engine, store, hub_tokenizers);
+        tasks.spawn(check_tokenizers(Arc::clone(engine), Arc::clone(store)));
     }
     Ok(state)
 }
@@ -145,22 +153,22 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
 /// hostile file) leaves its model failed with why, and the others are
 /// served. (A pull checks what it brings; a configured repository's
 /// tokenizer is checked when it is fetched.)
-async fn check_tokenizers(state: Arc<AppState>) {
-    for model in state.engine.models() {
+async fn check_tokenizers(engine: Arc<Engine>, store: Arc<StoreService>) {
+    for model in engine.models() {
         let Some(crate::model::tokenizer::TokenizerSource::File(path)) =
-            state.engine.tokenizer_source(&model.name)
+            engine.tokenizer_source(&model.name)
         else {
             continue;
         };
         if !path.is_file() {
             continue;
         }
-        let why = match state.store.sandbox.check_tokenizer(path.clone()).await {
+        let why = match store.sandbox.check_tokenizer(path.clone()).await {
             Ok(crate::sandbox::Reply::OutOfBounds(why)) => why,
             Err(e) => format!("reading it, {e}"),
             Ok(_) => continue,
         };
-        state.engine.mark_failed(
+        engine.mark_failed(
             &model.name,
             format!(
                 "its tokenizer {} is not a tokenizer this server takes: {why}",
@@ -178,8 +186,13 @@ const TOKENIZER_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(
 /// name it), so that the start never waits for the hub. Until one is
 /// there, its models refuse structured output saying why; one that cannot
 /// be fetched is tried again after 30 s, then after twice as long each
-/// time, up to an hour.
-fn fetch_tokenizers(state: &Arc<AppState>, wanted: Vec<(String, HubTokenizer)>) {
+/// time, up to an hour. The tasks are `tasks`' own.
+fn fetch_tokenizers(
+    tasks: &Tasks,
+    engine: &Arc<Engine>,
+    service: &Arc<StoreService>,
+    wanted: Vec<(String, HubTokenizer)>,
+) {
     let mut by_repo: Vec<(HubTokenizer, Vec<String>)> = Vec::new();
     for (model, tokenizer) in wanted {
         match by_repo.iter_mut().find(|(t, _)| *t == tokenizer) {
@@ -188,8 +201,8 @@ fn fetch_tokenizers(state: &Arc<AppState>, wanted: Vec<(String, HubTokenizer)>) 
         }
     }
     for (tokenizer, models) in by_repo {
-        let state = Arc::clone(state);
-        tokio::spawn(async move {
+        let (engine, service) = (Arc::clone(engine), Arc::clone(service));
+        tasks.spawn(async move {
             let label = tokenizer.label();
             let origin = |missing: Option<String>| TokenizerOrigin {
                 from: Some(label.clone()),
@@ -198,7 +211,6 @@ fn fetch_tokenizers(state: &Arc<AppState>, wanted: Vec<(String, HubTokenizer)>) 
             };
             let mut delay = std::time::Duration::from_secs(30);
             loop {
-                let service = &state.store;
                 let fetched = crate::store::tokenizer::fetch_configured(
                     &service.store,
                     &service.hub,
@@ -211,16 +223,14 @@ fn fetch_tokenizers(state: &Arc<AppState>, wanted: Vec<(String, HubTokenizer)>) 
                     Err(NoTokenizer::Refused(why)) => {
                         // Fetching it again would bring the same file.
                         for model in &models {
-                            state
-                                .engine
-                                .mark_failed(model, format!("its tokenizer is refused: {why}"));
+                            engine.mark_failed(model, format!("its tokenizer is refused: {why}"));
                         }
                         return;
                     }
                     Ok(path) => {
                         tracing::info!(tokenizer = %label, path = %path.display(), ?models, "tokenizer in place");
                         for model in &models {
-                            state.engine.set_tokenizer_origin(model, origin(None));
+                            engine.set_tokenizer_origin(model, origin(None));
                         }
                         return;
                     }
@@ -240,9 +250,7 @@ fn fetch_tokenizers(state: &Arc<AppState>, wanted: Vec<(String, HubTokenizer)>) 
                             delay.as_secs()
                         );
                         for model in &models {
-                            state
-                                .engine
-                                .set_tokenizer_origin(model, origin(Some(missing.clone())));
+                            engine.set_tokenizer_origin(model, origin(Some(missing.clone())));
                         }
                     }
                 }
@@ -259,15 +267,17 @@ fn fetch_tokenizers(state: &Arc<AppState>, wanted: Vec<(String, HubTokenizer)>) 
 /// and a `.rkllm` file put into the store by hand becomes a model (unless
 /// it is one of `configured_files`).
 async fn follow_store(
-    state: Arc<AppState>,
+    engine: Arc<Engine>,
+    service: Arc<StoreService>,
     configured: Vec<String>,
     configured_files: Vec<PathBuf>,
 ) {
     let mut ticks = tokio::time::interval(std::time::Duration::from_secs(2));
+    // A late look runs once, and the next a whole period after it.
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let store = Arc::clone(&state.store);
+        let store = Arc::clone(&service);
         let keep = configured_files.clone();
         let scan = move || {
             store.store.adopt_dropped(&keep);
@@ -280,24 +290,22 @@ async fn follow_store(
             if configured.contains(&manifest.name) {
                 continue;
             }
-            if !state.engine.has_model(&manifest.name) {
-                let spec = state.store.store.spec(manifest);
-                if let Err(err) = state.engine.add_model(spec) {
+            if !engine.has_model(&manifest.name) {
+                let spec = service.store.spec(manifest);
+                if let Err(err) = engine.add_model(spec) {
                     tracing::debug!(model = %manifest.name, error = %err, "stored model not added");
                     continue;
                 }
             }
             // A pull may have brought its tokenizer since (or said why not).
-            state
-                .engine
-                .set_tokenizer_origin(&manifest.name, state.store.store.tokenizer_origin(manifest));
+            engine.set_tokenizer_origin(&manifest.name, service.store.tokenizer_origin(manifest));
         }
-        for model in state.engine.models() {
+        for model in engine.models() {
             let gone =
                 !configured.contains(&model.name) && !stored.iter().any(|m| m.name == model.name);
             if gone {
                 tracing::info!(model = %model.name, "removed from the store");
-                let _ = state.engine.remove_model(&model.name).await;
+                let _ = engine.remove_model(&model.name).await;
             }
         }
     }
@@ -413,5 +421,49 @@ pub fn raise_open_file_limit(max_connections: usize) {
              connections past it cannot be accepted; raise the hard limit (ulimit -Hn, \
              LimitNOFILE=) or lower websocket.max_connections"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Upper bound on waiting for the tasks to end, so that one that does
+    /// not fails the test instead of hanging it.
+    const LIVENESS: Duration = Duration::from_secs(30);
+
+    #[tokio::test]
+    async fn dropping_the_state_ends_the_tasks_started_for_it() {
+        let dir =
+            std::env::temp_dir().join(format!("rkllm-server-startup-tasks-{}", std::process::id()));
+        let mut config = Config::default();
+        config.store.models_dir = Some(dir.join("store"));
+        // A tokenizer from a hub that cannot be reached: its fetch fails
+        // at once and then waits to try again.
+        config.store.endpoint = Some("http://127.0.0.1:1".to_owned());
+        config.model = Some(dir.join("tiny.rkllm"));
+        config.tokenizer = Some(PathBuf::from("owner/repo"));
+        let state = build(&config).expect("the mock backend starts");
+        assert_eq!(config.hub_tokenizers().len(), 1);
+
+        let live = state.tasks().live();
+        // Following the store and fetching the tokenizer never end by
+        // themselves (checking the tokenizers may have ended already).
+        assert!(live.count() >= 2, "{} tasks running", live.count());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(live.count() >= 2, "{} tasks running", live.count());
+        // No task holds the state: dropping this handle drops it.
+        assert_eq!(Arc::strong_count(&state), 1);
+        let weak = Arc::downgrade(&state);
+
+        drop(state);
+        assert!(weak.upgrade().is_none(), "the state is gone");
+        tokio::time::timeout(LIVENESS, live.ended())
+            .await
+            .expect("every task started for the state ends when it drops");
+        assert_eq!(live.count(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -392,7 +392,7 @@ impl Config {
             ws_max_connections_per_ip: self.websocket.max_connections_per_ip,
             api_keys: self.api_keys.clone(),
             line: self.line_options(),
-            responses_store: crate::transport::api::responses::StoreSettings {
+            responses_store: crate::transport::ResponsesSettings {
                 max_entries: self.responses.store_max_entries,
                 max_bytes: self.responses.store_max_bytes,
                 ttl: Duration::from_secs(self.responses.store_ttl_secs),

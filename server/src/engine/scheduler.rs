@@ -847,6 +847,15 @@ impl Engine {
     }
 }
 
+/// The worker threads end with their engine: they hold its shared state,
+/// not the engine itself, so dropping the last handle stops them (after
+/// their current job) and unloads their models.
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
 /// Resident memory of a process, from `/proc/PID/status`.
 fn resident_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

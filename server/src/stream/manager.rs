@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::buffer::Shared;
 use super::{Stream, StreamLimits, new_stream_id};
+use crate::task::Tasks;
 
 /// Expired ids remembered at most.
 pub const MAX_TOMBSTONES: usize = 65_536;
@@ -217,17 +218,21 @@ impl StreamManager {
         period.clamp(Duration::from_millis(50), Duration::from_secs(5))
     }
 
-    /// Runs the idle reaper until the returned task is aborted.
-    pub fn spawn_reaper(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    /// Runs the idle reaper until the returned guard drops (or is
+    /// aborted). A late sweep runs once, and the next a whole period after
+    /// it.
+    pub fn spawn_reaper(self: &Arc<Self>) -> Tasks {
         let manager = Arc::clone(self);
-        tokio::spawn(async move {
+        let reaper = Tasks::new();
+        reaper.spawn(async move {
             let mut ticks = tokio::time::interval(manager.sweep_interval());
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
                 manager.sweep(Instant::now());
             }
-        })
+        });
+        reaper
     }
 }
 

@@ -13,7 +13,7 @@
 //! Whether the node may take work at all is `/ready`'s business (HAProxy's
 //! health check); the agent only weighs.
 
-use std::sync::Arc;
+use std::sync::Weak;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -32,14 +32,19 @@ pub fn reply(load: NodeLoad, shutting_down: bool) -> String {
     format!("ready up {weight}%\n")
 }
 
-/// Answers agent checks on `listener` until the process ends (also while
-/// shutting down, when the answer is `drain`).
-pub async fn serve_agent(listener: TcpListener, state: Arc<AppState>) {
+/// Answers agent checks on `listener` until `state` drops (also while
+/// shutting down, when the answer is `drain`). It holds the state weakly,
+/// so that the state can drop.
+pub async fn serve_agent(listener: TcpListener, state: Weak<AppState>) {
     loop {
         let Some((mut socket, _)) = accept(&listener, "agent_listen").await else {
             continue;
         };
+        let Some(state) = state.upgrade() else {
+            return;
+        };
         let line = reply(state.engine.node_load(), state.is_shutting_down());
+        drop(state);
         tokio::spawn(async move {
             let _ = socket.write_all(line.as_bytes()).await;
             let _ = socket.shutdown().await;

@@ -86,6 +86,8 @@ pub async fn serve_lines<R>(
     let mut buf = vec![0u8; 64 * 1024];
     let mut events = Vec::new();
     let mut ticks = tokio::time::interval(Duration::from_secs(5));
+    // A late look for stalled frames runs once; the schedule goes on.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let shutdown = state.shutdown_signal();
     tokio::pin!(shutdown);
     let mut grace = options.eof_grace;

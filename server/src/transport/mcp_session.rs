@@ -11,6 +11,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::rpc::Connection;
+use crate::task::Tasks;
 
 /// One MCP session over HTTP.
 #[derive(Debug)]
@@ -90,17 +91,22 @@ impl McpSessions {
         self.len() == 0
     }
 
-    /// Runs the idle expiry until the task is aborted.
-    pub fn spawn_reaper(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    /// Runs the idle expiry until the returned guard drops (or is
+    /// aborted). A late check runs once, and the next a whole period after
+    /// it.
+    pub fn spawn_reaper(self: &Arc<Self>) -> Tasks {
         let sessions = Arc::clone(self);
-        tokio::spawn(async move {
+        let reaper = Tasks::new();
+        reaper.spawn(async move {
             let period = (sessions.idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
             let mut ticks = tokio::time::interval(period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
                 sessions.expire(Instant::now());
             }
-        })
+        });
+        reaper
     }
 }
 
@@ -120,5 +126,22 @@ mod tests {
         assert_eq!(sessions.expire(Instant::now()), 1);
         assert!(sessions.get(&id).is_none());
         assert!(!sessions.close("nope"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_expiry_runs_until_its_guard_drops() {
+        let sessions = Arc::new(McpSessions::new(Duration::from_secs(60)));
+        let reaper = sessions.spawn_reaper();
+        let live = reaper.live();
+        let id = sessions.open(Arc::new(Connection::new(false)));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(sessions.get(&id).is_none(), "the idle session expired");
+
+        drop(reaper);
+        live.ended().await;
+        assert_eq!(Arc::strong_count(&sessions), 1, "the expiry let go");
     }
 }

@@ -27,7 +27,7 @@ pub mod ui;
 pub mod ws;
 pub mod ws_slots;
 
-pub use state::{AppState, Settings};
+pub use state::{AppState, ResponsesSettings, Settings};
 
 /// The response header naming the node that answered (`node_id`).
 pub const NODE_HEADER: &str = "x-rkllm-node";

@@ -1,8 +1,10 @@
 //! What every transport shares: the engine and stream manager below,
 //! the JSON-RPC services, the transports' own settings and state (API
-//! keys, MCP sessions, open connections, the WebSocket cap, the responses
-//! kept for the Responses API) and the shutdown signal. Built once at
-//! start (see `startup`), from settings the configuration gives.
+//! keys, MCP sessions, open connections, the WebSocket cap), the shutdown
+//! signal, and the background tasks that live as long as the state. Built
+//! once at start (see `startup`), from settings the configuration gives.
+//! (What one API keeps for itself, such as the Responses API's store,
+//! belongs to that API's routes, not here.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,7 +12,6 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use super::api::responses::store::{ResponseStore, StoreSettings};
 use super::auth::ApiKeys;
 use super::clock::unix_now;
 use super::lines::LineOptions;
@@ -20,6 +21,7 @@ use crate::engine::Engine;
 use crate::rpc::{Dispatcher, RpcLimits, Services};
 use crate::service::Service;
 use crate::stream::StreamManager;
+use crate::task::Tasks;
 
 /// The transports' settings (config sections `[http]`, `[ui]`,
 /// `[websocket]`, `[mcp]`, `[stdio]` and the request size limit).
@@ -62,13 +64,26 @@ pub struct Settings {
     /// lane (`[engine] detect_background`).
     pub detect_background: bool,
     /// The Responses API's store of finished responses (`[responses]`).
-    pub responses_store: StoreSettings,
+    pub responses_store: ResponsesSettings,
     /// The root under which the board's files are read for `/metrics`
     /// (`[board] sys_root`).
     pub sys_root: std::path::PathBuf,
     /// What `doctor` found at start that keeps this server from serving
     /// (one line each); `/ready` answers 503 with them.
     pub blocking: Vec<String>,
+}
+
+/// How much the Responses API keeps of finished responses for
+/// `previous_response_id`, and for how long (`[responses]`). The store
+/// itself is the Responses routes' own (`api::responses`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponsesSettings {
+    /// Responses kept at once; 0 turns the store off.
+    pub max_entries: usize,
+    /// Bytes their conversations may take together.
+    pub max_bytes: usize,
+    /// How long a response is kept after it finished.
+    pub ttl: Duration,
 }
 
 /// Everything a request handler needs.
@@ -96,12 +111,12 @@ pub struct AppState {
     pub store: Arc<crate::store::Service>,
     /// The open WebSocket connections, against their cap.
     pub ws_slots: Arc<WsSlots>,
-    /// Responses kept for `previous_response_id` (the Responses API).
-    pub responses: Arc<ResponseStore>,
     /// The board's reads for `/metrics` (`[board] sys_root`).
     pub board: crate::board::Sampler,
     shutdown: watch::Sender<bool>,
     connections: Arc<ConnectionCount>,
+    /// The tasks that live as long as this state; they end when it drops.
+    tasks: Tasks,
 }
 
 /// Counts long-lived connections (WebSocket) that the HTTP server's own
@@ -163,12 +178,20 @@ impl AppState {
                 settings.ws_max_connections,
                 settings.ws_max_connections_per_ip,
             )),
-            responses: Arc::new(ResponseStore::new(settings.responses_store)),
             board: crate::board::Sampler::new(settings.sys_root.clone()),
             settings,
             shutdown: watch::Sender::new(false),
             connections: Arc::default(),
+            tasks: Tasks::new(),
         })
+    }
+
+    /// The background tasks that live as long as this state (those
+    /// `startup` starts, the listeners beside HTTP): each ends when the
+    /// state drops, so none may hold the state itself (only the parts it
+    /// works on, or a `Weak`). `live()` counts those still running.
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
     }
 
     /// A dispatcher for one connection's JSON-RPC messages.

@@ -31,6 +31,7 @@ use super::session::Session;
 use super::state::AppState;
 use super::ws_slots::{Refusal, WsSlot};
 use crate::rpc::{Notifier, Outbox, RpcError, codes};
+use crate::task::Tasks;
 
 /// How long a closing connection waits for its pushers to send end chunks.
 const CLOSE_GRACE: Duration = Duration::from_millis(500);
@@ -140,20 +141,25 @@ async fn serve(socket: WebSocket, state: Arc<AppState>, slot: WsSlot) {
     let ping_every = state.settings.ws_ping_interval;
     let idle_limit = state.settings.ws_idle_timeout;
     // Pings go out from their own task, so a reader stuck behind a slow
-    // write never delays reading.
-    let pinger = {
+    // write never delays reading. The task is this connection's: it ends
+    // when `pinger` drops, however the connection ends.
+    let pinger = Tasks::new();
+    {
         let outbox = Arc::clone(&outbox);
-        tokio::spawn(async move {
+        pinger.spawn(async move {
             let mut pings =
                 tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+            // A late ping goes out once, and the next a whole period after
+            // it: never two at once.
+            pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 pings.tick().await;
                 if !outbox.write(vec![Message::Ping(Bytes::new())]).await {
                     return;
                 }
             }
-        })
-    };
+        });
+    }
 
     let out: Notifier = Arc::clone(&outbox) as Arc<dyn Outbox>;
     let mut session = Session::new(&state, "ws", out);
@@ -165,6 +171,8 @@ async fn serve(socket: WebSocket, state: Arc<AppState>, slot: WsSlot) {
     // is there; one silent for `idle_timeout_secs` is cut off.
     let mut last_seen = tokio::time::Instant::now();
     let mut idle_checks = tokio::time::interval(ping_every);
+    // A check that is late runs once; the schedule goes on from it.
+    idle_checks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             frame = incoming.next() => {

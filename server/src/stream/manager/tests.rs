@@ -212,6 +212,25 @@ async fn an_idle_stream_expires_its_generation_is_aborted_and_later_calls_are_to
 }
 
 #[tokio::test(start_paused = true)]
+async fn dropping_the_reapers_guard_ends_the_reaper_and_lets_the_manager_go() {
+    let manager = Arc::new(StreamManager::new(limits()));
+    let reaper = manager.spawn_reaper();
+    let live = reaper.live();
+    tokio::time::advance(Duration::from_secs(10)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(live.count(), 1, "the reaper runs");
+    assert_eq!(
+        Arc::strong_count(&manager),
+        2,
+        "the reaper holds the manager"
+    );
+
+    drop(reaper);
+    live.ended().await;
+    assert_eq!(Arc::strong_count(&manager), 1, "the reaper let it go");
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_attached_consumer_keeps_a_stream_from_expiring() {
     let manager = StreamManager::new(limits());
     let stream = manager.create("m", false).unwrap();

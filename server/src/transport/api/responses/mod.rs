@@ -4,7 +4,8 @@
 //! the service's conversation (`wire.rs`), the generation's events become
 //! output items and stream events (`stream.rs`), and a finished response
 //! is kept for `previous_response_id` in a bounded store (`store.rs`),
-//! found again only with the API key that made it.
+//! found again only with the API key that made it. The store is these
+//! routes' own (an `Extension` layered on them), not the shared state's.
 //! Bodies may come compressed with zstd (`body.rs`). Errors are OpenAI's
 //! `{"error": {…}}`; once a stream has started, a failure is its
 //! `response.failed` event, and a prompt too large for the model's context
@@ -51,11 +52,15 @@ use super::super::state::AppState;
 
 type Result<T> = std::result::Result<T, OpenAiError>;
 
-/// The routes (under `/v1`, before the OpenAI API's catch-all).
-pub fn routes() -> Router<Arc<AppState>> {
+/// The routes (under `/v1`, before the OpenAI API's catch-all), with
+/// their own store of finished responses, kept as `settings` say for as
+/// long as the routes live.
+pub fn routes(settings: StoreSettings) -> Router<Arc<AppState>> {
+    let store = Arc::new(ResponseStore::new(settings));
     Router::new()
         .route("/v1/responses", post(create).get(websocket_refused))
         .route("/v1/responses/input_tokens", post(input_tokens))
+        .layer(Extension(store))
 }
 
 /// `GET /v1/responses`: Codex tries the Responses API over a WebSocket
@@ -139,6 +144,7 @@ struct Prepared {
 /// before its input.
 async fn prepare(
     state: &AppState,
+    store: &ResponseStore,
     owner: Owner,
     headers: &HeaderMap,
     body: Bytes,
@@ -150,7 +156,7 @@ async fn prepare(
     let mut translated = request.translate()?;
     let earlier = match translated.previous.as_deref() {
         None => None,
-        Some(id) => Some(earlier(state, id, owner)?),
+        Some(id) => Some(earlier(store, id, owner)?),
     };
     let (sent, kept) = translated.conversation(earlier.as_deref().unwrap_or_default());
     if sent.is_empty() {
@@ -163,11 +169,10 @@ async fn prepare(
 /// The conversation of `previous_response_id`, or why it cannot be had.
 /// Another key's response is refused exactly as an unknown id is.
 fn earlier(
-    state: &AppState,
+    store: &ResponseStore,
     id: &str,
     owner: Owner,
 ) -> std::result::Result<Arc<[Message]>, ServiceError> {
-    let store = &state.responses;
     if !store.enabled() {
         return Err(ServiceError::invalid(
             "previous_response_id",
@@ -222,13 +227,15 @@ fn owner(key: Option<Extension<KeyId>>) -> Owner {
 /// `POST /v1/responses`.
 async fn create(
     State(state): State<Arc<AppState>>,
+    Extension(responses): Extension<Arc<ResponseStore>>,
     key: Option<Extension<KeyId>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     crate::metrics::api_request("responses");
     let owner = owner(key);
-    let Prepared { translated, kept } = match prepare(&state, owner, &headers, body).await {
+    let prepared = prepare(&state, &responses, owner, &headers, body).await;
+    let Prepared { translated, kept } = match prepared {
         Ok(prepared) => prepared,
         Err(refusal) => return refusal.into_response(),
     };
@@ -242,8 +249,8 @@ async fn create(
     let requested_model = generate.model.clone().unwrap_or_default();
     let id = format!("resp_{}", new_stream_id());
     echo.insert("created_at".into(), json!(unix_now()));
-    let keep = (store && state.responses.enabled()).then(|| Keep {
-        store: Arc::clone(&state.responses),
+    let keep = (store && responses.enabled()).then(|| Keep {
+        store: Arc::clone(&responses),
         owner,
         conversation: kept,
     });
@@ -364,11 +371,13 @@ fn stream_response(running: Running, output: Output, keep: Option<Keep>) -> Resp
 /// model's context).
 async fn input_tokens(
     State(state): State<Arc<AppState>>,
+    Extension(responses): Extension<Arc<ResponseStore>>,
     key: Option<Extension<KeyId>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Prepared { translated, .. } = match prepare(&state, owner(key), &headers, body).await {
+    let prepared = prepare(&state, &responses, owner(key), &headers, body).await;
+    let Prepared { translated, .. } = match prepared {
         Ok(prepared) => prepared,
         Err(refusal) => return refusal.into_response(),
     };
@@ -377,5 +386,60 @@ async fn input_tokens(
             Json(json!({"object": "response.input_tokens", "input_tokens": tokens})).into_response()
         }
         Err(err) => OpenAiError(renamed(err)).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::Request;
+    use serde_json::Value;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// A mock server's state, with an empty model store.
+    fn state() -> Arc<AppState> {
+        let mut config = crate::Config::default();
+        config.mock.tokens_per_second = 0.0;
+        config.mock.prefill_ms = 0;
+        config.store.models_dir = Some(std::env::temp_dir().join(format!(
+            "rkllm-server-responses-routes-{}",
+            std::process::id()
+        )));
+        crate::startup::build(&config).expect("the mock backend starts")
+    }
+
+    /// `POST /v1/responses` with `body`: the status and the JSON answer.
+    async fn create(router: &axum::Router, body: &Value) -> (StatusCode, Value) {
+        let request = Request::post("/v1/responses")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_routes_keep_responses_in_their_own_store_and_continue_them() {
+        let state = state();
+        let router = crate::app(Arc::clone(&state));
+        let (status, first) = create(&router, &json!({"model": "mock", "input": "hello"})).await;
+        assert_eq!(status, StatusCode::OK, "{first}");
+        let id = first["id"].as_str().expect("an id").to_owned();
+
+        let next = json!({"model": "mock", "input": "and then?", "previous_response_id": id});
+        let (status, second) = create(&router, &next).await;
+        assert_eq!(status, StatusCode::OK, "{second}");
+
+        // Another router over the same state has a store of its own.
+        let other = crate::app(Arc::clone(&state));
+        let (status, refused) = create(&other, &next).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+        assert_eq!(refused["error"]["param"], "previous_response_id");
     }
 }

@@ -25,6 +25,9 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::super::super::auth::KeyId;
+/// How much the store keeps, and for how long (`[responses]`, among the
+/// transports' settings).
+pub use super::super::super::state::ResponsesSettings as StoreSettings;
 use crate::service::{ImageSource, Message, Part};
 
 /// Whose a response is: the API key its request carried, or `None` on a
@@ -40,27 +43,6 @@ pub const DEFAULT_STORE_TTL_SECS: u64 = 3600;
 
 /// Bytes counted for each message beyond its text (its place in memory).
 const MESSAGE_OVERHEAD: usize = 64;
-
-/// How much the store keeps, and for how long.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreSettings {
-    /// Responses kept at once; 0 turns the store off.
-    pub max_entries: usize,
-    /// Bytes their conversations may take together.
-    pub max_bytes: usize,
-    /// How long a response is kept after it finished.
-    pub ttl: Duration,
-}
-
-impl Default for StoreSettings {
-    fn default() -> Self {
-        Self {
-            max_entries: DEFAULT_STORE_MAX_ENTRIES,
-            max_bytes: DEFAULT_STORE_MAX_BYTES,
-            ttl: Duration::from_secs(DEFAULT_STORE_TTL_SECS),
-        }
-    }
-}
 
 /// A kept response.
 #[derive(Debug)]
