@@ -10,7 +10,7 @@ use crate::backend::{Backend, BackendError, BackendSettings, MockBackend, RkllmB
 use crate::config::{BackendKind, Config, RunnerKind};
 use crate::engine::{Engine, EngineError, TokenizerOrigin};
 use crate::store::tokenizer::NoTokenizer;
-use crate::store::{HubTokenizer, Store};
+use crate::store::HubTokenizer;
 use crate::stream::StreamManager;
 use crate::transport::AppState;
 
@@ -326,48 +326,6 @@ pub fn run_runner() -> i32 {
         .with_max_level(tracing::Level::INFO)
         .try_init();
     crate::backend::process::serve(std::io::stdin(), reports)
-}
-
-/// What `--check-config` checks beyond the values themselves, as start-up
-/// would but without loading a model: that model files exist and, for the
-/// `rkllm` backend, that the runtime library loads with a supported
-/// version and every symbol. Returns a one-line summary.
-///
-/// # Errors
-/// What start-up would stop on, as a message.
-pub fn check(config: &Config) -> Result<String, String> {
-    config
-        .check_files()
-        .map_err(|e| e.in_file(config.source.as_deref()).to_string())?;
-    let models = config.model_specs().len();
-    let stored = Store::new(config.models_dir()).list().len();
-    if config.backend == BackendKind::Rkllm && models + stored == 0 {
-        return Err(format!(
-            "the rkllm backend needs a model: pass --model PATH, declare [[models]], or pull one \
-             into the store ({}) with `rkllm-server pull OWNER/REPO`",
-            config.models_dir().display()
-        ));
-    }
-    let backend = match config.backend {
-        BackendKind::Mock => "mock".to_owned(),
-        BackendKind::Rkllm => {
-            let backend = RkllmBackend::new(config.rkllm_settings()).map_err(|e| e.to_string())?;
-            if config.model_specs().iter().any(|m| m.vision.is_some()) {
-                backend.rknn_runtime()?;
-            }
-            format!("rkllm, {}", backend.describe())
-        }
-    };
-    let file = config
-        .source
-        .as_ref()
-        .map_or_else(|| "no file".to_owned(), |p| p.display().to_string());
-    Ok(format!(
-        "configuration OK ({file}): backend {backend}, {models} model(s) configured, {stored} in \
-         the store ({}), listen {}",
-        config.models_dir().display(),
-        config.listen
-    ))
 }
 
 /// Raises the soft limit of open files to the hard limit: every client
