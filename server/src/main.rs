@@ -2,9 +2,13 @@
 
 #![deny(unsafe_code)]
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use rkllm_server::{Cli, Config};
+use rkllm_server::config::BackendKind;
+use rkllm_server::notify::SystemdNotifier;
+use rkllm_server::{AppState, Cli, Config, commands};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -25,24 +29,16 @@ fn main() -> ExitCode {
     serve()
 }
 
+/// Reads the configuration, answers what the command line asks instead
+/// of serving, or else sets up logging, builds the state, binds and
+/// serves until a signal.
 #[tokio::main]
 async fn serve() -> ExitCode {
     let cli = Cli::parse_or_exit();
-    if let Some(shell) = cli.completions {
-        Cli::write_completions(shell, &mut std::io::stdout());
-        return ExitCode::SUCCESS;
+    if let Some(code) = commands::before_config(&cli) {
+        return ExitCode::from(code);
     }
-    if cli.man_page {
-        return match Cli::write_man_page(&mut std::io::stdout()) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                eprintln!("rkllm-server: cannot write the manual page: {err}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    let (print_config, check_config) = (cli.print_config, cli.check_config);
-    let command = cli.command.clone();
+    let asked = commands::Asked::of(&cli);
     let config = match Config::load(cli) {
         Ok(config) => config,
         Err(err) => {
@@ -50,32 +46,8 @@ async fn serve() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(command) = command {
-        return ExitCode::from(rkllm_server::commands::run(command, &config).await);
-    }
-    if print_config {
-        return match config.to_masked_toml() {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
-            Err(err) => {
-                eprintln!("rkllm-server: cannot print the configuration: {err}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    if check_config {
-        return match rkllm_server::startup::check(&config) {
-            Ok(summary) => {
-                println!("{summary}");
-                ExitCode::SUCCESS
-            }
-            Err(err) => {
-                eprintln!("rkllm-server: {err}");
-                ExitCode::from(2)
-            }
-        };
+    if let Some(code) = asked.run(&config).await {
+        return ExitCode::from(code);
     }
     // In stdio mode fd 1 becomes a private protocol output and fd 1 itself
     // goes to stderr, before anything (the runtime at model load) prints.
@@ -90,19 +62,9 @@ async fn serve() -> ExitCode {
     } else {
         None
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::new(&config.log_level))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_tracing(&config);
     rkllm_server::startup::raise_open_file_limit(config.websocket.max_connections);
-    match &config.source {
-        Some(file) => tracing::info!(file = %file.display(), "configuration read"),
-        None => tracing::info!(
-            "no configuration file ({} does not exist): defaults, environment and flags",
-            rkllm_server::config::DEFAULT_CONFIG_FILE
-        ),
-    }
+    log_source(&config);
     let (addr, tcp_addr, agent_addr) =
         match (config.listen_addr(), config.tcp_addr(), config.agent_addr()) {
             (Ok(addr), Ok(tcp), Ok(agent)) => (addr, tcp, agent),
@@ -111,16 +73,7 @@ async fn serve() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-    let backend = match config.backend {
-        rkllm_server::config::BackendKind::Mock => "mock",
-        rkllm_server::config::BackendKind::Rkllm => "rkllm",
-    };
-    let models = config
-        .model_specs()
-        .iter()
-        .map(|m| m.name.clone())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let serving = Serving::of(&config);
     let state = match rkllm_server::startup::build(&config) {
         Ok(state) => state,
         Err(err) => {
@@ -128,7 +81,120 @@ async fn serve() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // The listeners beside HTTP: the line protocol and the agent check.
+    if let Err(code) = listen_beside(tcp_addr, agent_addr, &state).await {
+        return code;
+    }
+    match protocol_output {
+        Some(output) => serve_stdio(state, output, &serving).await,
+        None => serve_http(state, addr, &serving).await,
+    }
+}
+
+/// Serves the line protocol on stdio until end of input or a signal.
+async fn serve_stdio(state: Arc<AppState>, output: std::fs::File, serving: &Serving) -> ExitCode {
+    let (systemd, stopping) = systemd_and_signal();
+    tracing::info!(backend = %serving.backend, models = %serving.models, "serving on stdio");
+    systemd.ready();
+    // The pings start once ready is sent, so that systemd never sees one first.
+    let _watchdog = systemd.spawn_watchdog(Arc::clone(&state));
+    rkllm_server::run_stdio(state, output, stopping).await;
+    ExitCode::SUCCESS
+}
+
+/// Binds `addr` and serves HTTP and WebSocket on it until a signal.
+async fn serve_http(state: Arc<AppState>, addr: SocketAddr, serving: &Serving) -> ExitCode {
+    let (systemd, stopping) = systemd_and_signal();
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!(
+                "rkllm-server: cannot listen on {addr}: {err}{}",
+                rkllm_server::config::listen_hint(addr, &err)
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    match listener.local_addr() {
+        Ok(local) => {
+            tracing::info!(backend = %serving.backend, models = %serving.models, "serving");
+            eprintln!("rkllm-server listening on http://{local}");
+        }
+        Err(err) => eprintln!("rkllm-server: cannot read the bound address: {err}"),
+    }
+    systemd.ready();
+    let _watchdog = systemd.spawn_watchdog(Arc::clone(&state));
+    rkllm_server::run(listener, state, stopping).await;
+    ExitCode::SUCCESS
+}
+
+/// The systemd notifier, and what resolves on SIGINT or SIGTERM once it
+/// has told systemd that the service is stopping.
+fn systemd_and_signal() -> (
+    Arc<SystemdNotifier>,
+    impl Future<Output = ()> + Send + 'static,
+) {
+    let systemd = Arc::new(SystemdNotifier::from_env());
+    let stopping = {
+        let systemd = Arc::clone(&systemd);
+        async move {
+            shutdown_signal().await;
+            systemd.stopping();
+        }
+    };
+    (systemd, stopping)
+}
+
+/// Log lines go to stderr, filtered by `log_level`, in colour on a terminal.
+fn init_tracing(config: &Config) {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new(&config.log_level))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// Says where the configuration came from.
+fn log_source(config: &Config) {
+    match &config.source {
+        Some(file) => tracing::info!(file = %file.display(), "configuration read"),
+        None => tracing::info!(
+            "no configuration file ({} does not exist): defaults, environment and flags",
+            rkllm_server::config::DEFAULT_CONFIG_FILE
+        ),
+    }
+}
+
+/// What the "serving" log line says.
+struct Serving {
+    backend: &'static str,
+    /// The configured models' names.
+    models: String,
+}
+
+impl Serving {
+    fn of(config: &Config) -> Self {
+        let backend = match config.backend {
+            BackendKind::Mock => "mock",
+            BackendKind::Rkllm => "rkllm",
+        };
+        let models = config
+            .model_specs()
+            .iter()
+            .map(|m| m.name.clone())
+            .collect::<Vec<_>>()
+            .join(", ");
+        Self { backend, models }
+    }
+}
+
+/// Binds the listeners beside HTTP, the line protocol and the agent check
+/// (each when configured), and serves them on `state`. A bind that fails
+/// is said on stderr and gives the exit code.
+async fn listen_beside(
+    tcp_addr: Option<SocketAddr>,
+    agent_addr: Option<SocketAddr>,
+    state: &Arc<AppState>,
+) -> Result<(), ExitCode> {
     for (addr, key, what, spawn) in [
         (
             tcp_addr,
@@ -149,54 +215,18 @@ async fn serve() -> ExitCode {
                 if let Ok(local) = listener.local_addr() {
                     eprintln!("rkllm-server {what} on tcp://{local}");
                 }
-                spawn(listener, std::sync::Arc::clone(&state));
+                spawn(listener, Arc::clone(state));
             }
             Err(err) => {
                 eprintln!(
                     "rkllm-server: cannot listen on {addr} ({key}): {err}{}",
                     rkllm_server::config::listen_hint(addr, &err)
                 );
-                return ExitCode::FAILURE;
+                return Err(ExitCode::FAILURE);
             }
         }
     }
-    let systemd = std::sync::Arc::new(rkllm_server::notify::SystemdNotifier::from_env());
-    let stopping = {
-        let systemd = std::sync::Arc::clone(&systemd);
-        async move {
-            shutdown_signal().await;
-            systemd.stopping();
-        }
-    };
-    if let Some(output) = protocol_output {
-        tracing::info!(backend = %backend, models = %models, "serving on stdio");
-        systemd.ready();
-        // The pings start once ready is sent, so that systemd never sees one first.
-        let _watchdog = systemd.spawn_watchdog(std::sync::Arc::clone(&state));
-        rkllm_server::run_stdio(state, output, stopping).await;
-        return ExitCode::SUCCESS;
-    }
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(listener) => listener,
-        Err(err) => {
-            eprintln!(
-                "rkllm-server: cannot listen on {addr}: {err}{}",
-                rkllm_server::config::listen_hint(addr, &err)
-            );
-            return ExitCode::FAILURE;
-        }
-    };
-    match listener.local_addr() {
-        Ok(local) => {
-            tracing::info!(backend = %backend, models = %models, "serving");
-            eprintln!("rkllm-server listening on http://{local}");
-        }
-        Err(err) => eprintln!("rkllm-server: cannot read the bound address: {err}"),
-    }
-    systemd.ready();
-    let _watchdog = systemd.spawn_watchdog(std::sync::Arc::clone(&state));
-    rkllm_server::run(listener, state, stopping).await;
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -11,8 +11,9 @@ use crate::backend::process::{ProcessBackend, RunnerSettings};
 use crate::backend::{Backend, BackendError, BackendSettings, MockBackend, RkllmBackend};
 use crate::config::{BackendKind, Config, RunnerKind};
 use crate::engine::{Engine, EngineError, TokenizerOrigin};
+use crate::model::ModelSpec;
 use crate::store::tokenizer::NoTokenizer;
-use crate::store::{HubTokenizer, Service as StoreService, Store};
+use crate::store::{HubTokenizer, Manifest, Service as StoreService};
 use crate::stream::StreamManager;
 use crate::task::Tasks;
 use crate::transport::AppState;
@@ -34,65 +35,16 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
     let streams = Arc::new(
         StreamManager::new(config.stream_limits()).with_timestamps(config.bench.timestamps),
     );
-    let mut runtime_version = None;
-    let (backend, settings, runner): (Arc<dyn Backend>, BackendSettings, RunnerKind) =
-        match config.backend {
-            BackendKind::Mock => (
-                Arc::new(MockBackend::new(config.mock_config())),
-                BackendSettings::Mock(config.mock_config()),
-                config.mock.runner,
-            ),
-            BackendKind::Rkllm => {
-                // Loaded here too: a missing or unsupported runtime stops
-                // the start with a clear message, and runners are told the
-                // ABI chosen here.
-                let rkllm = RkllmBackend::new(config.rkllm_settings())
-                    .map_err(|e| BackendError::Unavailable(e.to_string()))?
-                    .decoding_in_server(config.rkllm.runner == RunnerKind::Thread);
-                let settings = BackendSettings::Rkllm(rkllm.settings());
-                runtime_version = rkllm.version();
-                (Arc::new(rkllm), settings, config.rkllm.runner)
-            }
-        };
-    let backend: Arc<dyn Backend> = match runner {
-        RunnerKind::Thread => backend,
-        RunnerKind::Process => Arc::new(ProcessBackend::new(
-            backend,
-            settings,
-            RunnerSettings {
-                command: config.runner_command().map_err(BackendError::Unavailable)?,
-                load_timeout: std::time::Duration::from_secs(config.engine.load_timeout_secs),
-                stall_timeout: std::time::Duration::from_secs(config.engine.stall_timeout_secs),
-                stop_timeout: std::time::Duration::from_secs(3),
-            },
-        )),
-    };
+    let (backend, runtime_version) = backend(config)?;
     let store = config
         .store_service(runtime_version, config.vision_runtime())
         .map_err(BackendError::Unavailable)?;
-    // The configured models, then the store's (a configured name wins).
-    let mut specs = config.model_specs();
-    let configured: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-    let configured_files: Vec<PathBuf> = specs.iter().filter_map(|s| s.path.clone()).collect();
-    let mut stored = Vec::new();
-    for manifest in store.store.list() {
-        if configured.contains(&manifest.name) {
-            tracing::warn!(
-                model = %manifest.name,
-                "a stored model has the name of a configured one; the configured one is used"
-            );
-        } else {
-            specs.push(store.store.spec(&manifest));
-            stored.push(manifest);
-        }
-    }
-    if specs.is_empty() {
-        tracing::warn!(
-            models_dir = %config.models_dir().display(),
-            "no model to serve yet: pull one (`rkllm-server pull OWNER/REPO` or /api/pull), \
-             pass --model PATH or declare [[models]]; /ready answers 503 until then"
-        );
-    }
+    let Models {
+        specs,
+        configured,
+        configured_files,
+        stored,
+    } = models(config, &store);
     let engine = Engine::start(backend, &specs, config.engine_limits(), streams)?;
     for manifest in &stored {
         engine.set_tokenizer_origin(&manifest.name, store.store.tokenizer_origin(manifest));
@@ -146,6 +98,93 @@ pub fn build(config: &Config) -> Result<Arc<AppState>, EngineError> {
         tasks.spawn(check_tokenizers(Arc::clone(engine), Arc::clone(store)));
     }
     Ok(state)
+}
+
+/// The configured backend, in a runner process when so configured, and
+/// the runtime's version (the rkllm backend's).
+///
+/// # Errors
+/// When the runtime library cannot be loaded, or the runner command not
+/// be found.
+fn backend(config: &Config) -> Result<(Arc<dyn Backend>, Option<String>), EngineError> {
+    let mut runtime_version = None;
+    let (backend, settings, runner): (Arc<dyn Backend>, BackendSettings, RunnerKind) =
+        match config.backend {
+            BackendKind::Mock => (
+                Arc::new(MockBackend::new(config.mock_config())),
+                BackendSettings::Mock(config.mock_config()),
+                config.mock.runner,
+            ),
+            BackendKind::Rkllm => {
+                // Loaded here too: a missing or unsupported runtime stops
+                // the start with a clear message, and runners are told the
+                // ABI chosen here.
+                let rkllm = RkllmBackend::new(config.rkllm_settings())
+                    .map_err(|e| BackendError::Unavailable(e.to_string()))?
+                    .decoding_in_server(config.rkllm.runner == RunnerKind::Thread);
+                let settings = BackendSettings::Rkllm(rkllm.settings());
+                runtime_version = rkllm.version();
+                (Arc::new(rkllm), settings, config.rkllm.runner)
+            }
+        };
+    let backend: Arc<dyn Backend> = match runner {
+        RunnerKind::Thread => backend,
+        RunnerKind::Process => Arc::new(ProcessBackend::new(
+            backend,
+            settings,
+            RunnerSettings {
+                command: config.runner_command().map_err(BackendError::Unavailable)?,
+                load_timeout: std::time::Duration::from_secs(config.engine.load_timeout_secs),
+                stall_timeout: std::time::Duration::from_secs(config.engine.stall_timeout_secs),
+                stop_timeout: std::time::Duration::from_secs(3),
+            },
+        )),
+    };
+    Ok((backend, runtime_version))
+}
+
+/// The models served at start.
+struct Models {
+    /// Every model's spec: the configured ones, then the store's.
+    specs: Vec<ModelSpec>,
+    /// The configured models' names.
+    configured: Vec<String>,
+    /// The configured models' files.
+    configured_files: Vec<PathBuf>,
+    /// The manifests of the stored models served.
+    stored: Vec<Manifest>,
+}
+
+/// The configured models, then the store's (a configured name wins).
+fn models(config: &Config, store: &StoreService) -> Models {
+    let mut specs = config.model_specs();
+    let configured: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    let configured_files: Vec<PathBuf> = specs.iter().filter_map(|s| s.path.clone()).collect();
+    let mut stored = Vec::new();
+    for manifest in store.store.list() {
+        if configured.contains(&manifest.name) {
+            tracing::warn!(
+                model = %manifest.name,
+                "a stored model has the name of a configured one; the configured one is used"
+            );
+        } else {
+            specs.push(store.store.spec(&manifest));
+            stored.push(manifest);
+        }
+    }
+    if specs.is_empty() {
+        tracing::warn!(
+            models_dir = %config.models_dir().display(),
+            "no model to serve yet: pull one (`rkllm-server pull OWNER/REPO` or /api/pull), \
+             pass --model PATH or declare [[models]]; /ready answers 503 until then"
+        );
+    }
+    Models {
+        specs,
+        configured,
+        configured_files,
+        stored,
+    }
 }
 
 /// Reads every model's tokenizer file that is there at start in the
@@ -334,48 +373,6 @@ pub fn run_runner() -> i32 {
         .with_max_level(tracing::Level::INFO)
         .try_init();
     crate::backend::process::serve(std::io::stdin(), reports)
-}
-
-/// What `--check-config` checks beyond the values themselves, as start-up
-/// would but without loading a model: that model files exist and, for the
-/// `rkllm` backend, that the runtime library loads with a supported
-/// version and every symbol. Returns a one-line summary.
-///
-/// # Errors
-/// What start-up would stop on, as a message.
-pub fn check(config: &Config) -> Result<String, String> {
-    config
-        .check_files()
-        .map_err(|e| e.in_file(config.source.as_deref()).to_string())?;
-    let models = config.model_specs().len();
-    let stored = Store::new(config.models_dir()).list().len();
-    if config.backend == BackendKind::Rkllm && models + stored == 0 {
-        return Err(format!(
-            "the rkllm backend needs a model: pass --model PATH, declare [[models]], or pull one \
-             into the store ({}) with `rkllm-server pull OWNER/REPO`",
-            config.models_dir().display()
-        ));
-    }
-    let backend = match config.backend {
-        BackendKind::Mock => "mock".to_owned(),
-        BackendKind::Rkllm => {
-            let backend = RkllmBackend::new(config.rkllm_settings()).map_err(|e| e.to_string())?;
-            if config.model_specs().iter().any(|m| m.vision.is_some()) {
-                backend.rknn_runtime()?;
-            }
-            format!("rkllm, {}", backend.describe())
-        }
-    };
-    let file = config
-        .source
-        .as_ref()
-        .map_or_else(|| "no file".to_owned(), |p| p.display().to_string());
-    Ok(format!(
-        "configuration OK ({file}): backend {backend}, {models} model(s) configured, {stored} in \
-         the store ({}), listen {}",
-        config.models_dir().display(),
-        config.listen
-    ))
 }
 
 /// Raises the soft limit of open files to the hard limit: every client

@@ -1,6 +1,9 @@
 //! The commands of the command line besides serving: the model store's
 //! `pull` (with a progress bar on a terminal), `list`, `show` and `rm`,
-//! and `doctor`, handed to [`crate::doctor`].
+//! and `doctor`, handed to [`crate::doctor`]; and the flags answered
+//! instead of serving: completions and the manual page
+//! ([`before_config`]), printing and checking the configuration
+//! ([`Asked`]).
 //!
 //! One store, whoever runs the command: when the service runs (at the
 //! configuration's `listen`, a wildcard address reached on loopback), the
@@ -11,8 +14,11 @@
 
 mod find;
 mod local;
+mod meta;
 mod print;
 mod service;
+
+pub use meta::{Asked, before_config};
 
 use crate::config::{Config, StoreCommand};
 

@@ -257,9 +257,65 @@ async fn download(
     part: &Path,
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<(String, u64), PullError> {
-    let (hub, resolved, file) = (job.hub, job.resolved, job.file);
-    let what = format!("{}: {file}", job.repo);
+    let what = format!("{}: {}", job.repo, job.file);
     let part_label = part.display().to_string();
+    let Answer {
+        response,
+        have,
+        complete,
+        declared,
+    } = ask(job, part, &what).await?;
+    let out = tokio::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(have == 0)
+        .append(have > 0)
+        .open(part)
+        .await
+        .map_err(io_error(&part_label))?;
+    let mut hasher = Sha256::new();
+    if have > 0 {
+        hash_earlier(part, have, &mut hasher).await?;
+    }
+    let mut receiving = Receiving {
+        job,
+        part,
+        out,
+        hasher,
+        got: have,
+        declared,
+        // Never more than declared; without a declaration, the size limit.
+        limit: declared.unwrap_or(job.limits.max_file_bytes),
+        reported: None,
+        space_checked: have,
+        rate: RateWindow::new(job.limits),
+        sha256: job.expected.map(str::to_owned),
+    };
+    if !complete {
+        receiving = receiving.receive(response, progress).await?;
+    }
+    receiving.finish(progress).await
+}
+
+/// The host's answer to a download request, as the download goes on
+/// from it.
+struct Answer {
+    response: reqwest::Response,
+    /// The bytes of the part file the answer goes on from (0: from the
+    /// start).
+    have: u64,
+    /// The part file is complete already (the host answered 416 for what
+    /// is there): nothing more to send.
+    complete: bool,
+    /// What the host declared: to the resolve request, else to this one.
+    declared: Option<u64>,
+}
+
+/// Asks the host for what the part file lacks (all of it when what is
+/// there cannot be resumed), after checking that what it declares fits
+/// the size limit and the disk.
+async fn ask(job: &FileJob<'_>, part: &Path, what: &str) -> Result<Answer, PullError> {
+    let (hub, resolved, file) = (job.hub, job.resolved, job.file);
     let mut have = std::fs::metadata(part).map_or(0, |m| m.len());
     if resolved.size.is_some_and(|s| have > s) {
         have = 0;
@@ -271,12 +327,12 @@ async fn download(
         resolved.size.map_or(0, |s| s.saturating_sub(have)),
         "",
     )?;
-    let mut response = request(job, hub, have, &what).await?;
+    let mut response = request(job, hub, have, what).await?;
     let mut status = response.status().as_u16();
     if status == 416 && resolved.size != Some(have) {
         // A stale partial: start over.
         have = 0;
-        response = request(job, hub, 0, &what).await?;
+        response = request(job, hub, 0, what).await?;
         status = response.status().as_u16();
     }
     if status != 206 && status != 416 {
@@ -306,125 +362,163 @@ async fn download(
         check_size(job, size, &format!(" (its host declares {size} bytes)"))?;
         check_space(job, part, size.saturating_sub(have), "")?;
     }
-    let mut out = tokio::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(have == 0)
-        .append(have > 0)
-        .open(part)
-        .await
-        .map_err(io_error(&part_label))?;
-    let mut hasher = Sha256::new();
-    if have > 0 {
-        hash_earlier(part, have, &mut hasher).await?;
-    }
-    // Never more than declared; without a declaration, the size limit.
-    let limit = declared.unwrap_or(job.limits.max_file_bytes);
-    let mut got = have;
-    let mut reported = None;
-    let mut space_checked = have;
-    let mut rate = RateWindow::new(job.limits);
-    let sha256 = job.expected.map(str::to_owned);
-    if !complete {
+    Ok(Answer {
+        response,
+        have,
+        complete,
+        declared,
+    })
+}
+
+/// A download under way: the part file, its hash so far, and the bounds
+/// each chunk is held to.
+struct Receiving<'a> {
+    job: &'a FileJob<'a>,
+    part: &'a Path,
+    out: tokio::fs::File,
+    hasher: Sha256,
+    /// The bytes in the part file.
+    got: u64,
+    declared: Option<u64>,
+    /// The most the part file may hold.
+    limit: u64,
+    /// `got` when progress was last reported.
+    reported: Option<u64>,
+    /// `got` when the free space was last looked at.
+    space_checked: u64,
+    rate: RateWindow,
+    /// The SHA-256 the progress reports name.
+    sha256: Option<String>,
+}
+
+impl Receiving<'_> {
+    /// Takes the answer's chunks until it ends, the pull's deadline passes
+    /// or the host falls under the minimum rate. What arrived stays to be
+    /// resumed, unless a chunk was refused (that removes the part file).
+    async fn receive(
+        mut self,
+        mut response: reqwest::Response,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Self, PullError> {
+        let job = self.job;
         loop {
-            let next = tokio::time::timeout_at(rate.end.min(job.deadline), response.chunk()).await;
+            let next =
+                tokio::time::timeout_at(self.rate.end.min(job.deadline), response.chunk()).await;
             let chunk = match next {
                 Ok(Ok(Some(chunk))) => Some(chunk),
                 Ok(Ok(None)) => break,
                 Ok(Err(_)) => {
-                    let _ = out.flush().await;
+                    let _ = self.out.flush().await;
                     return Err(PullError::Cut {
-                        got,
-                        total: declared,
+                        got: self.got,
+                        total: self.declared,
                     });
                 }
                 // A quiet moment: the rate and the deadline are looked at below.
                 Err(_) => None,
             };
-            if let Some(chunk) = chunk {
-                if got + chunk.len() as u64 > limit {
-                    drop(out);
-                    let _ = std::fs::remove_file(part);
-                    return Err(match declared {
-                        Some(declared) => PullError::Oversize {
-                            file: file.to_owned(),
-                            declared,
-                        },
-                        None => PullError::TooLarge {
-                            file: file.to_owned(),
-                            limit,
-                            declared: " (its host declared no size)".to_owned(),
-                        },
-                    });
-                }
-                if let Err(e) = out.write_all(&chunk).await {
-                    drop(out);
-                    let _ = std::fs::remove_file(part);
-                    return Err(if is_disk_full(&e) {
-                        PullError::DiskFull {
-                            dir: store_dir_of(part),
-                            file: file.to_owned(),
-                            size: declared.map_or_else(
-                                || "size unknown".to_owned(),
-                                |t| format!("{t} bytes"),
-                            ),
-                        }
-                    } else {
-                        PullError::Io(format!("{part_label}: {e}"))
-                    });
-                }
-                hasher.update(&chunk);
-                got += chunk.len() as u64;
-                rate.bytes += chunk.len() as u64;
-                if got - space_checked >= SPACE_CHECK_BYTES {
-                    space_checked = got;
-                    let need = declared.map_or(0, |d| d.saturating_sub(got));
-                    if let Err(err) =
-                        check_space(job, part, need, "; the partial download was removed")
-                    {
-                        drop(out);
-                        let _ = std::fs::remove_file(part);
-                        return Err(err);
-                    }
-                }
-                // Report at most every 1/1000 of the file (or 1 MiB).
-                let step = declared.map_or(1 << 20, |t| (t / 1000).max(64 << 10));
-                if reported.is_none_or(|r: u64| got - r >= step) {
-                    reported = Some(got);
-                    progress(Progress::Downloading {
-                        file: file.to_owned(),
-                        sha256: sha256.clone(),
-                        completed: got,
-                        total: declared,
-                    });
-                }
+            if let Some(chunk) = chunk
+                && let Err(err) = self.take(&chunk, progress).await
+            {
+                let part = self.part;
+                drop(self);
+                let _ = std::fs::remove_file(part);
+                return Err(err);
             }
             let now = Instant::now();
             if now >= job.deadline {
-                let _ = out.flush().await;
+                let _ = self.out.flush().await;
                 return Err(PullError::TimedOut(job.limits.timeout.as_secs()));
             }
-            if let Err(err) = rate.check(now, file) {
-                let _ = out.flush().await;
+            if let Err(err) = self.rate.check(now, job.file) {
+                let _ = self.out.flush().await;
                 return Err(err);
             }
         }
+        Ok(self)
     }
-    out.flush().await.map_err(io_error(&part_label))?;
-    out.sync_all().await.map_err(io_error(&part_label))?;
-    if declared.is_some_and(|t| got < t) {
-        return Err(PullError::Cut {
-            got,
-            total: declared,
+
+    /// Writes one chunk, unless it would pass the limit, and hashes it;
+    /// looks at the free space again every [`SPACE_CHECK_BYTES`], and
+    /// reports progress.
+    async fn take(
+        &mut self,
+        chunk: &[u8],
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<(), PullError> {
+        let (job, part, file) = (self.job, self.part, self.job.file);
+        if self.got + chunk.len() as u64 > self.limit {
+            return Err(match self.declared {
+                Some(declared) => PullError::Oversize {
+                    file: file.to_owned(),
+                    declared,
+                },
+                None => PullError::TooLarge {
+                    file: file.to_owned(),
+                    limit: self.limit,
+                    declared: " (its host declared no size)".to_owned(),
+                },
+            });
+        }
+        if let Err(e) = self.out.write_all(chunk).await {
+            return Err(if is_disk_full(&e) {
+                PullError::DiskFull {
+                    dir: store_dir_of(part),
+                    file: file.to_owned(),
+                    size: self
+                        .declared
+                        .map_or_else(|| "size unknown".to_owned(), |t| format!("{t} bytes")),
+                }
+            } else {
+                PullError::Io(format!("{}: {e}", part.display()))
+            });
+        }
+        self.hasher.update(chunk);
+        self.got += chunk.len() as u64;
+        self.rate.bytes += chunk.len() as u64;
+        if self.got - self.space_checked >= SPACE_CHECK_BYTES {
+            self.space_checked = self.got;
+            let need = self.declared.map_or(0, |d| d.saturating_sub(self.got));
+            check_space(job, part, need, "; the partial download was removed")?;
+        }
+        // Report at most every 1/1000 of the file (or 1 MiB).
+        let step = self.declared.map_or(1 << 20, |t| (t / 1000).max(64 << 10));
+        if self.reported.is_none_or(|r: u64| self.got - r >= step) {
+            self.reported = Some(self.got);
+            progress(Progress::Downloading {
+                file: file.to_owned(),
+                sha256: self.sha256.clone(),
+                completed: self.got,
+                total: self.declared,
+            });
+        }
+        Ok(())
+    }
+
+    /// Flushes the part file to the disk; refuses it when the host sent
+    /// less than it declared. Returns its SHA-256 and size.
+    async fn finish(
+        mut self,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<(String, u64), PullError> {
+        let part_label = self.part.display().to_string();
+        self.out.flush().await.map_err(io_error(&part_label))?;
+        self.out.sync_all().await.map_err(io_error(&part_label))?;
+        let got = self.got;
+        if self.declared.is_some_and(|t| got < t) {
+            return Err(PullError::Cut {
+                got,
+                total: self.declared,
+            });
+        }
+        progress(Progress::Downloading {
+            file: self.job.file.to_owned(),
+            sha256: self.sha256,
+            completed: got,
+            total: Some(got),
         });
+        Ok((hex(&self.hasher.finalize()), got))
     }
-    progress(Progress::Downloading {
-        file: file.to_owned(),
-        sha256,
-        completed: got,
-        total: Some(got),
-    });
-    Ok((hex(&hasher.finalize()), got))
 }
 
 /// Asks the host for the file from byte `from`, waiting for its answer no

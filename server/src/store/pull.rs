@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 use tokio::time::Instant;
 
 use super::choose::{Board, choose_encoder, choose_file};
-use super::download::{FileJob, PullLimits, fetch_file, file_name};
+use super::download::{Fetched, FileJob, PullLimits, fetch_file, file_name};
 use super::error::PullError;
-use super::hf::{Hub, RepoFile};
+use super::hf::{Hub, RepoFile, Resolved};
 use super::lock::NameLock;
 use super::names::{check_file_name, check_name, name_for_file};
 use super::progress::Progress;
@@ -149,85 +149,221 @@ pub async fn pull(
 ) -> Result<Manifest, PullError> {
     progress(Progress::Resolving);
     let source = Source::parse(&request.spec)?;
-    let Plan {
-        repo,
-        model,
-        encoder,
-        files,
-    } = plan(hub, request, &source).await?;
-    let base_name = file_name(&model.path).to_owned();
-    let name = match &request.name {
-        Some(name) => name.clone(),
-        None => name_for_file(&base_name),
-    };
-    check_name(&name).map_err(PullError::BadName)?;
-    for path in std::iter::once(&model).chain(&encoder).map(|w| &w.path) {
-        check_file_name(file_name(path))
-            .map_err(|m| PullError::BadSource(format!("the file name: {m}")))?;
-    }
+    let plan = plan(hub, request, &source).await?;
+    let base_name = file_name(&plan.model.path).to_owned();
+    let name = store_name(request, &plan, &base_name)?;
     let partial_dir = store.partial_dir();
     let _lock = NameLock::take(&partial_dir, &name, progress).await?;
     let deadline = Instant::now() + request.limits.timeout;
 
-    let repo_label = repo.clone().unwrap_or_else(|| model.url.clone());
-    let resolved = hub
-        .resolve(
-            &model.url,
-            &repo_label,
-            &format!("{repo_label}: {}", model.path),
-        )
-        .await?;
-    let expected = model.listed_sha.clone().or_else(|| resolved.sha256.clone());
-
+    let repo_label = plan.repo.clone().unwrap_or_else(|| plan.model.url.clone());
     let work = partial_dir.join(&name);
-    let wanted_tokenizer = ForPull {
-        repo: repo.as_deref(),
-        revision: &request.revision,
-        files: &files,
-        model_path: &model.path,
-        named: request.tokenizer.as_ref(),
-    };
-    let fetcher = tokenizer::Fetcher {
+    let pulling = Pulling {
+        store,
         hub,
-        limits: &request.limits,
+        request,
+        name: &name,
         work: &work,
         deadline,
-        sandbox: &request.sandbox,
+        repo_label: &repo_label,
     };
-    // A tokenizer that breaks the bounds of one fails the pull, which
-    // then stores nothing.
-    let refuse = |why: String| {
-        let _ = std::fs::remove_dir_all(&work);
-        PullError::BadContent(why)
+    let (resolved, expected) = pulling.resolve(&plan.model).await?;
+    let tokenizers = Tokenizers {
+        fetcher: tokenizer::Fetcher {
+            hub,
+            limits: &request.limits,
+            work: &work,
+            deadline,
+            sandbox: &request.sandbox,
+        },
+        wanted: ForPull {
+            repo: plan.repo.as_deref(),
+            revision: &request.revision,
+            files: &plan.files,
+            model_path: &plan.model.path,
+            named: request.tokenizer.as_ref(),
+        },
     };
-
-    // A tokenizer the pull names is fetched first: it is had, or the pull
-    // fails before anything else is downloaded.
-    let named = match &request.tokenizer {
-        Some(_) => {
-            std::fs::create_dir_all(&work).map_err(io_error(&work.display().to_string()))?;
-            let got = tokenizer::for_pull(&fetcher, &wanted_tokenizer, progress)
-                .await
-                .map_err(|e| match e {
-                    NoTokenizer::Refused(why) => refuse(why),
-                    NoTokenizer::Missing(why) => PullError::Transfer(why),
-                })?;
-            Some(got)
-        }
-        None => None,
-    };
+    let named = tokenizers.named(progress).await?;
 
     // Already there (another pull just brought it, or a repeated pull)?
-    if let Ok(Some(existing)) = store.get(&name)
-        && existing.source.url == model.url
-        && expected.as_deref().is_none_or(|e| e == existing.sha256)
-        && resolved.size.is_none_or(|s| s == existing.size)
-        && store.model_dir(&name).join(&existing.file).is_file()
-        && encoder.as_ref().map(|e| file_name(&e.path))
-            == existing.vision_encoder.as_ref().map(|v| v.file.as_str())
+    if let Some(existing) = pulling.in_place(&plan, expected.as_deref(), &resolved) {
+        return pulling
+            .complete_in_place(existing, &tokenizers, named, progress)
+            .await;
+    }
+    let model_file = ModelFile {
+        base_name,
+        resolved,
+        expected,
+    };
+    pulling
+        .download(&source, &plan, model_file, &tokenizers, named, progress)
+        .await
+}
+
+/// The name the model is stored under (given, or made from its file's
+/// name), checked with the names of its files.
+fn store_name(request: &PullRequest, plan: &Plan, base_name: &str) -> Result<String, PullError> {
+    let name = match &request.name {
+        Some(name) => name.clone(),
+        None => name_for_file(base_name),
+    };
+    check_name(&name).map_err(PullError::BadName)?;
+    for path in std::iter::once(&plan.model)
+        .chain(&plan.encoder)
+        .map(|w| &w.path)
     {
+        check_file_name(file_name(path))
+            .map_err(|m| PullError::BadSource(format!("the file name: {m}")))?;
+    }
+    Ok(name)
+}
+
+/// A pull's tokenizer: where it is looked for, and the work folder it is
+/// fetched into.
+struct Tokenizers<'a> {
+    fetcher: tokenizer::Fetcher<'a>,
+    wanted: ForPull<'a>,
+}
+
+impl Tokenizers<'_> {
+    /// A tokenizer the pull names is fetched first: it is had, or the pull
+    /// fails before anything else is downloaded.
+    async fn named(
+        &self,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Option<Got>, PullError> {
+        if self.wanted.named.is_none() {
+            return Ok(None);
+        }
+        let work = self.fetcher.work;
+        std::fs::create_dir_all(work).map_err(io_error(&work.display().to_string()))?;
+        let got = tokenizer::for_pull(&self.fetcher, &self.wanted, progress)
+            .await
+            .map_err(|e| match e {
+                NoTokenizer::Refused(why) => self.refuse(why),
+                NoTokenizer::Missing(why) => PullError::Transfer(why),
+            })?;
+        Ok(Some(got))
+    }
+
+    /// The tokenizer fetched first, if any, else the one looked for now.
+    async fn find(
+        &self,
+        named: Option<Got>,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Got, NoTokenizer> {
+        match named {
+            Some(got) => Ok(got),
+            None => tokenizer::for_pull(&self.fetcher, &self.wanted, progress).await,
+        }
+    }
+
+    /// A tokenizer that breaks the bounds of one fails the pull, which
+    /// then stores nothing.
+    fn refuse(&self, why: String) -> PullError {
+        let _ = std::fs::remove_dir_all(self.fetcher.work);
+        PullError::BadContent(why)
+    }
+}
+
+/// What is known of the model file before it is downloaded.
+struct ModelFile {
+    /// Its name in the model's folder.
+    base_name: String,
+    /// What its address said of it.
+    resolved: Resolved,
+    /// The SHA-256 it is checked against, when published.
+    expected: Option<String>,
+}
+
+/// A pull once its files are chosen, its name taken and its lock held.
+struct Pulling<'a> {
+    store: &'a Store,
+    hub: &'a Hub,
+    request: &'a PullRequest,
+    name: &'a str,
+    /// Its folder under `.partial/`.
+    work: &'a Path,
+    deadline: Instant,
+    /// The repository (or the URL), for messages.
+    repo_label: &'a str,
+}
+
+impl Pulling<'_> {
+    /// What the address of `wanted` says of it, and the SHA-256 it is to
+    /// have (the file list's, else the address's).
+    async fn resolve(&self, wanted: &Wanted) -> Result<(Resolved, Option<String>), PullError> {
+        let resolved = self
+            .hub
+            .resolve(
+                &wanted.url,
+                self.repo_label,
+                &format!("{}: {}", self.repo_label, wanted.path),
+            )
+            .await?;
+        let expected = wanted
+            .listed_sha
+            .clone()
+            .or_else(|| resolved.sha256.clone());
+        Ok((resolved, expected))
+    }
+
+    /// Downloads `wanted` into the work folder and checks it.
+    async fn fetch(
+        &self,
+        wanted: &Wanted,
+        resolved: &Resolved,
+        expected: Option<&str>,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Fetched, PullError> {
+        let job = FileJob {
+            hub: self.hub,
+            url: &wanted.url,
+            resolved,
+            repo: self.repo_label,
+            file: &wanted.path,
+            expected,
+            limits: &self.request.limits,
+            deadline: self.deadline,
+        };
+        fetch_file(&job, self.work, progress).await
+    }
+
+    /// The stored model, when it is this very file (and encoder).
+    fn in_place(
+        &self,
+        plan: &Plan,
+        expected: Option<&str>,
+        resolved: &Resolved,
+    ) -> Option<Manifest> {
+        let existing = self.store.get(self.name).ok().flatten()?;
+        (existing.source.url == plan.model.url
+            && expected.is_none_or(|e| e == existing.sha256)
+            && resolved.size.is_none_or(|s| s == existing.size)
+            && self
+                .store
+                .model_dir(self.name)
+                .join(&existing.file)
+                .is_file()
+            && plan.encoder.as_ref().map(|e| file_name(&e.path))
+                == existing.vision_encoder.as_ref().map(|v| v.file.as_str()))
+        .then_some(existing)
+    }
+
+    /// A model in place keeps its files; what it lacks of its tokenizer
+    /// (or, pulled before chat templates were, of its template) is had now.
+    async fn complete_in_place(
+        &self,
+        existing: Manifest,
+        tokenizers: &Tokenizers<'_>,
+        named: Option<Got>,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Manifest, PullError> {
+        let (store, name, request) = (self.store, self.name, self.request);
         let has_tokenizer = existing.tokenizer.as_ref().is_some_and(|t| {
-            store.model_dir(&name).join(&t.file).is_file()
+            store.model_dir(name).join(&t.file).is_file()
                 && request
                     .tokenizer
                     .as_ref()
@@ -241,124 +377,109 @@ pub async fn pull(
                 && t.chat_template_missing.is_none()
             {
                 progress(Progress::Writing);
-                super::template::record(hub, &request.sandbox, t).await;
+                super::template::record(self.hub, &request.sandbox, t).await;
                 store
                     .write_manifest(&existing)
-                    .map_err(io_error(&store.model_dir(&name).display().to_string()))?;
+                    .map_err(io_error(&store.model_dir(name).display().to_string()))?;
             }
             progress(Progress::Done { fresh: false });
             return Ok(existing);
         }
         // The model is in place without its tokenizer: only that is fetched.
-        std::fs::create_dir_all(&work).map_err(io_error(&work.display().to_string()))?;
-        let found = match named {
-            Some(got) => Ok(got),
-            None => tokenizer::for_pull(&fetcher, &wanted_tokenizer, progress).await,
-        };
+        let work = self.work;
+        std::fs::create_dir_all(work).map_err(io_error(&work.display().to_string()))?;
+        let found = tokenizers.find(named, progress).await;
         if let Err(NoTokenizer::Refused(why)) = found {
-            return Err(refuse(why));
+            return Err(tokenizers.refuse(why));
         }
         progress(Progress::Writing);
         let manifest = install_tokenizer(store, existing, found.map_err(|e| e.why().to_owned()))?;
-        let _ = std::fs::remove_dir_all(&work);
+        let _ = std::fs::remove_dir_all(work);
         progress(Progress::Done { fresh: false });
-        return Ok(manifest);
+        Ok(manifest)
     }
 
-    std::fs::create_dir_all(&work).map_err(io_error(&work.display().to_string()))?;
-    let part = fetch_file(
-        &FileJob {
-            hub,
-            url: &model.url,
-            resolved: &resolved,
-            repo: &repo_label,
-            file: &model.path,
-            expected: expected.as_deref(),
-            limits: &request.limits,
-            deadline,
-        },
-        &work,
-        progress,
-    )
-    .await?;
-    let encoder = match &encoder {
-        None => None,
-        Some(wanted) => {
-            let resolved = hub
-                .resolve(
-                    &wanted.url,
-                    &repo_label,
-                    &format!("{repo_label}: {}", wanted.path),
-                )
-                .await?;
-            let expected = wanted
-                .listed_sha
-                .clone()
-                .or_else(|| resolved.sha256.clone());
-            let job = FileJob {
-                hub,
-                url: &wanted.url,
-                resolved: &resolved,
-                repo: &repo_label,
-                file: &wanted.path,
-                expected: expected.as_deref(),
-                limits: &request.limits,
-                deadline,
-            };
-            let fetched = fetch_file(&job, &work, progress).await?;
-            Some((fetched, expected.is_some()))
-        }
-    };
-    let found = match named {
-        Some(got) => Ok(got),
-        None => tokenizer::for_pull(&fetcher, &wanted_tokenizer, progress).await,
-    };
-    progress(Progress::Writing);
-    let encoder_part = encoder.as_ref().map(|(e, _)| e.path.clone());
-    let (tokenizer_part, tokenizer, tokenizer_missing) = match found {
-        Ok(Got { part, stored }) => (Some(part), Some(stored), None),
-        Err(NoTokenizer::Missing(why)) => (None, None, Some(why)),
-        Err(NoTokenizer::Refused(why)) => return Err(refuse(why)),
-    };
-    let manifest = install(
-        store,
-        Parts {
-            model: &part.path,
-            encoder: encoder_part.as_deref(),
-            tokenizer: tokenizer_part.as_deref(),
-        },
-        Manifest {
-            name: name.clone(),
-            file: base_name.clone(),
-            size: part.size,
-            sha256: part.sha256.clone(),
-            sha256_verified: expected.is_some(),
-            pulled_unix: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            source: Origin {
-                spec: request.spec.clone(),
-                repository: repo,
-                revision: matches!(source, Source::Repo { .. }).then(|| request.revision.clone()),
-                commit: resolved.commit.clone(),
-                file: Some(model.path.clone()),
-                url: model.url,
+    /// Downloads the model file, its encoder and its tokenizer, and
+    /// installs them with their manifest.
+    async fn download(
+        &self,
+        source: &Source,
+        plan: &Plan,
+        model: ModelFile,
+        tokenizers: &Tokenizers<'_>,
+        named: Option<Got>,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Manifest, PullError> {
+        let work = self.work;
+        std::fs::create_dir_all(work).map_err(io_error(&work.display().to_string()))?;
+        let ModelFile {
+            base_name,
+            resolved,
+            expected,
+        } = model;
+        let part = self
+            .fetch(&plan.model, &resolved, expected.as_deref(), progress)
+            .await?;
+        let encoder = match &plan.encoder {
+            None => None,
+            Some(wanted) => {
+                let (resolved, expected) = self.resolve(wanted).await?;
+                let fetched = self
+                    .fetch(wanted, &resolved, expected.as_deref(), progress)
+                    .await?;
+                Some((fetched, expected.is_some()))
+            }
+        };
+        let found = tokenizers.find(named, progress).await;
+        progress(Progress::Writing);
+        let encoder_part = encoder.as_ref().map(|(e, _)| e.path.clone());
+        let (tokenizer_part, tokenizer, tokenizer_missing) = match found {
+            Ok(Got { part, stored }) => (Some(part), Some(stored), None),
+            Err(NoTokenizer::Missing(why)) => (None, None, Some(why)),
+            Err(NoTokenizer::Refused(why)) => return Err(tokenizers.refuse(why)),
+        };
+        let request = self.request;
+        let manifest = install(
+            self.store,
+            Parts {
+                model: &part.path,
+                encoder: encoder_part.as_deref(),
+                tokenizer: tokenizer_part.as_deref(),
             },
-            chat_template: None,
-            settings: crate::model::ModelSettings::default(),
-            vision_encoder: encoder.map(|(e, verified)| StoredFile {
-                file: e.name,
-                size: e.size,
-                sha256: e.sha256,
-                sha256_verified: verified,
-            }),
-            tokenizer,
-            tokenizer_missing,
-        },
-    )?;
-    let _ = std::fs::remove_dir_all(&work);
-    progress(Progress::Done { fresh: true });
-    Ok(manifest)
+            Manifest {
+                name: self.name.to_owned(),
+                file: base_name,
+                size: part.size,
+                sha256: part.sha256.clone(),
+                sha256_verified: expected.is_some(),
+                pulled_unix: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                source: Origin {
+                    spec: request.spec.clone(),
+                    repository: plan.repo.clone(),
+                    revision: matches!(source, Source::Repo { .. })
+                        .then(|| request.revision.clone()),
+                    commit: resolved.commit.clone(),
+                    file: Some(plan.model.path.clone()),
+                    url: plan.model.url.clone(),
+                },
+                chat_template: None,
+                settings: crate::model::ModelSettings::default(),
+                vision_encoder: encoder.map(|(e, verified)| StoredFile {
+                    file: e.name,
+                    size: e.size,
+                    sha256: e.sha256,
+                    sha256_verified: verified,
+                }),
+                tokenizer,
+                tokenizer_missing,
+            },
+        )?;
+        let _ = std::fs::remove_dir_all(work);
+        progress(Progress::Done { fresh: true });
+        Ok(manifest)
+    }
 }
 
 /// The finished files of a pull, waiting in its work folder.

@@ -13,12 +13,13 @@
 //! mismatch fails every constrained request of the model with a message
 //! naming its `tokenizer` setting (free text is not affected).
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::abi::{self, ImageRun, RunSettings};
+use super::abi::{self, ImageMarkers, ImageRun, RunSettings, SamplingValues};
+use super::handle::{AbortHandle, ActiveRun};
 use super::runtime::Api;
 use super::steer::{Ending, Outcome, SteerSettings, Steering, check_width};
 use super::{RkllmRunner, runtime_error};
@@ -125,6 +126,9 @@ impl RkllmRunner {
         result
     }
 
+    /// The runs of one constrained answer: the first prefills the prompt,
+    /// each later one feeds the tokens the runner chose when the one
+    /// before paused, until the answer ends.
     fn steered_runs(
         &mut self,
         request: &ValidRunRequest,
@@ -135,26 +139,7 @@ impl RkllmRunner {
     ) -> Result<Generation, BackendError> {
         let sampling = self.sampling(request);
         let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
-        let mut steering = Steering::new(
-            vocabulary,
-            &constrained.constraint,
-            &SteerSettings {
-                mode: self.reasoning,
-                params: SamplingParams {
-                    temperature: sampling.temperature,
-                    top_p: sampling.top_p,
-                    top_k: usize::try_from(sampling.top_k).unwrap_or(0),
-                    repeat_penalty: sampling.repeat_penalty,
-                    frequency_penalty: sampling.frequency_penalty,
-                    presence_penalty: sampling.presence_penalty,
-                },
-                runtime_top_k: sampling.top_k,
-                seed: std::collections::hash_map::RandomState::new().hash_one(run_id),
-                cap: request.max_tokens,
-                implausible: self.constrained.implausible,
-            },
-        )
-        .map_err(|e| runtime_error(None, format!("the format cannot be followed: {e}")))?;
+        let mut steering = self.steering(request, constrained, vocabulary, sampling, run_id)?;
         let prompt = CString::new(request.prompt.text.as_str()).map_err(|_| {
             runtime_error(
                 None,
@@ -176,17 +161,6 @@ impl RkllmRunner {
             if !sink.is_open() {
                 break Ending::Closed;
             }
-            let images = match (&embed, &markers, &self.vision) {
-                (Some(embed), Some(markers), Some(vision)) if feed.is_none() => Some(ImageRun {
-                    embed,
-                    n_image: request.images.len(),
-                    tokens: vision.encoder.tokens,
-                    width: vision.encoder.width as usize,
-                    height: vision.encoder.height as usize,
-                    markers,
-                }),
-                _ => None,
-            };
             let remaining = request.max_tokens.saturating_sub(steering.emitted());
             let settings = RunSettings {
                 prompt: &prompt,
@@ -197,15 +171,15 @@ impl RkllmRunner {
                 // the runner's to apply (and the runtime pauses, not ends).
                 max_new_tokens: i32::try_from(remaining.saturating_add(1)).unwrap_or(i32::MAX),
                 keep_history: false,
-                images,
+                // The images go with the prompt, in the first run.
+                images: feed
+                    .is_none()
+                    .then(|| self.image_run(request, embed, markers.as_ref()))
+                    .flatten(),
                 hidden_layer: false,
                 logits: true,
                 tokens: feed.as_deref(),
-                lora: request
-                    .lora
-                    .as_deref()
-                    .and_then(|wanted| self.lora.iter().find(|(name, ..)| name == wanted))
-                    .map(|(_, name, _)| name.as_c_str()),
+                lora: self.lora_name(request),
                 save_cache: None,
             };
             abort.set_running(run_id);
@@ -213,21 +187,7 @@ impl RkllmRunner {
                 abort.set_running(0);
                 break Ending::Closed;
             }
-            self.handle.slot.install(
-                sink,
-                run_id,
-                Arc::clone(&abort),
-                None,
-                false,
-                Some(&mut steering),
-            );
-            let userdata = self.handle.userdata();
-            let rc = match &self.handle.runtime.api {
-                Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, &settings, userdata),
-                Api::V1_2(api) => abi::run_v1_2(api, self.handle.handle, &settings, userdata),
-            };
-            abort.set_running(0);
-            let run = self.handle.slot.remove();
+            let (rc, run) = self.steered_run(sink, run_id, &abort, &mut steering, &settings);
             runs += 1;
             if runs == 1
                 && let Some(rows) = steering.prompt_rows()
@@ -256,56 +216,161 @@ impl RkllmRunner {
                 }
                 Some(Outcome::End(ending)) => break ending,
                 Some(Outcome::Mismatch(width)) => {
-                    self.constrained.mismatch = Some(width);
-                    tracing::error!(
-                        model = %request.model,
-                        width,
-                        tokens = vocabulary.len(),
-                        "the model's tokenizer does not fit its logits rows"
-                    );
-                    return Err(Self::mismatch_error(
-                        request,
-                        &constrained.tokenizer,
-                        width,
-                        vocabulary.len(),
-                    ));
+                    return Err(self.mismatch_found(request, constrained, vocabulary, width));
                 }
                 Some(Outcome::Failed(message)) => return Err(runtime_error(Some(rc), message)),
-                None if !sink.is_open() => break Ending::Closed,
-                None if rc != 0 || run.failed => {
-                    return Err(runtime_error(
-                        Some(rc),
-                        format!("the runtime reported an error (rkllm_run returned {rc})"),
-                    ));
-                }
-                // The runtime ended the run by itself: its own token cap.
-                None if run.finished.is_some() => break Ending::Length,
-                None => {
-                    return Err(runtime_error(
-                        Some(rc),
-                        "the runtime stopped a constrained run without a reason",
-                    ));
-                }
+                None => break undecided_end(sink, rc, &run)?,
             }
         };
-        let counts = steering.counts;
-        let tokens = steering.emitted();
-        tracing::info!(
-            model = %request.model,
-            runs,
-            tokens,
-            stood = counts.stood,
-            corrected = counts.corrected,
-            forced = counts.forced,
-            rows = counts.rows,
-            implausible = counts.implausible,
-            "constrained answer: {:.2} runtime runs per token",
-            runs as f64 / f64::from(tokens.max(1))
-        );
+        log_answer(request, &steering, runs);
         Ok(Generation::ended(match ending {
             Ending::Complete => FinishReason::Stop,
             Ending::Length => FinishReason::Length,
             Ending::Closed => FinishReason::Abort,
         }))
     }
+
+    /// What answers each logits row of the generation.
+    fn steering(
+        &self,
+        request: &ValidRunRequest,
+        constrained: &Constrained,
+        vocabulary: &Arc<Vocabulary>,
+        sampling: SamplingValues,
+        run_id: u64,
+    ) -> Result<Steering, BackendError> {
+        Steering::new(
+            vocabulary,
+            &constrained.constraint,
+            &SteerSettings {
+                mode: self.reasoning,
+                params: SamplingParams {
+                    temperature: sampling.temperature,
+                    top_p: sampling.top_p,
+                    top_k: usize::try_from(sampling.top_k).unwrap_or(0),
+                    repeat_penalty: sampling.repeat_penalty,
+                    frequency_penalty: sampling.frequency_penalty,
+                    presence_penalty: sampling.presence_penalty,
+                },
+                runtime_top_k: sampling.top_k,
+                seed: std::collections::hash_map::RandomState::new().hash_one(run_id),
+                cap: request.max_tokens,
+                implausible: self.constrained.implausible,
+            },
+        )
+        .map_err(|e| runtime_error(None, format!("the format cannot be followed: {e}")))
+    }
+
+    /// The request's images as the runtime takes them, when this is a
+    /// vision model and they are encoded.
+    fn image_run<'a>(
+        &'a self,
+        request: &ValidRunRequest,
+        embed: Option<&'a [f32]>,
+        markers: Option<&'a ImageMarkers>,
+    ) -> Option<ImageRun<'a>> {
+        match (embed, markers, &self.vision) {
+            (Some(embed), Some(markers), Some(vision)) => Some(ImageRun {
+                embed,
+                n_image: request.images.len(),
+                tokens: vision.encoder.tokens,
+                width: vision.encoder.width as usize,
+                height: vision.encoder.height as usize,
+                markers,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The loaded LoRA adapter the request names, by its runtime name.
+    fn lora_name(&self, request: &ValidRunRequest) -> Option<&CStr> {
+        request
+            .lora
+            .as_deref()
+            .and_then(|wanted| self.lora.iter().find(|(name, ..)| name == wanted))
+            .map(|(_, name, _)| name.as_c_str())
+    }
+
+    /// One run in logits mode, `steering` answering its rows from the
+    /// callback. Returns `rkllm_run`'s code and the run's state.
+    fn steered_run(
+        &self,
+        sink: &mut TokenSink<'_>,
+        run_id: u64,
+        abort: &Arc<AbortHandle>,
+        steering: &mut Steering,
+        settings: &RunSettings<'_>,
+    ) -> (i32, Option<ActiveRun>) {
+        self.handle
+            .slot
+            .install(sink, run_id, Arc::clone(abort), None, false, Some(steering));
+        let userdata = self.handle.userdata();
+        let rc = match &self.handle.runtime.api {
+            Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, settings, userdata),
+            Api::V1_2(api) => abi::run_v1_2(api, self.handle.handle, settings, userdata),
+        };
+        abort.set_running(0);
+        (rc, self.handle.slot.remove())
+    }
+
+    /// The first logits row was not as wide as the vocabulary: remembered,
+    /// so that every later constrained request of the model fails at once.
+    fn mismatch_found(
+        &mut self,
+        request: &ValidRunRequest,
+        constrained: &Constrained,
+        vocabulary: &Vocabulary,
+        width: usize,
+    ) -> BackendError {
+        self.constrained.mismatch = Some(width);
+        tracing::error!(
+            model = %request.model,
+            width,
+            tokens = vocabulary.len(),
+            "the model's tokenizer does not fit its logits rows"
+        );
+        Self::mismatch_error(request, &constrained.tokenizer, width, vocabulary.len())
+    }
+}
+
+/// How a run ended that its steering did not end: the request went away,
+/// the runtime failed, or it stopped at its own token cap.
+///
+/// # Errors
+/// The runtime's failure, or a stop without a reason.
+fn undecided_end(sink: &TokenSink<'_>, rc: i32, run: &ActiveRun) -> Result<Ending, BackendError> {
+    if !sink.is_open() {
+        Ok(Ending::Closed)
+    } else if rc != 0 || run.failed {
+        Err(runtime_error(
+            Some(rc),
+            format!("the runtime reported an error (rkllm_run returned {rc})"),
+        ))
+    } else if run.finished.is_some() {
+        // The runtime ended the run by itself: its own token cap.
+        Ok(Ending::Length)
+    } else {
+        Err(runtime_error(
+            Some(rc),
+            "the runtime stopped a constrained run without a reason",
+        ))
+    }
+}
+
+/// What a constrained answer cost: its runs and how its tokens were had.
+fn log_answer(request: &ValidRunRequest, steering: &Steering, runs: u64) {
+    let counts = &steering.counts;
+    let tokens = steering.emitted();
+    tracing::info!(
+        model = %request.model,
+        runs,
+        tokens,
+        stood = counts.stood,
+        corrected = counts.corrected,
+        forced = counts.forced,
+        rows = counts.rows,
+        implausible = counts.implausible,
+        "constrained answer: {:.2} runtime runs per token",
+        runs as f64 / f64::from(tokens.max(1))
+    );
 }
