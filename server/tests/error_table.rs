@@ -444,6 +444,114 @@ async fn a_full_queue_is_503_with_retry_after_on_http_and_32002_on_json_rpc() {
     }
 }
 
+/// Anthropic's error object, checked for its shape:
+/// `{"type": "error", "error": {"type", "message"}}`.
+fn anthropic_error(answer: &Answer) -> &Value {
+    assert_eq!(answer.body["type"], "error", "{}", answer.body);
+    let error = &answer.body["error"];
+    assert!(error["type"].is_string(), "{}", answer.body);
+    assert!(
+        !error["message"].as_str().unwrap_or_default().is_empty(),
+        "{}",
+        answer.body
+    );
+    error
+}
+
+#[tokio::test]
+async fn anthropic_and_responses_refusals_come_from_the_same_table() {
+    let _turn = SERIAL.lock().await;
+    let state = build(&config());
+    let messages = |extra: Value| {
+        let mut body = json!({"model": "mock", "max_tokens": 16,
+                              "messages": [{"role": "user", "content": "hi"}]});
+        for (key, value) in extra.as_object().expect("an object") {
+            body[key] = value.clone();
+        }
+        body
+    };
+    let (answer, raised) = counted(
+        &state,
+        post("/v1/messages", &messages(json!({"max_tokens": 0}))),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
+    assert_eq!(anthropic_error(&answer)["type"], "invalid_request_error");
+    assert_eq!(raised, one("invalid_params"));
+    let (answer, raised) = counted(
+        &state,
+        post("/v1/messages", &messages(json!({"model": "nope"}))),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND, "{answer:?}");
+    assert_eq!(anthropic_error(&answer)["type"], "not_found_error");
+    assert_eq!(raised, one("model_unavailable"));
+
+    let responses = |extra: Value| {
+        let mut body = json!({"model": "mock", "input": "hi"});
+        for (key, value) in extra.as_object().expect("an object") {
+            body[key] = value.clone();
+        }
+        body
+    };
+    let (answer, raised) = counted(
+        &state,
+        post(
+            "/v1/responses",
+            &responses(json!({"previous_response_id": "resp_never_made"})),
+        ),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
+    let error = openai_error(&answer);
+    assert_eq!(error["param"], "previous_response_id", "{error}");
+    assert_eq!(raised, one("invalid_params"));
+    let (answer, raised) = counted(
+        &state,
+        post("/v1/responses", &responses(json!({"model": "nope"}))),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND, "{answer:?}");
+    assert_eq!(openai_error(&answer)["code"], "model_not_found");
+    assert_eq!(raised, one("model_unavailable"));
+}
+
+#[tokio::test]
+async fn a_full_queue_is_529_overloaded_on_anthropic_and_503_on_responses() {
+    let _turn = SERIAL.lock().await;
+    let mut config = config();
+    config.mock.tokens_per_second = 2.0;
+    config.engine.queue_len = 1;
+    config.validate().expect("a valid configuration");
+    let state = build(&config);
+    let running = generating(&state).await;
+    let waiting = rpc_ok(
+        &state,
+        "run",
+        &json!({"prompt": "waits @mock(length=3)", "stream": true}),
+    )
+    .await;
+
+    let body = json!({"model": "mock", "max_tokens": 16,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let (answer, raised) = counted(&state, post("/v1/messages", &body)).await;
+    assert_eq!(answer.status.as_u16(), 529, "{answer:?}");
+    assert_eq!(anthropic_error(&answer)["type"], "overloaded_error");
+    assert!(retry_after_secs(&answer) >= 1, "{answer:?}");
+    assert_eq!(raised, one("busy"));
+
+    let body = json!({"model": "mock", "input": "hi"});
+    let (answer, raised) = counted(&state, post("/v1/responses", &body)).await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{answer:?}");
+    assert_eq!(openai_error(&answer)["code"], "server_busy");
+    assert!(retry_after_secs(&answer) >= 1, "{answer:?}");
+    assert_eq!(raised, one("busy"));
+
+    for stream in [&waiting["stream_id"], &json!(running)] {
+        rpc_ok(&state, "abort", &json!({"stream_id": stream})).await;
+    }
+}
+
 /// The neutral refusals of one API's routes: `path` is one of its
 /// generation routes, `unknown` a path under it that no route serves.
 struct Neutrals {

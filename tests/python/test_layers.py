@@ -54,8 +54,11 @@ def test_a_lower_room_importing_a_higher_one_fails(tmp_path):
 
 
 def test_a_cycle_between_rooms_through_a_reexport_fails(tmp_path):
-    # `engine::Role` is re-exported from `backend`: the edge lands there.
-    src = planted(tmp_path, {"vocab/cancel.rs": "fn planted(_: crate::engine::Role) {}"})
+    # `engine::ValidRunRequest` is re-exported from `backend`: the edge
+    # lands there.
+    src = planted(
+        tmp_path, {"vocab/cancel.rs": "fn planted(_: crate::engine::ValidRunRequest) {}"}
+    )
     result = check(src)
     assert result.returncode == 1
     assert "`vocab::cancel` uses `backend`, a layer above" in result.stdout
@@ -74,3 +77,22 @@ def test_test_modules_are_not_counted(tmp_path):
         {"stream/id.rs": "#[cfg(test)]\nmod planted {\n    use crate::rpc::RpcError;\n}"},
     )
     assert check(src).returncode == 0
+
+
+def test_an_adapter_or_rpc_naming_a_room_behind_the_service_fails(tmp_path):
+    src = planted(
+        tmp_path,
+        {
+            "transport/api/openai/wire.rs": "use crate::engine::Engine;",
+            "rpc/wire.rs": "fn planted() -> usize { crate::model::image::IMAGE_TAG.len() }",
+        },
+    )
+    result = check(src)
+    assert result.returncode == 1
+    assert "`transport::api::openai::wire` names `engine::Engine`" in result.stdout
+    assert "`rpc::wire` names `model::image::IMAGE_TAG`" in result.stdout
+    # What the service offers is the door.
+    ok = planted(
+        tmp_path / "ok", {"transport/api/openai/wire.rs": "use crate::service::IMAGE_TAG as _T;"}
+    )
+    assert check(ok).returncode == 0

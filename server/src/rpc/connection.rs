@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::stream::Stream;
+use crate::service::streams::Stream;
 use crate::vocab::CancelToken;
 
 /// Somewhere messages are written in order: a socket written by the

@@ -9,8 +9,7 @@ use serde_json::value::RawValue;
 
 use super::connection::{Connection, Notifier};
 use super::{RpcError, codes};
-use crate::engine::Engine;
-use crate::stream::{Consumer, StreamManager};
+use crate::service::streams::Consumer;
 use crate::vocab::CancelToken;
 
 /// The JSON-RPC methods' limits (config section `[limits]`).
@@ -25,11 +24,7 @@ pub struct RpcLimits {
 /// The services the methods call: built once, shared by every dispatcher.
 #[derive(Debug)]
 pub struct Services {
-    /// Queues and model workers.
-    pub engine: Arc<Engine>,
-    /// Every stream of the process.
-    pub streams: Arc<StreamManager>,
-    /// The generation service.
+    /// The generation service: generations, their streams, the models.
     pub service: Arc<crate::service::Service>,
     /// Limits the methods apply.
     pub limits: RpcLimits,

@@ -11,7 +11,7 @@ use super::connection::{Connection, Notifier};
 use super::context::{Handled, RequestCtx, Services};
 use super::message::{Incoming, classify, error_response, success_response};
 use super::{RpcError, methods};
-use crate::stream::Consumer;
+use crate::service::streams::Consumer;
 
 /// What a transport writes back for one incoming message.
 #[derive(Debug, Default)]
@@ -38,20 +38,6 @@ impl Reply {
 
 static NEXT_REQUEST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// The rejection reason of an error code, for metrics.
-fn rejection(code: i64) -> Option<&'static str> {
-    use super::codes;
-    match code {
-        codes::SERVER_BUSY => Some("busy"),
-        codes::INVALID_PARAMS => Some("invalid_params"),
-        codes::TOO_LARGE => Some("too_large"),
-        codes::MODEL_UNAVAILABLE => Some("model_unavailable"),
-        codes::METHOD_NOT_FOUND => Some("unknown_method"),
-        codes::INVALID_REQUEST | codes::PARSE_ERROR => Some("malformed"),
-        _ => None,
-    }
-}
-
 /// One line per request at info (ping at debug): never the prompt or a
 /// stream id.
 fn log_request(
@@ -70,7 +56,7 @@ fn log_request(
     };
     crate::metrics::request(transport, result);
     if let Err(error) = outcome {
-        if let Some(reason) = error.reason.or_else(|| rejection(error.code)) {
+        if let Some(reason) = error.reason {
             crate::metrics::rejected(reason);
         }
     }

@@ -1,12 +1,13 @@
-//! Error codes (PROTOCOL §4) and the JSON-RPC error object, with one
-//! mapping from each lower layer's errors.
+//! Error codes (PROTOCOL §4) and the JSON-RPC error object. Every error a
+//! method meets below the protocol is a [`ServiceError`] and is mapped
+//! here, once: the code and data are this protocol's, the metric label is
+//! the service's table's. The protocol's own errors (malformed messages,
+//! unknown methods) carry their labels from their constructors.
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::engine::{EngineError, ValidationError};
 use crate::service::ServiceError;
-use crate::stream::StreamError;
 use crate::vocab::{EndError, EndErrorKind};
 
 /// JSON-RPC error codes used by the server.
@@ -91,12 +92,13 @@ impl RpcError {
 
     /// -32700.
     pub fn parse_error(detail: impl std::fmt::Display) -> Self {
-        Self::new(codes::PARSE_ERROR, format!("Parse error: {detail}"))
+        Self::new(codes::PARSE_ERROR, format!("Parse error: {detail}")).labelled("malformed")
     }
 
     /// -32600.
     pub fn invalid_request(detail: impl std::fmt::Display) -> Self {
         Self::new(codes::INVALID_REQUEST, format!("Invalid request: {detail}"))
+            .labelled("malformed")
     }
 
     /// -32601. A tool's name used as a method gets a hint.
@@ -111,41 +113,17 @@ impl RpcError {
             codes::METHOD_NOT_FOUND,
             format!("Method not found: {method}{hint}"),
         )
+        .labelled("unknown_method")
     }
 
-    /// -32602 with `data.field`.
+    /// -32602 with `data.field`: the service's refusal of a field.
     pub fn invalid_params(field: &str, message: impl Into<String>) -> Self {
-        Self::new(codes::INVALID_PARAMS, message).with_data(json!({ "field": field }))
+        ServiceError::invalid(field, message).into()
     }
-}
 
-impl From<StreamError> for RpcError {
-    fn from(err: StreamError) -> Self {
-        match err {
-            StreamError::NotFound => Self::new(codes::STREAM_NOT_FOUND, err.to_string()),
-            StreamError::Expired => Self::new(codes::STREAM_EXPIRED, err.to_string()),
-            StreamError::TooMany { .. } => {
-                Self::new(codes::SERVER_BUSY, format!("server busy: {err}"))
-                    .with_data(json!({ "retry_after_ms": 1000 }))
-            }
-            StreamError::ShuttingDown => Self::new(codes::SERVER_BUSY, err.to_string())
-                .with_data(json!({ "retry_after_ms": 5000 })),
-        }
-    }
-}
-
-impl From<ValidationError> for RpcError {
-    fn from(err: ValidationError) -> Self {
-        match &err {
-            ValidationError::Invalid { field, .. } => Self::invalid_params(field, err.to_string()),
-            ValidationError::TooLarge { field, .. } => {
-                Self::new(codes::TOO_LARGE, err.to_string()).with_data(json!({ "field": field }))
-            }
-            ValidationError::UnknownModel { name, .. } => {
-                Self::new(codes::MODEL_UNAVAILABLE, err.to_string())
-                    .with_data(json!({ "model": name }))
-            }
-        }
+    fn labelled(mut self, reason: &'static str) -> Self {
+        self.reason = Some(reason);
+        self
     }
 }
 
@@ -155,7 +133,7 @@ impl From<ServiceError> for RpcError {
         let message = err.to_string();
         let error = match &err {
             ServiceError::Invalid { field, .. } | ServiceError::Unsupported { field, .. } => {
-                Self::invalid_params(field, message)
+                Self::new(codes::INVALID_PARAMS, message).with_data(json!({ "field": field }))
             }
             ServiceError::TooLarge { field, .. } => {
                 Self::new(codes::TOO_LARGE, message).with_data(json!({ "field": field }))
@@ -168,26 +146,13 @@ impl From<ServiceError> for RpcError {
                 .with_data(json!({ "retry_after_ms": retry_after_ms })),
             ServiceError::Failed { .. } => Self::new(codes::GENERATION_FAILED, message),
             ServiceError::Expired => Self::new(codes::STREAM_EXPIRED, "stream expired"),
+            ServiceError::NoStream { expired: true, .. } => {
+                Self::new(codes::STREAM_EXPIRED, message)
+            }
+            ServiceError::NoStream { expired: false, .. } => {
+                Self::new(codes::STREAM_NOT_FOUND, message)
+            }
         };
         Self { reason, ..error }
-    }
-}
-
-impl From<EngineError> for RpcError {
-    fn from(err: EngineError) -> Self {
-        match err {
-            EngineError::Invalid(v) => v.into(),
-            EngineError::Stream(s) => s.into(),
-            EngineError::QueueFull { retry_after_ms, .. } => {
-                Self::new(codes::SERVER_BUSY, err.to_string())
-                    .with_data(json!({ "retry_after_ms": retry_after_ms }))
-            }
-            EngineError::Unavailable { ref model, .. } => {
-                let name = model.clone();
-                Self::new(codes::MODEL_UNAVAILABLE, err.to_string())
-                    .with_data(json!({ "model": name }))
-            }
-            EngineError::Load(_) => Self::new(codes::MODEL_UNAVAILABLE, err.to_string()),
-        }
     }
 }

@@ -5,15 +5,16 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::RpcError;
 use super::context::{RequestCtx, Services, Summary};
 use super::params::Params;
-use super::{RpcError, codes};
-use crate::engine::Priority;
-use crate::service::{Completed, Generate, ImageSource, Input, OutputFormat, Prepared, Running};
-use crate::service::{Role, Sampling};
-use crate::stream::{PrivateStream, Stream};
+use crate::service::streams::Stream;
+use crate::service::{
+    Completed, Generate, ImageSource, Input, OutputFormat, Prepared, Priority, Role, Running,
+    Sampling, ServiceError,
+};
 use crate::vocab::FinishReason;
 
 /// The generation a `run` or `generate` call's parameters ask for,
@@ -124,7 +125,7 @@ fn images(p: &mut Params) -> Result<Vec<ImageSource>, RpcError> {
                     format!("image {} must be a base64 string or a data URL", i + 1),
                 )
             })?;
-            crate::backend::image::decode_base64_image(text)
+            crate::service::decode_base64_image(text)
                 .map(ImageSource::Inline)
                 .map_err(|e| RpcError::invalid_params("images", format!("image {} {e}", i + 1)))
         })
@@ -140,21 +141,16 @@ pub(super) fn submit(
 ) -> Result<Arc<Stream>, RpcError> {
     let limit = state.limits.max_streams_per_connection;
     if !ctx.conn.has_room_for_stream(limit) {
-        return Err(RpcError::new(
-            codes::SERVER_BUSY,
-            format!("server busy: this connection already has {limit} unfinished streams (limits.max_streams_per_connection)"),
-        )
-        .with_data(json!({ "retry_after_ms": 1000 })));
+        return Err(ServiceError::Busy {
+            message: format!(
+                "server busy: this connection already has {limit} unfinished streams \
+                 (limits.max_streams_per_connection)"
+            ),
+            retry_after_ms: 1000,
+        }
+        .into());
     }
-    let stream = state
-        .engine
-        .submit_reserved(
-            prepared.run,
-            polled,
-            prepared.keep_alive,
-            prepared.reservation,
-        )
-        .map_err(|e| RpcError::from(crate::service::ServiceError::from(e)))?;
+    let stream = state.service.submit(prepared, polled)?;
     ctx.conn.track_stream(&stream);
     Ok(stream)
 }
@@ -183,7 +179,7 @@ pub(super) fn start_private(
         aborted.abort("cancelled");
     });
     Ok(Running::new(
-        PrivateStream::new(&state.streams, stream),
+        state.service.private(stream),
         reads_tool_calls,
     ))
 }

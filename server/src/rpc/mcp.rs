@@ -12,7 +12,7 @@ use super::context::{Handled, RequestCtx, Services, done};
 use super::generate::{finish_reason, prepare, start_private, summarize};
 use super::params::{GENERATION_FIELDS, Params};
 use super::{RpcError, codes};
-use crate::engine::ALL_OVERRIDES;
+use crate::service::ALL_OVERRIDES;
 use crate::service::{Completed, Event, Finish};
 
 /// The tool's name.

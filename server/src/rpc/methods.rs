@@ -1,7 +1,8 @@
 //! The methods of PROTOCOL §3: `initialize`, `ping`, `run` (non-streaming,
 //! streaming, polling), `subscribe`, `abort`, `stream_status`, `models`.
-//! Each reads its params into engine types, calls the engine or the stream
-//! manager, and shapes the result; no business logic lives here.
+//! Each reads its params, calls the generation service (which owns the
+//! models and the streams), and shapes the result; no business logic lives
+//! here.
 
 use std::time::Duration;
 
@@ -15,8 +16,8 @@ use super::message::params_object;
 use super::params::{GENERATION_FIELDS, Params};
 use super::wire::ChunkJson;
 use super::{PROTOCOL_VERSIONS, RpcError, codes};
-use crate::engine::ALL_OVERRIDES;
-use crate::stream::{PollError, StreamState};
+use crate::service::streams::{PollError, StreamState};
+use crate::service::{ALL_OVERRIDES, KeepAlive};
 use crate::vocab::{FinishReason, Timings, Usage};
 
 /// Longest long poll.
@@ -41,7 +42,7 @@ pub(super) async fn call(
         "stream_status" => stream_status(state, Params(params_object(params)?)),
         "models" => {
             Params(params_object(params)?).only("models", &[])?;
-            done(&json!({ "models": state.engine.models() }))
+            done(&json!({ "models": state.service.models() }))
         }
         "load" => load(state, Params(params_object(params)?)).await,
         "unload" => unload(state, Params(params_object(params)?)).await,
@@ -61,7 +62,7 @@ pub(super) fn notify(state: &Services, conn: &Connection, method: &str, params: 
         "abort" => {
             if let Ok(stream) = Params(map)
                 .req_str("stream_id")
-                .and_then(|id| Ok(state.streams.get(&id)?))
+                .and_then(|id| Ok(state.service.stream(&id)?))
             {
                 stream.abort("client");
             }
@@ -81,8 +82,8 @@ async fn load(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
     p.only("load", &[&["model", "keep_alive"]])?;
     let model = p.opt_str("model")?;
     let keep_alive = keep_alive(&p)?;
-    let name = state.engine.load(model.as_deref(), keep_alive).await?;
-    let info = state.engine.model(Some(&name)).ok();
+    let name = state.service.load(model.as_deref(), keep_alive).await?;
+    let info = state.service.model(Some(&name)).ok();
     done(&json!({ "model": name, "state": "loaded", "info": info }))
 }
 
@@ -90,7 +91,7 @@ async fn load(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
 async fn unload(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
     p.only("unload", &[&["model"]])?;
     let model = p.opt_str("model")?;
-    let (name, was_loaded) = state.engine.unload(model.as_deref()).await?;
+    let (name, was_loaded) = state.service.unload(model.as_deref()).await?;
     done(&json!({ "model": name, "state": "available", "was_loaded": was_loaded }))
 }
 
@@ -120,26 +121,16 @@ async fn clear_kv_cache(
 ) -> Result<Handled, RpcError> {
     p.only("clear_kv_cache", &[&["model"]])?;
     let model = p.opt_str("model")?;
-    let info = state.engine.model(model.as_deref())?;
+    let info = state.service.model(model.as_deref())?;
     if !info.loaded {
         return done(&json!({ "model": info.name, "cleared": false, "loaded": false }));
     }
-    let run = crate::engine::RunRequest {
-        model: Some(info.name.clone()),
-        clear_cache: true,
-        ..crate::engine::RunRequest::default()
-    };
-    let prepared = crate::service::Prepared {
-        run,
-        keep_alive: None,
-        reads_tool_calls: false,
-        reservation: None,
-    };
+    let prepared = state.service.clear_cache(&info.name);
     let cleared = start_private(state, ctx, prepared)?.collect().await?;
     if let Some(err) = &cleared.ending.error {
         return Err(RpcError::new(codes::GENERATION_FAILED, err.message.clone()));
     }
-    let after = state.engine.model(Some(&info.name)).ok();
+    let after = state.service.model(Some(&info.name)).ok();
     done(&json!({
         "model": info.name,
         "cleared": true,
@@ -147,11 +138,10 @@ async fn clear_kv_cache(
     }))
 }
 
-fn keep_alive(p: &Params) -> Result<Option<crate::engine::KeepAlive>, RpcError> {
+fn keep_alive(p: &Params) -> Result<Option<KeepAlive>, RpcError> {
     p.get("keep_alive")
         .map(|v| {
-            crate::engine::KeepAlive::parse(v)
-                .map_err(|message| RpcError::invalid_params("keep_alive", message))
+            KeepAlive::parse(v).map_err(|message| RpcError::invalid_params("keep_alive", message))
         })
         .transpose()
 }
@@ -249,7 +239,7 @@ async fn poll(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
     let id = p.req_str("stream_id")?;
     let from_seq = p.opt_int("from_seq", 0, u64::MAX)?.unwrap_or(0);
     let wait_ms = p.opt_int("wait_ms", 0, MAX_WAIT_MS)?.unwrap_or(0);
-    let stream = state.streams.get(&id)?;
+    let stream = state.service.stream(&id)?;
     let mut batch = stream.poll(from_seq).map_err(poll_error)?;
     if batch.chunks.is_empty() && batch.has_more && wait_ms > 0 {
         // Timing out is a normal outcome: the empty batch is returned.
@@ -274,7 +264,7 @@ fn subscribe(state: &Services, conn: &Connection, mut p: Params) -> Result<Handl
             "`subscribe` needs a push transport (WebSocket or stdio); over HTTP, poll with `run` {stream_id, from_seq}",
         ));
     }
-    let stream = state.streams.get(&id)?;
+    let stream = state.service.stream(&id)?;
     if stream.status().0 == StreamState::Expired {
         return Err(RpcError::new(codes::STREAM_EXPIRED, "stream expired"));
     }
@@ -287,7 +277,7 @@ fn subscribe(state: &Services, conn: &Connection, mut p: Params) -> Result<Handl
 
 fn abort(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
     p.only("abort", &[&["stream_id"]])?;
-    let stream = state.streams.get(&p.req_str("stream_id")?)?;
+    let stream = state.service.stream(&p.req_str("stream_id")?)?;
     if stream.abort("client") {
         done(&json!({ "aborted": true }))
     } else {
@@ -301,13 +291,13 @@ fn abort(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
 
 fn stream_status(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
     p.only("stream_status", &[&["stream_id"]])?;
-    let stream = state.streams.get(&p.req_str("stream_id")?)?;
+    let stream = state.service.stream(&p.req_str("stream_id")?)?;
     let (stream_state, next_seq) = stream.status();
     let mut result = json!({ "state": stream_state, "next_seq": next_seq });
     if stream_state == StreamState::Queued {
         // 0: out of the queue, its model loading or waiting for a place
         // (the stream is `initializing` once its prefill starts).
-        let position = state.engine.queue_position(&stream).unwrap_or(0);
+        let position = state.service.queue_position(&stream).unwrap_or(0);
         result["queue_position"] = json!(position);
     }
     done(&result)

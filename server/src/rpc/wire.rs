@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::error::end_error_code;
-use crate::stream::Chunk;
+use crate::service::streams::Chunk;
 use crate::vocab::{EndError, FinishReason, Timings, Usage};
 
 /// An end chunk's error as it goes on the wire: `{code, message}`.

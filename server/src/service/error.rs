@@ -66,6 +66,15 @@ pub enum ServiceError {
     /// The generation's stream expired before it was read to the end.
     #[error("the generation expired")]
     Expired,
+    /// A stream named by its id is not there: it never was, was read to
+    /// its end and forgotten, or expired (`expired`).
+    #[error("{message}")]
+    NoStream {
+        /// Whether it was there and expired.
+        expired: bool,
+        /// What happened to it.
+        message: String,
+    },
 }
 
 impl ServiceError {
@@ -119,7 +128,7 @@ impl ServiceError {
     pub fn status(&self) -> u16 {
         match self {
             Self::Invalid { .. } | Self::Unsupported { .. } | Self::TooLarge { .. } => 400,
-            Self::UnknownModel { .. } => 404,
+            Self::UnknownModel { .. } | Self::NoStream { .. } => 404,
             Self::Unavailable { .. } | Self::Busy { .. } => 503,
             Self::Failed { .. } | Self::Expired => 500,
         }
@@ -150,7 +159,7 @@ impl ServiceError {
             Self::TooLarge { .. } => Some("too_large"),
             Self::UnknownModel { .. } | Self::Unavailable { .. } => Some("model_unavailable"),
             Self::Busy { .. } => Some("busy"),
-            Self::Failed { .. } | Self::Expired => None,
+            Self::Failed { .. } | Self::Expired | Self::NoStream { .. } => None,
         }
     }
 
@@ -188,8 +197,8 @@ impl From<StreamError> for ServiceError {
                 message: err.to_string(),
                 retry_after_ms: 5000,
             },
-            StreamError::Expired => Self::Expired,
-            StreamError::NotFound => Self::Failed {
+            StreamError::Expired | StreamError::NotFound => Self::NoStream {
+                expired: err == StreamError::Expired,
                 message: err.to_string(),
             },
         }
@@ -279,6 +288,15 @@ mod tests {
                 None,
             ),
             (ServiceError::Expired, 500, None, None),
+            (
+                ServiceError::NoStream {
+                    expired: false,
+                    message: "stream not found".into(),
+                },
+                404,
+                None,
+                None,
+            ),
         ];
         for (err, status, retry, label) in cases {
             assert_eq!(err.status(), status, "{err:?}");

@@ -18,10 +18,12 @@ pub mod background;
 mod embed;
 mod error;
 pub mod images;
+mod models;
 mod parse;
 mod refs;
 mod request;
 mod running;
+pub mod streams;
 mod tools;
 
 use std::sync::Arc;
@@ -33,11 +35,15 @@ pub use parse::parse_body;
 pub use request::{Generate, OutputFormat, ToolChoice};
 pub use running::{Batch, Completed, Ending, Event, Finish, Running};
 
+/// What the APIs say of models and requests (the engine's own types).
+pub use crate::engine::{ALL_OVERRIDES, KeepAlive, ModelInfo, ModelState, Priority, RequestLimits};
+/// Images an API carries as text, and the tag a prompt marks each with.
+pub use crate::model::image::{IMAGE_TAG, decode_base64_image};
 /// What a model is given, as the APIs write it (the model's own types).
 pub use crate::model::prompt::{prompt_of, system_first, turns};
 pub use crate::model::{ImageSource, Input, Message, Part, Role, Sampling, Speaker, ToolCall};
 
-use crate::engine::{Engine, KeepAlive, Priority, Reservation, RunRequest};
+use crate::engine::{Engine, Reservation, RunRequest};
 use crate::model::constraint::Constraint;
 use crate::model::prompt::{self, Options};
 use crate::sandbox::Sandbox;

@@ -165,8 +165,6 @@ impl AppState {
             started_unix: unix_now(),
             mcp_sessions: Arc::new(McpSessions::new(settings.mcp_session_idle)),
             rpc: Arc::new(Services {
-                engine: Arc::clone(&engine),
-                streams: Arc::clone(&streams),
                 service: Arc::clone(&service),
                 limits: rpc,
             }),

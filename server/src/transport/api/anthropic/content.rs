@@ -281,7 +281,7 @@ fn system(value: Value) -> Result<Option<String>, ServiceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ImageSource as Source;
+    use crate::service::ImageSource as Source;
 
     /// The messages of a request body's `system` and `messages`.
     fn generate(body: Value) -> Result<Vec<Message>, ServiceError> {

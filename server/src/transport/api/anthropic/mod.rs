@@ -33,8 +33,8 @@ use stream::{Blocks, Ids};
 
 use super::super::errors::neutral;
 use super::super::state::AppState;
-use crate::service::{Running, ServiceError, parse_body};
-use crate::stream::new_stream_id;
+use crate::service::streams::new_stream_id;
+use crate::service::{Running, parse_body};
 
 type Result<T> = std::result::Result<T, AnthropicError>;
 
@@ -72,7 +72,7 @@ async fn messages(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Res
     // `max_tokens` is a bound the model may stop short of, and clients
     // ask for far more than a board holds (Claude Code: 32000): above the
     // server's own bound it is that bound.
-    let limit = u64::from(state.engine.request_limits().max_tokens_limit);
+    let limit = u64::from(state.service.request_limits().max_tokens_limit);
     generate.max_tokens = generate.max_tokens.map(|n| n.min(limit));
     let estimate = if streaming {
         state.service.estimate_tokens(&generate).unwrap_or(0)
@@ -127,10 +127,7 @@ fn stream_response(running: Running, ids: Ids, estimate: u32) -> Response {
 async fn count_tokens(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Response> {
     let request: wire::Request = parse_body(&body)?;
     let model = request.model()?;
-    state
-        .engine
-        .model(Some(&model))
-        .map_err(ServiceError::from)?;
+    state.service.model(Some(&model))?;
     let tokens = state.service.estimate_tokens(&request.generate()?)?;
     Ok(Json(json!({"input_tokens": tokens})).into_response())
 }

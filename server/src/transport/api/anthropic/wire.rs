@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::content::{WireMessage, conversation};
-use crate::model::Sampling;
+use crate::service::Sampling;
 use crate::service::{Generate, Input, OutputFormat, ServiceError, ToolChoice};
 
 /// A messages (or count_tokens) request.

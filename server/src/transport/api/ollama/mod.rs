@@ -30,8 +30,8 @@ use ndjson::{Api, Lines, call_value};
 use super::super::clock::rfc3339;
 use super::super::errors::neutral;
 use super::super::state::AppState;
-use crate::engine::{KeepAlive, ModelInfo, ModelState};
 use crate::service::{Generate, Running, ServiceError, parse_body};
+use crate::service::{KeepAlive, ModelInfo, ModelState};
 
 /// The Ollama API version reported to clients that probe it.
 pub const OLLAMA_VERSION: &str = "0.9.0";
@@ -190,7 +190,7 @@ fn model_entry(state: &AppState, model: &ModelInfo) -> Value {
 /// `GET /api/tags`.
 async fn tags(State(state): State<Arc<AppState>>) -> Response {
     let models: Vec<Value> = state
-        .engine
+        .service
         .models()
         .iter()
         .map(|m| model_entry(&state, m))
@@ -213,7 +213,7 @@ async fn tags(State(state): State<Arc<AppState>>) -> Response {
 /// only then), with why.
 async fn ps(State(state): State<Arc<AppState>>) -> Response {
     let now = SystemTime::now();
-    let all = state.engine.models();
+    let all = state.service.models();
     let failed: Vec<Value> = all
         .iter()
         .filter(|m| m.state == ModelState::Failed)
@@ -250,7 +250,7 @@ fn resolve(
     let Some(name) = name.filter(|n| !n.is_empty()) else {
         return Ok(None);
     };
-    let models = state.engine.models();
+    let models = state.service.models();
     let bare = name.strip_suffix(":latest").unwrap_or(name);
     let pulled_as = || state.store.find_by_source(name).map(|m| m.name);
     models
@@ -278,10 +278,7 @@ async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Respons
     let request: ShowRequest = parse_body(&body)?;
     let name = resolve(&state, request.model.as_deref().or(request.name.as_deref()))?
         .ok_or_else(|| ServiceError::invalid("model", "`model` is required"))?;
-    let info = state
-        .engine
-        .model(Some(&name))
-        .map_err(ServiceError::from)?;
+    let info = state.service.model(Some(&name))?;
     let entry = model_entry(&state, &info);
     let mut capabilities = vec!["completion", "tools"];
     if info.capabilities.contains(&"vision") {
@@ -333,18 +330,10 @@ async fn load_or_unload(
     api: Api,
 ) -> Result<Response> {
     let (name, reason) = if keep_alive == Some(KeepAlive::For(Duration::ZERO)) {
-        let (name, _) = state
-            .engine
-            .unload(model)
-            .await
-            .map_err(ServiceError::from)?;
+        let (name, _) = state.service.unload(model).await?;
         (name, "unload")
     } else {
-        let name = state
-            .engine
-            .load(model, keep_alive)
-            .await
-            .map_err(ServiceError::from)?;
+        let name = state.service.load(model, keep_alive).await?;
         (name, "load")
     };
     let mut answer = json!({"model": name, "created_at": rfc3339(SystemTime::now()),
@@ -358,7 +347,7 @@ async fn load_or_unload(
 
 fn default_model(state: &AppState) -> String {
     state
-        .engine
+        .service
         .models()
         .first()
         .map(|m| m.name.clone())

@@ -143,7 +143,7 @@ async fn run_pull(state: Arc<AppState>, request: PullRequest, events: mpsc::Send
     let end = match result {
         Ok(manifest) => {
             let spec = store.store.spec(&manifest);
-            match state.engine.add_model(spec) {
+            match state.service.add_model(spec) {
                 // `manifest` and `path` are this server's own keys: the
                 // command line prints what was pulled from them.
                 Ok(()) => Ok(json!({"status": "success", "model": manifest.name,
@@ -346,7 +346,7 @@ pub async fn delete(State(state): State<Arc<AppState>>, body: Bytes) -> Response
         Ok(Some(m)) => m.name,
         Ok(None) => match store.find_by_source(&given) {
             Some(m) => m.name,
-            None if state.engine.models().iter().any(|m| m.name == name) => {
+            None if state.service.models().iter().any(|m| m.name == name) => {
                 return error(
                     StatusCode::BAD_REQUEST,
                     format!(
@@ -359,7 +359,7 @@ pub async fn delete(State(state): State<Arc<AppState>>, body: Bytes) -> Response
         },
         Err(err) => return error(StatusCode::BAD_REQUEST, err.to_string()),
     };
-    let _ = state.engine.remove_model(&name).await;
+    let _ = state.service.remove_model(&name).await;
     let dir = store.store.clone();
     let removed_name = name.clone();
     match tokio::task::spawn_blocking(move || dir.remove(&removed_name)).await {

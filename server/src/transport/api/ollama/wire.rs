@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::engine::KeepAlive;
+use crate::service::KeepAlive;
 
 use crate::service::{
     Generate, Input, Message, OutputFormat, Part, ServiceError, Speaker, ToolCall, ToolChoice,
@@ -267,10 +267,10 @@ impl ChatRequest {
                 };
                 // Ollama's images go before the text, unless it places them.
                 let mut parts = images(&m.images, &format!("messages[{i}].images"))?;
-                if m.content.contains(crate::model::image::IMAGE_TAG) {
+                if m.content.contains(crate::service::IMAGE_TAG) {
                     let mut placed: Vec<Part> = Vec::new();
                     let mut pictures = parts.into_iter();
-                    for (n, piece) in m.content.split(crate::model::image::IMAGE_TAG).enumerate() {
+                    for (n, piece) in m.content.split(crate::service::IMAGE_TAG).enumerate() {
                         if n > 0 {
                             placed.extend(pictures.next());
                         }

@@ -34,6 +34,7 @@ fn kind_and_code(err: &ServiceError) -> (&'static str, Option<&'static str>) {
         ServiceError::Unavailable { .. } => ("server_error", Some("model_unavailable")),
         ServiceError::Busy { .. } => ("server_error", Some("server_busy")),
         ServiceError::Failed { .. } | ServiceError::Expired => ("server_error", None),
+        ServiceError::NoStream { .. } => ("invalid_request_error", None),
     }
 }
 

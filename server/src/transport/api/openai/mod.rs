@@ -31,9 +31,9 @@ use stream::{Ids, Kind, call_value, finish_reason, usage};
 use super::super::clock::unix_now;
 use super::super::errors::not_found;
 use super::super::state::AppState;
-use crate::engine::ModelInfo;
+use crate::service::ModelInfo;
+use crate::service::streams::new_stream_id;
 use crate::service::{Running, ServiceError, parse_body};
-use crate::stream::new_stream_id;
 
 type Result<T> = std::result::Result<T, OpenAiError>;
 
@@ -62,7 +62,7 @@ fn model_entry(state: &AppState, m: &ModelInfo) -> Value {
 /// `GET /v1/models`: every model, with what it takes and its load state.
 async fn models(State(state): State<Arc<AppState>>) -> Response {
     let data: Vec<Value> = state
-        .engine
+        .service
         .models()
         .iter()
         .map(|m| model_entry(&state, m))
@@ -72,7 +72,7 @@ async fn models(State(state): State<Arc<AppState>>) -> Response {
 
 /// `GET /v1/models/{id}` (ids may hold a slash, as Hugging Face's do).
 async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response> {
-    let info = state.engine.model(Some(&id)).map_err(ServiceError::from)?;
+    let info = state.service.model(Some(&id))?;
     Ok(Json(model_entry(&state, &info)).into_response())
 }
 

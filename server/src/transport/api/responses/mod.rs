@@ -40,8 +40,8 @@ pub use store::{
 };
 
 use super::openai::{OpenAiError, shape};
+use crate::service::streams::new_stream_id;
 use crate::service::{Input, Message, Running, ServiceError, parse_body};
-use crate::stream::new_stream_id;
 use body::BodyError;
 use stream::{Frame, Output, Status};
 use wire::Translated;

@@ -197,7 +197,7 @@ fn expire(inner: &mut Inner, now: Instant, ttl: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Speaker;
+    use crate::service::Speaker;
 
     fn conversation(text: &str) -> Vec<Message> {
         vec![Message::text(Speaker::User, text)]

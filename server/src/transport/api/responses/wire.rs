@@ -17,7 +17,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::model::Sampling;
+use crate::service::Sampling;
 use crate::service::{
     Generate, Input, Message, OutputFormat, Part, ServiceError, Speaker, ToolCall, ToolChoice,
     parse_source,
