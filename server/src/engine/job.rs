@@ -87,10 +87,13 @@ pub(super) fn run_job(
     if matches!(result, Ok(Ok(_))) && !stream.cancel_token().is_cancelled() {
         sink.flush();
     }
-    let (measured_prefill, measured_generate) = sink.measured();
-    let cancelled = stream.cancel_token().is_cancelled();
-    let hit_stop = sink.hit_stop();
-    let stop_sequence = sink.stop_sequence().map(str::to_owned);
+    let ran = Ran {
+        measured: sink.measured(),
+        cancelled: stream.cancel_token().is_cancelled(),
+        hit_stop: sink.hit_stop(),
+        stop_sequence: sink.stop_sequence().map(str::to_owned),
+        queue_ms,
+    };
     match result {
         Ok(Ok(generation)) => {
             kv_cache_tokens.store(
@@ -98,76 +101,9 @@ pub(super) fn run_job(
                 std::sync::atomic::Ordering::Relaxed,
             );
             if let Some(report) = generation.snapshots {
-                crate::metrics::snapshots(
-                    &job.request.model,
-                    crate::metrics::SnapshotCounts {
-                        hits: report.hits,
-                        misses: report.misses,
-                        files: report.files,
-                        bytes: report.bytes,
-                    },
-                );
-                let mut totals = snapshots.lock();
-                let before = totals.unwrap_or_default();
-                *totals = Some(crate::backend::SnapshotReport {
-                    hits: before.hits.saturating_add(report.hits),
-                    misses: before.misses.saturating_add(report.misses),
-                    ..report
-                });
+                add_snapshots(&job.request.model, report, snapshots);
             }
-            let (prefill_ms, generate_ms) = generation
-                .runtime_timings
-                .unwrap_or((measured_prefill, measured_generate));
-            let outcome = |counted: Usage| {
-                // The runtime's own counts, with the thinking the sink saw.
-                let usage = generation.usage.map_or(counted, |runtime| Usage {
-                    reasoning_tokens: counted.reasoning_tokens.min(runtime.completion_tokens),
-                    ..runtime
-                });
-                let finish_reason = if cancelled {
-                    FinishReason::Abort
-                } else if hit_stop {
-                    FinishReason::Stop
-                } else {
-                    generation.finish_reason
-                };
-                let timings = Timings {
-                    queue_ms,
-                    prefill_ms,
-                    generate_ms,
-                    tokens_per_second: 0.0,
-                }
-                .with_rate(usage.completion_tokens);
-                (finish_reason, usage, timings)
-            };
-            let mut ended_here = None;
-            stream.end_with(|counted| {
-                let (finish_reason, usage, timings) = outcome(counted);
-                ended_here = Some((finish_reason, usage, timings));
-                EndInfo {
-                    timings: Some(timings),
-                    embedding: generation.embedding.as_deref().map(Into::into),
-                    stop_sequence: stop_sequence.clone(),
-                    ..EndInfo::new(finish_reason, usage)
-                }
-            });
-            // A stream aborted (or expired) while it ran ended before the
-            // runner returned: the generation is recorded all the same.
-            let (finish_reason, usage, timings) = ended_here.unwrap_or_else(|| {
-                let end = stream.end_info();
-                let (_, usage, timings) =
-                    outcome(end.as_ref().map(|e| e.usage).unwrap_or_default());
-                let finish_reason = end.map_or(FinishReason::Abort, |e| e.finish_reason);
-                (finish_reason, usage, timings)
-            });
-            record_generation(
-                stream,
-                job.priority,
-                finish_reason,
-                usage,
-                &timings,
-                generation.memory_mb,
-            );
+            end_generated(job, &generation, &ran);
         }
         Ok(Err(err)) => {
             tracing::warn!(model = stream.model(), error = %err, "generation failed");
@@ -192,4 +128,94 @@ pub(super) fn run_job(
     }
     debug_assert!(stream.is_ended());
     None
+}
+
+/// What the sink and the clock saw of a run, for its end.
+struct Ran {
+    /// Prefill and generation times the sink measured.
+    measured: (f64, f64),
+    cancelled: bool,
+    hit_stop: bool,
+    stop_sequence: Option<String>,
+    queue_ms: f64,
+}
+
+/// Counts a run's snapshot report in the metrics and the model's totals.
+fn add_snapshots(
+    model: &str,
+    report: crate::backend::SnapshotReport,
+    snapshots: &parking_lot::Mutex<Option<crate::backend::SnapshotReport>>,
+) {
+    crate::metrics::snapshots(
+        model,
+        crate::metrics::SnapshotCounts {
+            hits: report.hits,
+            misses: report.misses,
+            files: report.files,
+            bytes: report.bytes,
+        },
+    );
+    let mut totals = snapshots.lock();
+    let before = totals.unwrap_or_default();
+    *totals = Some(crate::backend::SnapshotReport {
+        hits: before.hits.saturating_add(report.hits),
+        misses: before.misses.saturating_add(report.misses),
+        ..report
+    });
+}
+
+/// Ends the stream of a run that returned normally, with the runtime's
+/// counts and timings where it gave them, and records the generation.
+fn end_generated(job: &Job, generation: &crate::backend::Generation, ran: &Ran) {
+    let stream = &job.stream;
+    let (prefill_ms, generate_ms) = generation.runtime_timings.unwrap_or(ran.measured);
+    let outcome = |counted: Usage| {
+        // The runtime's own counts, with the thinking the sink saw.
+        let usage = generation.usage.map_or(counted, |runtime| Usage {
+            reasoning_tokens: counted.reasoning_tokens.min(runtime.completion_tokens),
+            ..runtime
+        });
+        let finish_reason = if ran.cancelled {
+            FinishReason::Abort
+        } else if ran.hit_stop {
+            FinishReason::Stop
+        } else {
+            generation.finish_reason
+        };
+        let timings = Timings {
+            queue_ms: ran.queue_ms,
+            prefill_ms,
+            generate_ms,
+            tokens_per_second: 0.0,
+        }
+        .with_rate(usage.completion_tokens);
+        (finish_reason, usage, timings)
+    };
+    let mut ended_here = None;
+    stream.end_with(|counted| {
+        let (finish_reason, usage, timings) = outcome(counted);
+        ended_here = Some((finish_reason, usage, timings));
+        EndInfo {
+            timings: Some(timings),
+            embedding: generation.embedding.as_deref().map(Into::into),
+            stop_sequence: ran.stop_sequence.clone(),
+            ..EndInfo::new(finish_reason, usage)
+        }
+    });
+    // A stream aborted (or expired) while it ran ended before the runner
+    // returned: the generation is recorded all the same.
+    let (finish_reason, usage, timings) = ended_here.unwrap_or_else(|| {
+        let end = stream.end_info();
+        let (_, usage, timings) = outcome(end.as_ref().map(|e| e.usage).unwrap_or_default());
+        let finish_reason = end.map_or(FinishReason::Abort, |e| e.finish_reason);
+        (finish_reason, usage, timings)
+    });
+    record_generation(
+        stream,
+        job.priority,
+        finish_reason,
+        usage,
+        &timings,
+        generation.memory_mb,
+    );
 }

@@ -788,52 +788,64 @@ impl RkllmRunner {
                 format!("the runtime reported an error (rkllm_run returned {rc})"),
             ));
         }
-        let perf = run.finished;
-        if let Some(spec) = request.embed {
-            let Some((rows, width)) = &run.hidden else {
-                return Err(runtime_error(
-                    Some(rc),
-                    "the runtime returned no hidden layer for the embedding",
-                ));
-            };
-            return Ok(Generation {
-                finish_reason: FinishReason::Stop,
-                usage: Some(Usage {
-                    prompt_tokens: perf
-                        .map_or(u32::try_from(rows.len() / width).unwrap_or(0), |p| {
-                            u32::try_from(p.prefill_tokens).unwrap_or(0)
-                        }),
-                    completion_tokens: 0,
-                    reasoning_tokens: 0,
-                }),
-                runtime_timings: perf.map(|p| (f64::from(p.prefill_time_ms), 0.0)),
-                memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
-                embedding: Some(spec.pool(rows, *width)),
-                kv_cache_tokens: None,
-                snapshots: None,
-            });
-        }
-        let generated = perf.map_or(run.tokens, |p| {
-            u32::try_from(p.generate_tokens).unwrap_or(run.tokens)
-        });
-        let finish_reason = if generated >= request.max_tokens {
-            FinishReason::Length
-        } else {
-            FinishReason::Stop
+        generation_of(request, &run, rc)
+    }
+}
+
+/// What a run that ended by itself generated (or embedded), from the
+/// runtime's counts where it reported them.
+///
+/// # Errors
+/// An embedding run without the hidden layer it asked for.
+fn generation_of(
+    request: &ValidRunRequest,
+    run: &handle::ActiveRun,
+    rc: i32,
+) -> Result<Generation, BackendError> {
+    let perf = run.finished;
+    if let Some(spec) = request.embed {
+        let Some((rows, width)) = &run.hidden else {
+            return Err(runtime_error(
+                Some(rc),
+                "the runtime returned no hidden layer for the embedding",
+            ));
         };
-        Ok(Generation {
-            finish_reason,
-            usage: perf.map(|p| Usage {
-                prompt_tokens: u32::try_from(p.prefill_tokens).unwrap_or(0),
-                completion_tokens: generated,
+        return Ok(Generation {
+            finish_reason: FinishReason::Stop,
+            usage: Some(Usage {
+                prompt_tokens: perf.map_or(u32::try_from(rows.len() / width).unwrap_or(0), |p| {
+                    u32::try_from(p.prefill_tokens).unwrap_or(0)
+                }),
+                completion_tokens: 0,
                 reasoning_tokens: 0,
             }),
-            runtime_timings: perf
-                .map(|p| (f64::from(p.prefill_time_ms), f64::from(p.generate_time_ms))),
+            runtime_timings: perf.map(|p| (f64::from(p.prefill_time_ms), 0.0)),
             memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
-            embedding: None,
+            embedding: Some(spec.pool(rows, *width)),
             kv_cache_tokens: None,
             snapshots: None,
-        })
+        });
     }
+    let generated = perf.map_or(run.tokens, |p| {
+        u32::try_from(p.generate_tokens).unwrap_or(run.tokens)
+    });
+    let finish_reason = if generated >= request.max_tokens {
+        FinishReason::Length
+    } else {
+        FinishReason::Stop
+    };
+    Ok(Generation {
+        finish_reason,
+        usage: perf.map(|p| Usage {
+            prompt_tokens: u32::try_from(p.prefill_tokens).unwrap_or(0),
+            completion_tokens: generated,
+            reasoning_tokens: 0,
+        }),
+        runtime_timings: perf
+            .map(|p| (f64::from(p.prefill_time_ms), f64::from(p.generate_time_ms))),
+        memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
+        embedding: None,
+        kv_cache_tokens: None,
+        snapshots: None,
+    })
 }
