@@ -743,7 +743,12 @@ async fn shutdown_stops_runners_and_a_lingering_one_gets_sigterm() {
         .as_u64()
         .unwrap();
     server.terminate();
-    assert!(server.wait_exit().success());
+    let status = server.wait_exit();
+    assert!(
+        status.success(),
+        "{status:?}: {}",
+        server.log().join("\n")
+    );
     assert!(!process_exists(pid));
     assert!(!server.log().join("\n").contains("SIGTERM"));
 }
