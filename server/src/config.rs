@@ -38,7 +38,6 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1 << 20;
 /// Default longest prompt.
 pub const DEFAULT_MAX_PROMPT_BYTES: usize = 256 << 10;
 /// Default token cap when a request names none.
-pub const DEFAULT_MAX_TOKENS: u32 = 512;
 /// Default largest `max_tokens` a request may ask for.
 pub const DEFAULT_MAX_TOKENS_LIMIT: u32 = 8192;
 /// Default idle time before an unconsumed stream expires.

@@ -744,11 +744,7 @@ async fn shutdown_stops_runners_and_a_lingering_one_gets_sigterm() {
         .unwrap();
     server.terminate();
     let status = server.wait_exit();
-    assert!(
-        status.success(),
-        "{status:?}: {}",
-        server.log().join("\n")
-    );
+    assert!(status.success(), "{status:?}: {}", server.log().join("\n"));
     assert!(!process_exists(pid));
     assert!(!server.log().join("\n").contains("SIGTERM"));
 }

@@ -379,7 +379,9 @@ fn runaway_refusal(model: &str, status: u16, body: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runaway_chat_templates_are_refused_and_the_server_stays_small_and_alive() {
-    if memory_bound_unenforced("runaway_chat_templates_are_refused_and_the_server_stays_small_and_alive") {
+    if memory_bound_unenforced(
+        "runaway_chat_templates_are_refused_and_the_server_stays_small_and_alive",
+    ) {
         return;
     }
     let server = runaway_server();
@@ -402,7 +404,9 @@ async fn runaway_chat_templates_are_refused_and_the_server_stays_small_and_alive
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_runaway_chats_at_once_leave_health_answering_and_each_gets_its_error() {
-    if memory_bound_unenforced("eight_runaway_chats_at_once_leave_health_answering_and_each_gets_its_error") {
+    if memory_bound_unenforced(
+        "eight_runaway_chats_at_once_leave_health_answering_and_each_gets_its_error",
+    ) {
         return;
     }
     let server = Arc::new(runaway_server());
@@ -466,7 +470,9 @@ async fn eight_runaway_chats_at_once_leave_health_answering_and_each_gets_its_er
 
 #[tokio::test]
 async fn a_pulled_template_that_runs_away_is_not_recorded_and_says_it_failed_its_test_render() {
-    if memory_bound_unenforced("a_pulled_template_that_runs_away_is_not_recorded_and_says_it_failed_its_test_render") {
+    if memory_bound_unenforced(
+        "a_pulled_template_that_runs_away_is_not_recorded_and_says_it_failed_its_test_render",
+    ) {
         return;
     }
     let hf = FakeHf::start(&json!({"repos": {
@@ -776,17 +782,28 @@ async fn large_schemas_refused_for_a_full_queue_are_not_compiled_or_kept() {
     ));
     let pid = server.pid();
     // Fill the queue: a running request and a waiting one, holding it.
+    // The second is sent once the first has left the queue for the
+    // model's place (until then the queue of one is full with it).
     let hold = json!({"prompt": "hold @mock(prefill_ms=300000)", "stream": true});
-    let mut held = 0;
-    loop {
-        let response = server.call("run", hold.clone()).await;
-        if response["error"]["code"] == -32002 {
-            break;
+    let first = server.ok("run", hold.clone()).await;
+    let first = first["stream_id"].as_str().unwrap().to_owned();
+    eventually("the first request leaves the queue", || async {
+        let status = server
+            .ok("stream_status", json!({"stream_id": first}))
+            .await;
+        match status["state"].as_str() {
+            Some("queued") => Err(status.to_string()),
+            _ => Ok(()),
         }
-        assert!(response["result"]["stream_id"].is_string(), "{response}");
-        held += 1;
-        assert!(held <= 2, "the queue of one took {held} requests");
-    }
+    })
+    .await;
+    let second = server.call("run", hold.clone()).await;
+    assert!(second["result"]["stream_id"].is_string(), "{second}");
+    let third = server.call("run", hold).await;
+    assert_eq!(
+        third["error"]["code"], -32002,
+        "the queue of one is full: {third}"
+    );
     let before = status_kib(pid, "VmRSS");
     let started = Instant::now();
     let requests: Vec<_> = (0..32)

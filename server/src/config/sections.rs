@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     DEFAULT_IDLE_TIMEOUT_SECS, DEFAULT_MAX_PROMPT_BYTES, DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_MAX_STREAM_BYTES, DEFAULT_MAX_STREAMS, DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_LIMIT,
+    DEFAULT_MAX_STREAM_BYTES, DEFAULT_MAX_STREAMS, DEFAULT_MAX_TOKENS_LIMIT,
     DEFAULT_MAX_TOTAL_BYTES, DEFAULT_MOCK_PREFILL_MS, DEFAULT_MOCK_TOKENS_PER_SECOND,
     DEFAULT_QUEUE_LEN,
 };
@@ -235,8 +235,10 @@ pub struct LimitsSection {
     pub max_request_bytes: usize,
     /// Longest prompt.
     pub max_prompt_bytes: usize,
-    /// Token cap when a request names none.
-    pub default_max_tokens: u32,
+    /// Token cap when a request names none; `None` (the default): none,
+    /// the answer runs until the model ends it or its context is full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_max_tokens: Option<u32>,
     /// Largest `max_tokens` a request may ask for.
     pub max_tokens: u32,
     /// Streams one connection (WebSocket, stdio, TCP, MCP session) may
@@ -262,7 +264,7 @@ impl Default for LimitsSection {
         Self {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_prompt_bytes: DEFAULT_MAX_PROMPT_BYTES,
-            default_max_tokens: DEFAULT_MAX_TOKENS,
+            default_max_tokens: None,
             max_tokens: DEFAULT_MAX_TOKENS_LIMIT,
             max_streams_per_connection: 32,
             allow_remote_images: false,

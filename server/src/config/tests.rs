@@ -186,7 +186,7 @@ fn invalid_values_name_their_key() {
         (
             Config {
                 limits: LimitsSection {
-                    default_max_tokens: 0,
+                    default_max_tokens: Some(0),
                     ..LimitsSection::default()
                 },
                 ..Config::default()

@@ -325,12 +325,14 @@ impl Config {
             ),
             ("limits.max_tokens", u64::from(l.max_tokens), 1..=1_000_000),
         ])?;
-        if l.default_max_tokens == 0 || l.default_max_tokens > l.max_tokens {
+        if let Some(cap) = l.default_max_tokens
+            && (cap == 0 || cap > l.max_tokens)
+        {
             return Err(invalid(
                 "limits.default_max_tokens",
                 format!(
-                    "must be between 1 and limits.max_tokens ({}), got {}",
-                    l.max_tokens, l.default_max_tokens
+                    "must be between 1 and limits.max_tokens ({}), got {cap}",
+                    l.max_tokens
                 ),
             ));
         }

@@ -62,8 +62,10 @@ impl RunRequest {
 pub struct RequestLimits {
     /// Longest prompt accepted, in bytes.
     pub max_prompt_bytes: usize,
-    /// Token cap when the request names none.
-    pub default_max_tokens: u32,
+    /// Token cap when the request names none (an operator's opt-in);
+    /// `None`: until the model ends or its context is full (the engine
+    /// sets the cap to the model's context).
+    pub default_max_tokens: Option<u32>,
     /// Largest `max_tokens` a request may ask for.
     pub max_tokens_limit: u32,
     /// Largest JSON schema a request may hold, in bytes as JSON.
@@ -163,7 +165,7 @@ impl RunRequest {
             });
         }
         let max_tokens = match self.max_tokens {
-            None => limits.default_max_tokens,
+            None => limits.default_max_tokens.unwrap_or(limits.max_tokens_limit),
             Some(n) if n >= 1 && n <= u64::from(limits.max_tokens_limit) => n as u32,
             Some(n) => {
                 return Err(invalid(
@@ -401,7 +403,7 @@ mod tests {
 
     const LIMITS: RequestLimits = RequestLimits {
         max_prompt_bytes: 16,
-        default_max_tokens: 100,
+        default_max_tokens: Some(100),
         max_tokens_limit: 200,
         max_schema_bytes: DEFAULT_MAX_SCHEMA_BYTES,
     };

@@ -671,6 +671,13 @@ impl Engine {
         let priority = request.priority;
         let constraint = request.constraint.take();
         let mut request = request.validate(slot.name().to_owned(), &self.limits.request)?;
+        if !request.max_tokens_requested && self.limits.request.default_max_tokens.is_none() {
+            // No length named, and no cap configured: until the model ends
+            // or its context is full.
+            if let Some(context) = self.shared.backend.context_length(&slot.spec) {
+                request.max_tokens = context.max(1);
+            }
+        }
         if let Some(constraint) = constraint {
             let tokenizer = self.tokenizer_of(&slot)?;
             request.constraint = Some(crate::backend::Constrained {

@@ -46,7 +46,7 @@ fn engine(
         },
         request: RequestLimits {
             max_prompt_bytes: 4096,
-            default_max_tokens: 16,
+            default_max_tokens: Some(16),
             max_tokens_limit: 64,
             max_schema_bytes: DEFAULT_MAX_SCHEMA_BYTES,
         },
