@@ -173,7 +173,25 @@ impl Running {
     ///
     /// # Errors
     /// [`ServiceError::Expired`] when its stream expired first.
-    pub async fn collect(mut self) -> Result<Completed, ServiceError> {
+    pub async fn collect(self) -> Result<Completed, ServiceError> {
+        self.collect_with(|_| std::future::ready(Ok(()))).await
+    }
+
+    /// Reads the generation to its end, as [`Running::collect`] does,
+    /// handing each batch to `each` first (and waiting for what it
+    /// returns): a caller that tells of the generation as it goes (MCP's
+    /// progress notifications) and one that builds its own answer from the
+    /// events (the Responses API's output items) read it this one way.
+    ///
+    /// # Errors
+    /// What `each` fails with (the generation is dropped, so aborted), or
+    /// [`ServiceError::Expired`] when the stream expired first.
+    pub async fn collect_with<E, F, Fut>(mut self, mut each: F) -> Result<Completed, E>
+    where
+        E: From<ServiceError>,
+        F: FnMut(&Batch) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
         let mut completed = Completed {
             model: self.model().to_owned(),
             text: String::new(),
@@ -189,6 +207,7 @@ impl Running {
             },
         };
         while let Some(batch) = self.next().await {
+            each(&batch).await?;
             for event in batch.events {
                 match event {
                     Event::Thinking(text) => completed.thinking.push_str(&text),
@@ -199,7 +218,7 @@ impl Running {
             }
             if let Some(end) = batch.end {
                 if end.expired {
-                    return Err(ServiceError::Expired);
+                    return Err(ServiceError::Expired.into());
                 }
                 completed.ending = end;
             }

@@ -279,28 +279,20 @@ async fn create(
     }
 }
 
+/// The whole response: the generation collected, its events read into
+/// the output without framing them.
 async fn whole_response(
-    mut running: Running,
+    running: Running,
     mut output: Output,
     keep: Option<Keep>,
 ) -> Result<Response> {
-    let mut ending = None;
-    while let Some(batch) = running.next().await {
-        output.batch(&batch, &mut Vec::new());
-        if batch.end.is_some() {
-            ending = batch.end;
-        }
-    }
-    let end = ending.ok_or(ServiceError::Expired)?;
-    if end.expired {
-        return Err(ServiceError::Expired.into());
-    }
-    if let Some(error) = &end.error {
-        return Err(ServiceError::Failed {
-            message: error.message.clone(),
-        }
-        .into());
-    }
+    let done = running
+        .collect_with(|batch| {
+            output.batch(batch, &mut Vec::new());
+            std::future::ready(Ok::<_, ServiceError>(()))
+        })
+        .await?
+        .ok()?;
     if output.status() == Some(Status::Failed) {
         return Err(ServiceError::Failed {
             message: "the generation was stopped before its end (the server is shutting down)"
@@ -311,7 +303,7 @@ async fn whole_response(
     if let Some(keep) = keep {
         keep.keep(&output);
     }
-    Ok(Json(output.finished(&end)).into_response())
+    Ok(Json(output.finished(&done.ending)).into_response())
 }
 
 /// Frames as an SSE response, with keep-alive comments during a long
