@@ -4,6 +4,7 @@
 //! logic of its own.
 
 pub mod anthropic;
+mod drive;
 pub mod ollama;
 pub mod openai;
 pub mod responses;
