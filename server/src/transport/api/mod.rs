@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 mod drive;
+mod error;
 pub mod ollama;
 pub mod openai;
 pub mod responses;
