@@ -6,6 +6,7 @@
 //! `{"error": {…}}` with the service's status and `Retry-After`.
 
 mod error;
+pub mod options;
 mod stream;
 mod wire;
 

@@ -17,10 +17,10 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::super::openai::options::{self, RESPONSES};
 use crate::service::Sampling;
 use crate::service::{
-    Generate, Input, Message, OutputFormat, Part, ServiceError, Speaker, ToolCall, ToolChoice,
-    parse_source,
+    Generate, Input, Message, Part, ServiceError, Speaker, ToolCall, ToolChoice, parse_source,
 };
 
 /// `text`: the answer's format and verbosity.
@@ -367,47 +367,6 @@ fn tool_choice(value: Option<&Value>) -> Result<ToolChoice, ServiceError> {
     }
 }
 
-/// `text.format`: `{"type": "text" | "json_object" | "json_schema"}` (the
-/// schema's fields flat beside `type`).
-fn format(value: Option<&Value>) -> Result<OutputFormat, ServiceError> {
-    let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(OutputFormat::Text);
-    };
-    match value.get("type").and_then(Value::as_str) {
-        Some("text") => Ok(OutputFormat::Text),
-        Some("json_object") => Ok(OutputFormat::JsonObject),
-        Some("json_schema") => Ok(OutputFormat::JsonSchema {
-            name: value.get("name").and_then(Value::as_str).map(str::to_owned),
-            schema: value.get("schema").cloned().unwrap_or(Value::Null),
-            strict: value
-                .get("strict")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-        }),
-        _ => Err(invalid(
-            "text.format",
-            "`text.format.type` must be \"text\", \"json_object\" or \"json_schema\"",
-        )),
-    }
-}
-
-/// Thinking on or off from `reasoning.effort`: `"none"` is off, the
-/// levels are on.
-fn thinking(effort: Option<&str>) -> Result<Option<bool>, ServiceError> {
-    match effort {
-        None => Ok(None),
-        Some("none") => Ok(Some(false)),
-        Some("minimal" | "low" | "medium" | "high" | "xhigh" | "max") => Ok(Some(true)),
-        Some(other) => Err(invalid(
-            "reasoning.effort",
-            format!(
-                "`reasoning.effort` must be \"none\", \"minimal\", \"low\", \"medium\", \"high\", \
-                 \"xhigh\" or \"max\", got {other:?}"
-            ),
-        )),
-    }
-}
-
 impl Request {
     /// The service's request and what the response repeats.
     ///
@@ -466,9 +425,9 @@ impl Request {
         let (offered, echoed_tools) = tools(self.tools)?;
         let choice = tool_choice(self.tool_choice.as_ref())?;
         let text = self.text.unwrap_or_default();
-        let output_format = format(text.format.as_ref())?;
+        let output_format = options::format(text.format.as_ref(), &RESPONSES)?;
         let reasoning = self.reasoning.unwrap_or_default();
-        let enable_thinking = thinking(reasoning.effort.as_deref())?;
+        let enable_thinking = options::thinking(reasoning.effort.as_deref(), &RESPONSES)?;
         let mut echo = Map::new();
         echo.insert(
             "instructions".into(),
