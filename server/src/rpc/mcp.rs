@@ -13,7 +13,7 @@ use super::generate::{finish_reason, prepare, start_private, summarize};
 use super::params::{GENERATION_FIELDS, Params};
 use super::{RpcError, codes};
 use crate::service::ALL_OVERRIDES;
-use crate::service::{Completed, Event, Finish};
+use crate::service::{Batch, Completed, Event, Finish, ServiceError};
 
 /// The tool's name.
 pub const GENERATE: &str = "generate";
@@ -84,77 +84,42 @@ fn tool_error(message: impl Into<String>) -> Result<Handled, RpcError> {
     }))
 }
 
-/// `tools/call`.
-pub(super) async fn tools_call(
-    state: &Services,
-    ctx: &RequestCtx<'_>,
-    mut p: Params,
-) -> Result<Handled, RpcError> {
-    let name = p.req_str("name")?;
-    if name != GENERATE {
-        return Err(RpcError::invalid_params(
-            "name",
-            format!("Unknown tool: {name}"),
-        ));
+/// Why reading the generation stopped before its end.
+enum Stop {
+    /// The caller went away while a progress notification was sent.
+    Gone,
+    /// The service's error (the stream expired).
+    Service(ServiceError),
+}
+
+impl From<ServiceError> for Stop {
+    fn from(err: ServiceError) -> Self {
+        Self::Service(err)
     }
-    let token =
-        p.0.get("_meta")
-            .and_then(|m| m.get("progressToken"))
-            .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
-            .cloned();
-    let arguments = match p.0.remove("arguments") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(map)) => map,
-        Some(_) => return tool_error("`arguments` must be an object"),
-    };
-    let mut args = Params(arguments);
-    if let Err(err) = args.only(GENERATE, &[GENERATION_FIELDS, ALL_OVERRIDES]) {
-        return tool_error(err.message);
-    }
-    let prepared = match prepare(state, &mut args).await {
-        Ok(prepared) => prepared,
-        Err(err) => return tool_error(err.message),
-    };
-    let total = prepared.run.max_tokens;
-    let mut running = match start_private(state, ctx, prepared) {
-        Ok(started) => started,
-        Err(err) => return tool_error(err.message),
-    };
-    let notifier = ctx.notifier.filter(|_| token.is_some());
-    let mut completed = Completed {
-        model: running.model().to_owned(),
-        text: String::new(),
-        thinking: String::new(),
-        calls: Vec::new(),
-        ending: crate::service::Ending {
-            finish: Finish::Error,
-            usage: crate::vocab::Usage::default(),
-            timings: None,
-            error: None,
-            expired: false,
-            stop_sequence: None,
-        },
-    };
-    let mut progress: u64 = 0;
-    while let Some(batch) = running.next().await {
+}
+
+/// The progress notifications of one call: each new fragment of text or
+/// thinking, counted in tokens (at least one more each time).
+struct Progress {
+    token: Value,
+    total: Option<u64>,
+    progress: u64,
+}
+
+impl Progress {
+    /// The notifications for one batch, one per fragment.
+    fn notes(&mut self, batch: &Batch) -> Vec<String> {
+        let mut notes = Vec::new();
         for event in &batch.events {
             let (fragment, thinking) = match event {
                 Event::Text(text) => (text, false),
                 Event::Thinking(text) => (text, true),
                 _ => continue,
             };
-            if thinking {
-                completed.thinking.push_str(fragment);
-            } else {
-                completed.text.push_str(fragment);
-            }
-            let (Some(notifier), Some(token)) = (notifier, &token) else {
-                continue;
-            };
-            progress = u64::from(batch.tokens).max(progress + 1);
-            let mut params =
-                json!({"progressToken": token, "progress": progress, "message": fragment});
-            if let Some(total) = total {
+            self.progress = u64::from(batch.tokens).max(self.progress + 1);
+            let mut params = json!({"progressToken": self.token, "progress": self.progress,
+                                    "message": fragment});
+            if let Some(total) = self.total {
                 params["total"] = json!(total);
             }
             let mut meta = serde_json::Map::new();
@@ -170,19 +135,88 @@ pub(super) async fn tools_call(
             }
             let note =
                 json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
-            if !notifier.send(note.to_string()).await {
-                // The caller is gone: dropping the generation aborts it.
-                return Err(RpcError::new(codes::INTERNAL_ERROR, "the client went away"));
-            }
+            notes.push(note.to_string());
         }
-        if let Some(end) = batch.end {
-            if end.expired {
-                return tool_error("the generation expired");
-            }
-            completed.ending = end;
-        }
+        notes
     }
-    summarize(ctx, &completed);
+}
+
+/// The caller's progress token, when it gave one of the types MCP allows.
+fn progress_token(p: &Params) -> Option<Value> {
+    p.0.get("_meta")
+        .and_then(|m| m.get("progressToken"))
+        .filter(|t| t.is_string() || t.is_i64() || t.is_u64())
+        .cloned()
+}
+
+/// `tools/call`.
+pub(super) async fn tools_call(
+    state: &Services,
+    ctx: &RequestCtx<'_>,
+    mut p: Params,
+) -> Result<Handled, RpcError> {
+    let name = p.req_str("name")?;
+    if name != GENERATE {
+        return Err(RpcError::invalid_params(
+            "name",
+            format!("Unknown tool: {name}"),
+        ));
+    }
+    let token = progress_token(&p);
+    let arguments = match p.0.remove("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(_) => return tool_error("`arguments` must be an object"),
+    };
+    let mut args = Params(arguments);
+    if let Err(err) = args.only(GENERATE, &[GENERATION_FIELDS, ALL_OVERRIDES]) {
+        return tool_error(err.message);
+    }
+    let prepared = match prepare(state, &mut args).await {
+        Ok(prepared) => prepared,
+        Err(err) => return tool_error(err.message),
+    };
+    let total = prepared.run.max_tokens;
+    let running = match start_private(state, ctx, prepared) {
+        Ok(started) => started,
+        Err(err) => return tool_error(err.message),
+    };
+    let notifier = ctx.notifier.filter(|_| token.is_some());
+    let mut progress = token.map(|token| Progress {
+        token,
+        total,
+        progress: 0,
+    });
+    let collected = running
+        .collect_with(|batch| {
+            let notes = match (notifier, &mut progress) {
+                (Some(_), Some(progress)) => progress.notes(batch),
+                _ => Vec::new(),
+            };
+            async move {
+                for note in notes {
+                    if let Some(notifier) = notifier
+                        && !notifier.send(note).await
+                    {
+                        return Err(Stop::Gone);
+                    }
+                }
+                Ok(())
+            }
+        })
+        .await;
+    match collected {
+        Ok(completed) => answer(ctx, &completed),
+        // The caller is gone: the generation was dropped, which aborted it.
+        Err(Stop::Gone) => Err(RpcError::new(codes::INTERNAL_ERROR, "the client went away")),
+        // The stream expired: "the generation expired".
+        Err(Stop::Service(err)) => tool_error(err.to_string()),
+    }
+}
+
+/// The tool's result for a generation read to its end.
+fn answer(ctx: &RequestCtx<'_>, completed: &Completed) -> Result<Handled, RpcError> {
+    summarize(ctx, completed);
     if let Some(error) = &completed.ending.error {
         return tool_error(format!("generation failed: {}", error.message));
     }

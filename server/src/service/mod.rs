@@ -17,6 +17,7 @@ pub mod address_filter;
 pub mod background;
 mod embed;
 mod error;
+mod event;
 pub mod images;
 mod models;
 mod parse;
@@ -30,10 +31,11 @@ use std::sync::Arc;
 
 pub use embed::{Embedded, embedding_inputs};
 pub use error::ServiceError;
+pub use event::Event;
 pub use images::{RemoteImages, parse_source};
 pub use parse::parse_body;
 pub use request::{Generate, OutputFormat, ToolChoice};
-pub use running::{Batch, Completed, Ending, Event, Finish, Running};
+pub use running::{Batch, Completed, Ending, Finish, Running};
 
 /// What the APIs say of models and requests (the engine's own types).
 pub use crate::engine::{ALL_OVERRIDES, KeepAlive, ModelInfo, ModelState, Priority, RequestLimits};

@@ -8,37 +8,11 @@
 use std::sync::Arc;
 
 use super::error::ServiceError;
-use super::tools::{Piece, ToolCallParser};
+use super::event::{Event, push_text};
+use super::tools::ToolCallParser;
 use crate::model::ToolCall;
 use crate::stream::PrivateStream;
 use crate::vocab::{EndError, EndInfo, FinishReason, Timings, Usage};
-
-/// One thing a generation produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// Thinking (reasoning models), before the answer.
-    Thinking(String),
-    /// Answer text.
-    Text(String),
-    /// A tool call starts: its index in the reply, id and name.
-    CallStart {
-        /// Index in the reply, from 0.
-        index: usize,
-        /// Its id.
-        id: String,
-        /// The function's name.
-        name: String,
-    },
-    /// More of a call's arguments (JSON text).
-    CallArguments {
-        /// Index of the call.
-        index: usize,
-        /// The fragment.
-        fragment: String,
-    },
-    /// A call is complete.
-    CallEnd(usize, ToolCall),
-}
 
 /// Why a generation ended, as the APIs tell it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,37 +98,6 @@ impl Completed {
     }
 }
 
-/// Appends text (or thinking) to the batch, merged into the event before it
-/// when that is of the same kind: one string per run of text, not one per
-/// chunk.
-fn push_text(events: &mut Vec<Event>, text: &str, thinking: bool) {
-    match events.last_mut() {
-        Some(Event::Thinking(last)) if thinking => last.push_str(text),
-        Some(Event::Text(last)) if !thinking => last.push_str(text),
-        _ if thinking => events.push(Event::Thinking(text.to_owned())),
-        _ => events.push(Event::Text(text.to_owned())),
-    }
-}
-
-fn push_event(events: &mut Vec<Event>, event: Event) {
-    match (events.last_mut(), event) {
-        (Some(Event::Text(last)), Event::Text(text))
-        | (Some(Event::Thinking(last)), Event::Thinking(text)) => last.push_str(&text),
-        (_, event) => events.push(event),
-    }
-}
-
-impl From<Piece> for Event {
-    fn from(piece: Piece) -> Self {
-        match piece {
-            Piece::Text(text) => Self::Text(text),
-            Piece::CallStart { index, id, name } => Self::CallStart { index, id, name },
-            Piece::CallArguments { index, fragment } => Self::CallArguments { index, fragment },
-            Piece::CallEnd(index, call) => Self::CallEnd(index, call),
-        }
-    }
-}
-
 impl Running {
     /// Reads `private`, parsing tool calls out of the answer when `tools`.
     pub fn new(private: PrivateStream, tools: bool) -> Self {
@@ -200,7 +143,6 @@ impl Running {
             });
             return Some(batch);
         }
-        let mut pieces = Vec::new();
         for chunk in chunks {
             batch.tokens = batch.tokens.max(chunk.tokens);
             if !chunk.delta.is_empty() {
@@ -208,10 +150,7 @@ impl Running {
                 if chunk.thinking {
                     push_text(&mut batch.events, &chunk.delta, true);
                 } else if let Some(parser) = &mut self.tools {
-                    parser.push(&chunk.delta, &mut pieces);
-                    for piece in pieces.drain(..) {
-                        push_event(&mut batch.events, piece.into());
-                    }
+                    parser.push(&chunk.delta, &mut batch.events);
                 } else {
                     push_text(&mut batch.events, &chunk.delta, false);
                 }
@@ -221,10 +160,7 @@ impl Running {
                 if end.error.is_none()
                     && let Some(parser) = &mut self.tools
                 {
-                    parser.finish(&mut pieces);
-                    for piece in pieces.drain(..) {
-                        push_event(&mut batch.events, piece.into());
-                    }
+                    parser.finish(&mut batch.events);
                 }
                 let calls = self.tools.as_ref().map_or(0, ToolCallParser::calls);
                 batch.end = Some(ending(&end, calls));
@@ -237,7 +173,25 @@ impl Running {
     ///
     /// # Errors
     /// [`ServiceError::Expired`] when its stream expired first.
-    pub async fn collect(mut self) -> Result<Completed, ServiceError> {
+    pub async fn collect(self) -> Result<Completed, ServiceError> {
+        self.collect_with(|_| std::future::ready(Ok(()))).await
+    }
+
+    /// Reads the generation to its end, as [`Running::collect`] does,
+    /// handing each batch to `each` first (and waiting for what it
+    /// returns): a caller that tells of the generation as it goes (MCP's
+    /// progress notifications) and one that builds its own answer from the
+    /// events (the Responses API's output items) read it this one way.
+    ///
+    /// # Errors
+    /// What `each` fails with (the generation is dropped, so aborted), or
+    /// [`ServiceError::Expired`] when the stream expired first.
+    pub async fn collect_with<E, F, Fut>(mut self, mut each: F) -> Result<Completed, E>
+    where
+        E: From<ServiceError>,
+        F: FnMut(&Batch) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
         let mut completed = Completed {
             model: self.model().to_owned(),
             text: String::new(),
@@ -253,6 +207,7 @@ impl Running {
             },
         };
         while let Some(batch) = self.next().await {
+            each(&batch).await?;
             for event in batch.events {
                 match event {
                     Event::Thinking(text) => completed.thinking.push_str(&text),
@@ -263,7 +218,7 @@ impl Running {
             }
             if let Some(end) = batch.end {
                 if end.expired {
-                    return Err(ServiceError::Expired);
+                    return Err(ServiceError::Expired.into());
                 }
                 completed.ending = end;
             }

@@ -9,35 +9,11 @@
 
 use serde_json::Value;
 
+use super::event::{Event, push_text};
 use crate::model::ToolCall;
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
-
-/// What a piece of output became.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Piece {
-    /// Text to show.
-    Text(String),
-    /// A call starts: its index (from 0, per reply), id and name.
-    CallStart {
-        /// Index of the call in the reply.
-        index: usize,
-        /// Its id.
-        id: String,
-        /// The function's name.
-        name: String,
-    },
-    /// More of a call's arguments (JSON text).
-    CallArguments {
-        /// Index of the call.
-        index: usize,
-        /// The next fragment.
-        fragment: String,
-    },
-    /// A call is complete.
-    CallEnd(usize, ToolCall),
-}
 
 /// The arguments' value as the scan has seen it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,7 +163,7 @@ fn new_call_id() -> String {
 
 impl ToolCallParser {
     /// Feeds a delta; appends what it became to `out`.
-    pub fn push(&mut self, delta: &str, out: &mut Vec<Piece>) {
+    pub fn push(&mut self, delta: &str, out: &mut Vec<Event>) {
         self.held.push_str(delta);
         loop {
             if self.open.is_some() {
@@ -198,7 +174,7 @@ impl ToolCallParser {
             }
             if let Some(at) = self.held.find(OPEN) {
                 let text: String = self.held.drain(..at + OPEN.len()).collect();
-                push_text(out, &text[..at]);
+                push_text(out, &text[..at], false);
                 self.open = Some(Open {
                     scan: Scan::default(),
                     pending: String::new(),
@@ -218,14 +194,14 @@ impl ToolCallParser {
                 .unwrap_or(0);
             let cut = self.held.len() - keep;
             let text: String = self.held.drain(..cut).collect();
-            push_text(out, &text);
+            push_text(out, &text, false);
             return;
         }
     }
 
     /// Moves held text into the open call; returns true when the call
     /// closed (the rest of `held` is then outside it).
-    fn feed_open(&mut self, out: &mut Vec<Piece>) -> bool {
+    fn feed_open(&mut self, out: &mut Vec<Event>) -> bool {
         let Some(open) = self.open.as_mut() else {
             return false;
         };
@@ -257,7 +233,7 @@ impl ToolCallParser {
 
     /// Shows the open call's start once its name is known, and its
     /// arguments as far as they go.
-    fn show_progress(&mut self, out: &mut Vec<Piece>) {
+    fn show_progress(&mut self, out: &mut Vec<Event>) {
         let index = self.calls;
         let Some(open) = self.open.as_mut() else {
             return;
@@ -267,7 +243,7 @@ impl ToolCallParser {
                 return;
             };
             let id = new_call_id();
-            out.push(Piece::CallStart {
+            out.push(Event::CallStart {
                 index,
                 id: id.clone(),
                 name,
@@ -277,7 +253,7 @@ impl ToolCallParser {
         if let Some((start, end)) = open.scan.args_span() {
             let from = start + open.shown_args;
             if end > from {
-                out.push(Piece::CallArguments {
+                out.push(Event::CallArguments {
                     index,
                     fragment: open.scan.body[from..end].to_owned(),
                 });
@@ -288,7 +264,7 @@ impl ToolCallParser {
 
     /// Ends the open call: a well-formed one becomes its end event; one
     /// that is not, and showed nothing yet, is shown as the text it was.
-    fn close(&mut self, out: &mut Vec<Piece>, closed: bool) {
+    fn close(&mut self, out: &mut Vec<Event>, closed: bool) {
         let Some(open) = self.open.take() else {
             return;
         };
@@ -300,7 +276,7 @@ impl ToolCallParser {
                 if closed {
                     text.push_str(CLOSE);
                 }
-                push_text(out, &text);
+                push_text(out, &text, false);
             }
             (parsed, started) => {
                 let streamed = open
@@ -317,7 +293,7 @@ impl ToolCallParser {
                     Some(id) => id,
                     None => {
                         let id = new_call_id();
-                        out.push(Piece::CallStart {
+                        out.push(Event::CallStart {
                             index,
                             id: id.clone(),
                             name: name.clone(),
@@ -330,14 +306,14 @@ impl ToolCallParser {
                 let arguments = match streamed {
                     Some(streamed) if open.shown_args > 0 => streamed,
                     _ => {
-                        out.push(Piece::CallArguments {
+                        out.push(Event::CallArguments {
                             index,
                             fragment: canonical.clone(),
                         });
                         canonical
                     }
                 };
-                out.push(Piece::CallEnd(
+                out.push(Event::CallEnd(
                     index,
                     ToolCall {
                         id,
@@ -352,7 +328,7 @@ impl ToolCallParser {
 
     /// At the end: the text still held, and a call the reply did not
     /// close (taken if its JSON is whole, else shown as text).
-    pub fn finish(&mut self, out: &mut Vec<Piece>) {
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
         if let Some(open) = self.open.as_mut() {
             let rest = std::mem::take(&mut open.pending);
             open.scan.push(&rest);
@@ -360,24 +336,12 @@ impl ToolCallParser {
             self.close(out, false);
         }
         let held = std::mem::take(&mut self.held);
-        push_text(out, &held);
+        push_text(out, &held, false);
     }
 
     /// Calls completed so far.
     pub fn calls(&self) -> usize {
         self.calls
-    }
-}
-
-/// Appends text, merged into a text piece just before it.
-fn push_text(out: &mut Vec<Piece>, text: &str) {
-    if text.is_empty() {
-        return;
-    }
-    if let Some(Piece::Text(last)) = out.last_mut() {
-        last.push_str(text);
-    } else {
-        out.push(Piece::Text(text.to_owned()));
     }
 }
 
@@ -413,16 +377,17 @@ mod tests {
         let mut calls: Vec<(String, String, String)> = Vec::new();
         for piece in out {
             match piece {
-                Piece::Text(t) => text.push_str(&t),
-                Piece::CallStart { index, name, .. } => {
+                Event::Text(t) => text.push_str(&t),
+                Event::CallStart { index, name, .. } => {
                     assert_eq!(index, calls.len(), "starts in order");
                     calls.push((name, String::new(), String::new()));
                 }
-                Piece::CallArguments { index, fragment } => calls[index].1.push_str(&fragment),
-                Piece::CallEnd(index, call) => {
+                Event::CallArguments { index, fragment } => calls[index].1.push_str(&fragment),
+                Event::CallEnd(index, call) => {
                     assert_eq!(call.name, calls[index].0);
                     calls[index].2 = call.arguments;
                 }
+                Event::Thinking(_) => panic!("the parser makes no thinking"),
             }
         }
         (text, calls)
@@ -463,14 +428,14 @@ mod tests {
             &mut out,
         );
         assert!(
-            matches!(&out[..], [Piece::CallStart { name, .. }, Piece::CallArguments { fragment, .. }]
+            matches!(&out[..], [Event::CallStart { name, .. }, Event::CallArguments { fragment, .. }]
                 if name == "f" && fragment == "{\"a\": "),
             "{out:?}"
         );
         out.clear();
         parser.push("1}}</tool_call>", &mut out);
         assert!(
-            matches!(&out[..], [Piece::CallArguments { fragment, .. }, Piece::CallEnd(0, call)]
+            matches!(&out[..], [Event::CallArguments { fragment, .. }, Event::CallEnd(0, call)]
                 if fragment == "1}" && call.arguments == "{\"a\": 1}"),
             "{out:?}"
         );

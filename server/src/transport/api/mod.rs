@@ -4,6 +4,8 @@
 //! logic of its own.
 
 pub mod anthropic;
+mod drive;
+mod error;
 pub mod ollama;
 pub mod openai;
 pub mod responses;

@@ -3,10 +3,11 @@
 //! status and `Retry-After` — except a full server, which is 529
 //! `overloaded_error` here.
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use super::super::error::{ErrorShape, respond};
 use crate::service::ServiceError;
 
 /// Anthropic's "overloaded" status.
@@ -20,19 +21,6 @@ impl From<ServiceError> for AnthropicError {
     fn from(err: ServiceError) -> Self {
         Self(err)
     }
-}
-
-/// The status of a service error: the table's, except that a full queue
-/// (or too many streams, or a shutdown under way) is 529. This is the one
-/// place an API changes the table's status: Anthropic's clients know an
-/// overloaded server by 529 `overloaded_error` (the SDK's
-/// `OverloadedError`, which it retries after `Retry-After`), not by 503.
-fn status(err: &ServiceError) -> StatusCode {
-    let code = match err {
-        ServiceError::Busy { .. } => OVERLOADED,
-        other => other.status(),
-    };
-    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// Anthropic's error `type` for a status.
@@ -78,19 +66,29 @@ pub fn error_body(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
 }
 
+impl ErrorShape for AnthropicError {
+    /// The table's status, except that a full queue (or too many streams,
+    /// or a shutdown under way) is 529. This is the one place an API
+    /// changes the table's status: Anthropic's clients know an overloaded
+    /// server by 529 `overloaded_error` (the SDK's `OverloadedError`,
+    /// which it retries after `Retry-After`), not by 503.
+    fn status(err: &ServiceError) -> StatusCode {
+        let code = match err {
+            ServiceError::Busy { .. } => OVERLOADED,
+            other => other.status(),
+        };
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    fn body(err: &ServiceError, status: StatusCode) -> Response {
+        let body = error_body(error_type(status), &err.to_string());
+        (status, axum::Json(body)).into_response()
+    }
+}
+
 impl IntoResponse for AnthropicError {
     fn into_response(self) -> Response {
-        let err = self.0;
-        err.record();
-        let status = status(&err);
-        let body = error_body(error_type(status), &err.to_string());
-        let mut response = (status, axum::Json(body)).into_response();
-        if let Some(secs) = err.retry_after_secs()
-            && let Ok(value) = HeaderValue::from_str(&secs.to_string())
-        {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        response
+        respond::<Self>(&self.0)
     }
 }
 
@@ -102,6 +100,8 @@ pub fn shape(status: StatusCode, message: &str) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use axum::http::header;
+
     use super::*;
 
     #[test]

@@ -13,7 +13,6 @@ mod error;
 mod stream;
 mod wire;
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,17 +21,17 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{OriginalUri, State};
 use axum::http::{Method, StatusCode};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::{Event as SseEvent, KeepAlive};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
-use futures_util::StreamExt;
 use serde_json::json;
 
 pub use error::{AnthropicError, shape};
-use stream::{Blocks, Ids};
+use stream::{Blocks, Events, Ids};
 
 use super::super::errors::neutral;
 use super::super::state::AppState;
+use super::drive::{frames, sse};
 use crate::service::streams::new_stream_id;
 use crate::service::{Running, parse_body};
 
@@ -96,29 +95,19 @@ async fn messages(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Res
     Ok(Json(stream::message(&ids, &done)).into_response())
 }
 
-/// Streams the generation as named SSE events, read by the response body
-/// itself: the connection's task waits on the stream and writes the
-/// events it makes, with no task in between. A client that disconnects
-/// drops the body, which drops the generation and aborts it.
+/// Streams the generation as named SSE events (see
+/// [`drive`](super::drive)), `message_start` first, with `ping` events
+/// during a long prefill.
 fn stream_response(running: Running, ids: Ids, estimate: u32) -> Response {
-    let blocks = Blocks::new(ids);
-    let first = blocks.start(estimate);
-    let events =
-        futures_util::stream::unfold((running, blocks), |(mut running, mut blocks)| async move {
-            let batch = running.next().await?;
-            let mut out = Vec::new();
-            blocks.batch(&batch, &mut out);
-            Some((futures_util::stream::iter(out), (running, blocks)))
-        })
-        .flatten();
-    let events = futures_util::stream::iter([first])
-        .chain(events)
-        .map(|(name, data)| Ok::<_, Infallible>(SseEvent::default().event(name).data(data)));
+    let events = Events {
+        blocks: Blocks::new(ids),
+        estimate,
+    };
     let ping = SseEvent::default().event("ping").data(r#"{"type":"ping"}"#);
-    let response = Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(PING_INTERVAL).event(ping))
-        .into_response();
-    super::streaming(response)
+    sse(
+        frames(running, events),
+        KeepAlive::new().interval(PING_INTERVAL).event(ping),
+    )
 }
 
 /// `POST /v1/messages/count_tokens`: the input tokens a messages request

@@ -15,6 +15,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::super::drive::Framer;
 use super::error::error_body;
 use crate::service::{Batch, Completed, Ending, Event, Finish, ToolCall};
 use crate::vocab::Usage;
@@ -254,6 +255,28 @@ impl Blocks {
             .to_string(),
         ));
         out.push(("message_stop", json!({"type": "message_stop"}).to_string()));
+    }
+}
+
+/// A message's events as they stream: `message_start` (with the input
+/// estimate), then each batch's.
+#[derive(Debug)]
+pub struct Events {
+    /// The stream's blocks.
+    pub blocks: Blocks,
+    /// The input tokens estimated before the prefill.
+    pub estimate: u32,
+}
+
+impl Framer for Events {
+    type Frame = Frame;
+
+    fn start(&mut self, out: &mut Vec<Frame>) {
+        out.push(self.blocks.start(self.estimate));
+    }
+
+    fn batch(&mut self, batch: &Batch, out: &mut Vec<Frame>) {
+        self.blocks.batch(batch, out);
     }
 }
 

@@ -1,10 +1,11 @@
 //! Ollama's error shape: `{"error": "…"}` with the service's status and
 //! `Retry-After`.
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use super::super::error::{ErrorShape, respond};
 use crate::service::ServiceError;
 
 /// A service error answered in Ollama's shape.
@@ -17,19 +18,15 @@ impl From<ServiceError> for OllamaError {
     }
 }
 
+impl ErrorShape for OllamaError {
+    fn body(err: &ServiceError, status: StatusCode) -> Response {
+        shape(status, &err.to_string())
+    }
+}
+
 impl IntoResponse for OllamaError {
     fn into_response(self) -> Response {
-        let err = self.0;
-        err.record();
-        let status =
-            StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = shape(status, &err.to_string());
-        if let Some(secs) = err.retry_after_secs()
-            && let Ok(value) = HeaderValue::from_str(&secs.to_string())
-        {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        response
+        respond::<Self>(&self.0)
     }
 }
 

@@ -10,15 +10,14 @@ mod ndjson;
 mod store;
 mod wire;
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::Json;
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{Method, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, delete, get, post};
 use serde::Deserialize;
@@ -30,6 +29,7 @@ use ndjson::{Api, Lines, call_value};
 use super::super::clock::rfc3339;
 use super::super::errors::neutral;
 use super::super::state::AppState;
+use super::drive::{frames, ndjson};
 use crate::service::{Generate, Running, ServiceError, parse_body};
 use crate::service::{KeepAlive, ModelInfo, ModelState};
 
@@ -415,21 +415,10 @@ async fn respond(
     Ok(Json(last).into_response())
 }
 
-/// NDJSON, read by the response body itself: the connection's task waits
-/// on the stream and writes what it finds, with no task in between. A
-/// client that leaves drops the body, which drops the generation and
-/// aborts it.
+/// Streams the generation as NDJSON (see [`drive`](super::drive)): each
+/// batch's lines in one body chunk.
 fn stream_response(running: Running, lines: Lines) -> Response {
-    let body = Body::from_stream(futures_util::stream::unfold(
-        (running, lines),
-        |(mut running, lines)| async move {
-            let batch = running.next().await?;
-            let mut out = Vec::new();
-            lines.batch_lines(&batch, &mut out);
-            Some((Ok::<_, Infallible>(Bytes::from(out)), (running, lines)))
-        },
-    ));
-    ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+    ndjson(frames(running, lines))
 }
 
 #[derive(Debug, Deserialize)]

@@ -6,10 +6,12 @@
 
 use std::time::{Instant, SystemTime};
 
+use axum::body::Bytes;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::super::super::clock::rfc3339;
+use super::super::drive::Framer;
 use crate::service::{Batch, Ending, Event, Finish, ToolCall};
 
 /// `/api/generate` or `/api/chat`.
@@ -157,6 +159,17 @@ impl Lines {
             };
             push_value(out, &last);
         }
+    }
+}
+
+/// Each batch's lines, together in one frame.
+impl Framer for Lines {
+    type Frame = Bytes;
+
+    fn batch(&mut self, batch: &Batch, out: &mut Vec<Bytes>) {
+        let mut lines = Vec::new();
+        self.batch_lines(batch, &mut lines);
+        out.push(Bytes::from(lines));
     }
 }
 

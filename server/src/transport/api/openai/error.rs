@@ -1,10 +1,11 @@
 //! OpenAI's error shape: `{"error": {"message", "type", "param", "code"}}`
 //! with the service's status and `Retry-After`.
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use super::super::error::{ErrorShape, respond};
 use crate::service::ServiceError;
 
 /// A service error answered in OpenAI's shape.
@@ -44,19 +45,15 @@ pub fn error_body(err: &ServiceError) -> serde_json::Value {
     json!({"error": {"message": err.to_string(), "type": kind, "param": err.field(), "code": code}})
 }
 
+impl ErrorShape for OpenAiError {
+    fn body(err: &ServiceError, status: StatusCode) -> Response {
+        (status, axum::Json(error_body(err))).into_response()
+    }
+}
+
 impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
-        let err = self.0;
-        err.record();
-        let status =
-            StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, axum::Json(error_body(&err))).into_response();
-        if let Some(secs) = err.retry_after_secs()
-            && let Ok(value) = HeaderValue::from_str(&secs.to_string())
-        {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        response
+        respond::<Self>(&self.0)
     }
 }
 

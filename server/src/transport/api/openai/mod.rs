@@ -6,10 +6,10 @@
 //! `{"error": {…}}` with the service's status and `Retry-After`.
 
 mod error;
+pub mod options;
 mod stream;
 mod wire;
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,20 +17,20 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::KeepAlive;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use base64::Engine as _;
-use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use error::{OpenAiError, shape};
-use stream::{Ids, Kind, call_value, finish_reason, usage};
+use stream::{Chunks, Ids, Kind, call_value, finish_reason, usage};
 
 use super::super::clock::unix_now;
 use super::super::errors::not_found;
 use super::super::state::AppState;
+use super::drive::{frames, sse};
 use crate::service::ModelInfo;
 use crate::service::streams::new_stream_id;
 use crate::service::{Running, ServiceError, parse_body};
@@ -153,46 +153,14 @@ async fn whole_response(running: Running, ids: &Ids) -> Result<Response> {
     Ok(Json(body).into_response())
 }
 
-/// Streams the generation as SSE, read by the response body itself: the
-/// connection's task waits on the stream and writes the events it makes,
-/// with no task in between. A client that disconnects drops the body,
-/// which drops the generation and aborts it.
+/// Streams the generation as SSE (see [`drive`](super::drive)), with
+/// keep-alive comments during a long prefill.
 fn stream_response(running: Running, ids: Ids, include_usage: bool) -> Response {
-    struct Frames {
-        running: Running,
-        ids: Ids,
-        include_usage: bool,
-        started: bool,
-    }
-    let frames = Frames {
-        running,
-        ids,
-        include_usage,
-        started: false,
-    };
-    let events = futures_util::stream::unfold(frames, |mut frames| async move {
-        let mut out = Vec::new();
-        if !frames.started && frames.ids.kind == Kind::Chat {
-            frames.started = true;
-            out.push(frames.ids.role_chunk());
-            return Some((futures_util::stream::iter(out), frames));
-        }
-        let batch = frames.running.next().await?;
-        frames
-            .ids
-            .batch_events(&batch, frames.include_usage, &mut out);
-        Some((futures_util::stream::iter(out), frames))
-    })
-    .flatten()
-    .map(|data| Ok::<_, Infallible>(SseEvent::default().data(data)));
-    let response = Sse::new(events)
-        .keep_alive(
-            KeepAlive::new()
-                .interval(Duration::from_secs(15))
-                .text("keep-alive"),
-        )
-        .into_response();
-    super::streaming(response)
+    let chunks = Chunks { ids, include_usage };
+    let keep_alive = KeepAlive::new()
+        .interval(Duration::from_secs(15))
+        .text("keep-alive");
+    sse(frames(running, chunks), keep_alive)
 }
 
 #[derive(Debug, Deserialize)]

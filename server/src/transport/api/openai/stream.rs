@@ -9,6 +9,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::super::drive::Framer;
 use super::error::error_body;
 use crate::service::{Batch, Ending, Event, Finish, ServiceError, ToolCall};
 use crate::vocab::Usage;
@@ -194,6 +195,30 @@ impl Ids {
             }
         }
         out.push("[DONE]".to_owned());
+    }
+}
+
+/// A response's chunks as they stream: the role first (chat), then each
+/// batch's.
+#[derive(Debug)]
+pub struct Chunks {
+    /// What every chunk repeats.
+    pub ids: Ids,
+    /// A usage chunk before `[DONE]`.
+    pub include_usage: bool,
+}
+
+impl Framer for Chunks {
+    type Frame = String;
+
+    fn start(&mut self, out: &mut Vec<String>) {
+        if self.ids.kind == Kind::Chat {
+            out.push(self.ids.role_chunk());
+        }
+    }
+
+    fn batch(&mut self, batch: &Batch, out: &mut Vec<String>) {
+        self.ids.batch_events(batch, self.include_usage, out);
     }
 }
 

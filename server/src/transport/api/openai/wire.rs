@@ -8,10 +8,12 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::service::{
-    Generate, ImageSource, Input, Message, OutputFormat, Part, ServiceError, Speaker, ToolCall,
-    ToolChoice, parse_source,
+    Generate, ImageSource, Input, Message, Part, ServiceError, Speaker, ToolCall, ToolChoice,
+    parse_source,
 };
 use crate::service::{Role, Sampling};
+
+use super::options::{self, CHAT};
 
 /// The most stop strings OpenAI takes.
 const MAX_STOP: usize = 4;
@@ -176,59 +178,6 @@ fn tools(value: Option<Vec<Value>>) -> Result<Vec<Value>, ServiceError> {
     Ok(tools)
 }
 
-/// `response_format`: `{"type": "text" | "json_object" | "json_schema"}`.
-fn response_format(value: Option<Value>) -> Result<OutputFormat, ServiceError> {
-    let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(OutputFormat::Text);
-    };
-    let kind = value.get("type").and_then(Value::as_str);
-    match kind {
-        Some("text") => Ok(OutputFormat::Text),
-        Some("json_object") => Ok(OutputFormat::JsonObject),
-        Some("json_schema") => {
-            let spec = value.get("json_schema").ok_or_else(|| {
-                invalid(
-                    "response_format",
-                    "`response_format.json_schema` is required with type json_schema",
-                )
-            })?;
-            if !spec.is_object() {
-                return Err(invalid(
-                    "response_format",
-                    "`response_format.json_schema` must be an object with the `schema`",
-                ));
-            }
-            let schema = match spec.get("schema") {
-                // Absent or `true`: any JSON value.
-                None | Some(Value::Null | Value::Bool(true)) => Value::Null,
-                Some(Value::Bool(false)) => {
-                    return Err(invalid(
-                        "response_format",
-                        "`response_format.json_schema.schema` is `false`, which no answer \
-                         satisfies",
-                    ));
-                }
-                Some(schema @ Value::Object(_)) => schema.clone(),
-                Some(_) => {
-                    return Err(invalid(
-                        "response_format",
-                        "`response_format.json_schema.schema` must be a JSON schema (an object)",
-                    ));
-                }
-            };
-            Ok(OutputFormat::JsonSchema {
-                name: spec.get("name").and_then(Value::as_str).map(str::to_owned),
-                schema,
-                strict: spec.get("strict").and_then(Value::as_bool).unwrap_or(false),
-            })
-        }
-        _ => Err(invalid(
-            "response_format",
-            "`response_format.type` must be \"text\", \"json_object\" or \"json_schema\"",
-        )),
-    }
-}
-
 /// Thinking on or off: `reasoning_effort` (`"none"` is off; the levels
 /// are on) or `chat_template_kwargs.enable_thinking`.
 fn thinking(
@@ -245,20 +194,7 @@ fn thinking(
             ));
         }
     };
-    let from_effort = match effort {
-        None => None,
-        Some("none") => Some(false),
-        Some("minimal" | "low" | "medium" | "high" | "xhigh") => Some(true),
-        Some(other) => {
-            return Err(invalid(
-                "reasoning_effort",
-                format!(
-                    "`reasoning_effort` must be \"none\", \"minimal\", \"low\", \"medium\", \
-                     \"high\" or \"xhigh\", got {other:?}"
-                ),
-            ));
-        }
-    };
+    let from_effort = options::thinking(effort, &CHAT)?;
     Ok(from_kwargs.or(from_effort))
 }
 
@@ -454,7 +390,7 @@ impl Request {
                 self.reasoning_effort.as_deref(),
                 self.chat_template_kwargs.as_ref(),
             )?,
-            format: response_format(self.response_format)?,
+            format: options::format(self.response_format.as_ref(), &CHAT)?,
             format_field: "response_format",
         })
     }
@@ -463,6 +399,7 @@ impl Request {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::OutputFormat;
     use serde_json::json;
 
     fn generate(body: Value) -> Result<Generate, ServiceError> {

@@ -18,7 +18,6 @@ pub mod store;
 mod stream;
 mod wire;
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,10 +27,9 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::{Event as SseEvent, KeepAlive};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use futures_util::StreamExt;
 use serde_json::json;
 
 pub use store::{
@@ -39,9 +37,10 @@ pub use store::{
     ResponseStore, StoreSettings,
 };
 
+use super::drive::{self, Framer, SseFrame};
 use super::openai::{OpenAiError, shape};
 use crate::service::streams::new_stream_id;
-use crate::service::{Input, Message, Running, ServiceError, parse_body};
+use crate::service::{Batch, Input, Message, Running, ServiceError, parse_body};
 use body::BodyError;
 use stream::{Frame, Output, Status};
 use wire::Translated;
@@ -265,7 +264,7 @@ async fn create(
             let mut frames = Vec::new();
             output.start(&mut frames);
             output.refuse("context_length_exceeded", &err.to_string(), &mut frames);
-            return sse(futures_util::stream::iter(frames).boxed());
+            return sse(futures_util::stream::iter(frames));
         }
         Err(err) => return OpenAiError(err).into_response(),
     };
@@ -279,28 +278,20 @@ async fn create(
     }
 }
 
+/// The whole response: the generation collected, its events read into
+/// the output without framing them.
 async fn whole_response(
-    mut running: Running,
+    running: Running,
     mut output: Output,
     keep: Option<Keep>,
 ) -> Result<Response> {
-    let mut ending = None;
-    while let Some(batch) = running.next().await {
-        output.batch(&batch, &mut Vec::new());
-        if batch.end.is_some() {
-            ending = batch.end;
-        }
-    }
-    let end = ending.ok_or(ServiceError::Expired)?;
-    if end.expired {
-        return Err(ServiceError::Expired.into());
-    }
-    if let Some(error) = &end.error {
-        return Err(ServiceError::Failed {
-            message: error.message.clone(),
-        }
-        .into());
-    }
+    let done = running
+        .collect_with(|batch| {
+            output.batch(batch, &mut Vec::new());
+            std::future::ready(Ok::<_, ServiceError>(()))
+        })
+        .await?
+        .ok()?;
     if output.status() == Some(Status::Failed) {
         return Err(ServiceError::Failed {
             message: "the generation was stopped before its end (the server is shutting down)"
@@ -311,59 +302,52 @@ async fn whole_response(
     if let Some(keep) = keep {
         keep.keep(&output);
     }
-    Ok(Json(output.finished(&end)).into_response())
+    Ok(Json(output.finished(&done.ending)).into_response())
 }
 
 /// Frames as an SSE response, with keep-alive comments during a long
 /// prefill.
-fn sse(frames: futures_util::stream::BoxStream<'static, Frame>) -> Response {
-    let events = frames
-        .map(|frame| Ok::<_, Infallible>(SseEvent::default().event(frame.kind).data(frame.data)));
-    let response = Sse::new(events)
-        .keep_alive(
-            KeepAlive::new()
-                .interval(Duration::from_secs(15))
-                .text("keep-alive"),
-        )
-        .into_response();
-    super::streaming(response)
+fn sse(frames: impl futures_util::Stream<Item = Frame> + Send + 'static) -> Response {
+    let keep_alive = KeepAlive::new()
+        .interval(Duration::from_secs(15))
+        .text("keep-alive");
+    drive::sse(frames, keep_alive)
 }
 
-/// Streams the generation as events, read by the response body itself (as
-/// the OpenAI API's streams are): a client that disconnects drops the
-/// body, which drops the generation and aborts it.
-fn stream_response(running: Running, output: Output, keep: Option<Keep>) -> Response {
-    struct State {
-        running: Running,
-        output: Output,
-        keep: Option<Keep>,
-        started: bool,
+impl SseFrame for Frame {
+    fn event(self) -> SseEvent {
+        SseEvent::default().event(self.kind).data(self.data)
     }
-    let state = State {
-        running,
-        output,
-        keep,
-        started: false,
-    };
-    let frames = futures_util::stream::unfold(state, |mut state| async move {
-        let mut out = Vec::new();
-        if !state.started {
-            state.started = true;
-            state.output.start(&mut out);
-            return Some((futures_util::stream::iter(out), state));
-        }
-        let batch = state.running.next().await?;
-        state.output.batch(&batch, &mut out);
+}
+
+/// A response's events as they stream: `response.created` and
+/// `response.in_progress`, then each batch's; the finished response is
+/// kept when its request asked for it.
+struct Events {
+    output: Output,
+    keep: Option<Keep>,
+}
+
+impl Framer for Events {
+    type Frame = Frame;
+
+    fn start(&mut self, out: &mut Vec<Frame>) {
+        self.output.start(out);
+    }
+
+    fn batch(&mut self, batch: &Batch, out: &mut Vec<Frame>) {
+        self.output.batch(batch, out);
         if batch.end.is_some()
-            && let Some(keep) = state.keep.take()
+            && let Some(keep) = self.keep.take()
         {
-            keep.keep(&state.output);
+            keep.keep(&self.output);
         }
-        Some((futures_util::stream::iter(out), state))
-    })
-    .flatten()
-    .boxed();
-    sse(frames)
+    }
+}
+
+/// Streams the generation as events (see [`drive`](super::drive)).
+fn stream_response(running: Running, output: Output, keep: Option<Keep>) -> Response {
+    sse(drive::frames(running, Events { output, keep }))
 }
 
 /// `POST /v1/responses/input_tokens`: the tokens a request's input would

@@ -17,10 +17,10 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::super::openai::options::{self, RESPONSES};
 use crate::service::Sampling;
 use crate::service::{
-    Generate, Input, Message, OutputFormat, Part, ServiceError, Speaker, ToolCall, ToolChoice,
-    parse_source,
+    Generate, Input, Message, Part, ServiceError, Speaker, ToolCall, ToolChoice, parse_source,
 };
 
 /// `text`: the answer's format and verbosity.
@@ -196,61 +196,10 @@ pub fn input_messages(input: Option<&Value>) -> Result<Vec<Message>, ServiceErro
     let mut messages: Vec<Message> = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let at = format!("input[{i}]");
-        if !item.is_object() {
-            return Err(invalid(&at, format!("`{at}` must be an object")));
-        }
-        let kind = match item.get("type") {
-            None | Some(Value::Null) => "message",
-            Some(Value::String(kind)) => kind.as_str(),
-            Some(_) => {
-                return Err(invalid(
-                    format!("{at}.type"),
-                    format!("`{at}.type` must be a string"),
-                ));
-            }
-        };
-        match kind {
-            "message" => {
-                let speaker = match field(item, "role", &at)? {
-                    "user" => Speaker::User,
-                    "assistant" => Speaker::Assistant,
-                    "system" | "developer" => Speaker::System,
-                    other => {
-                        return Err(invalid(
-                            format!("{at}.role"),
-                            format!(
-                                "`{at}.role` must be user, assistant, system or developer, got \
-                                 {other:?}"
-                            ),
-                        ));
-                    }
-                };
-                let parts = content(
-                    item.get("content").unwrap_or(&Value::Null),
-                    &format!("{at}.content"),
-                )?;
-                messages.push(Message {
-                    speaker,
-                    parts,
-                    tool_calls: Vec::new(),
-                });
-            }
+        match item_type(item, &at)? {
+            "message" => messages.push(message_item(item, &at)?),
             "function_call" => {
-                let arguments = match item.get("arguments") {
-                    None | Some(Value::Null) => String::new(),
-                    Some(Value::String(text)) => text.clone(),
-                    Some(_) => {
-                        return Err(invalid(
-                            format!("{at}.arguments"),
-                            format!("`{at}.arguments` must be a string (the arguments' JSON text)"),
-                        ));
-                    }
-                };
-                let call = ToolCall {
-                    id: field(item, "call_id", &at)?.to_owned(),
-                    name: field(item, "name", &at)?.to_owned(),
-                    arguments,
-                };
+                let call = function_call_item(item, &at)?;
                 // A run of calls (with the text before them) is one
                 // assistant turn.
                 match messages.last_mut() {
@@ -262,22 +211,7 @@ pub fn input_messages(input: Option<&Value>) -> Result<Vec<Message>, ServiceErro
                     }),
                 }
             }
-            "function_call_output" => {
-                field(item, "call_id", &at)?;
-                let output = item.get("output").unwrap_or(&Value::Null);
-                if output.is_null() {
-                    return Err(invalid(
-                        format!("{at}.output"),
-                        format!("`{at}.output` is required"),
-                    ));
-                }
-                let parts = content(output, &format!("{at}.output"))?;
-                messages.push(Message {
-                    speaker: Speaker::Tool,
-                    parts,
-                    tool_calls: Vec::new(),
-                });
-            }
+            "function_call_output" => messages.push(function_call_output_item(item, &at)?),
             // The model's earlier thinking is not sent again.
             "reasoning" => {}
             other => {
@@ -292,6 +226,82 @@ pub fn input_messages(input: Option<&Value>) -> Result<Vec<Message>, ServiceErro
         }
     }
     Ok(messages)
+}
+
+/// An input item's type: `message` when it has none.
+fn item_type<'a>(item: &'a Value, at: &str) -> Result<&'a str, ServiceError> {
+    if !item.is_object() {
+        return Err(invalid(at, format!("`{at}` must be an object")));
+    }
+    match item.get("type") {
+        None | Some(Value::Null) => Ok("message"),
+        Some(Value::String(kind)) => Ok(kind.as_str()),
+        Some(_) => Err(invalid(
+            format!("{at}.type"),
+            format!("`{at}.type` must be a string"),
+        )),
+    }
+}
+
+/// A `message` item: its role and content.
+fn message_item(item: &Value, at: &str) -> Result<Message, ServiceError> {
+    let speaker = match field(item, "role", at)? {
+        "user" => Speaker::User,
+        "assistant" => Speaker::Assistant,
+        "system" | "developer" => Speaker::System,
+        other => {
+            return Err(invalid(
+                format!("{at}.role"),
+                format!("`{at}.role` must be user, assistant, system or developer, got {other:?}"),
+            ));
+        }
+    };
+    let parts = content(
+        item.get("content").unwrap_or(&Value::Null),
+        &format!("{at}.content"),
+    )?;
+    Ok(Message {
+        speaker,
+        parts,
+        tool_calls: Vec::new(),
+    })
+}
+
+/// A `function_call` item: the call the model made.
+fn function_call_item(item: &Value, at: &str) -> Result<ToolCall, ServiceError> {
+    let arguments = match item.get("arguments") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(_) => {
+            return Err(invalid(
+                format!("{at}.arguments"),
+                format!("`{at}.arguments` must be a string (the arguments' JSON text)"),
+            ));
+        }
+    };
+    Ok(ToolCall {
+        id: field(item, "call_id", at)?.to_owned(),
+        name: field(item, "name", at)?.to_owned(),
+        arguments,
+    })
+}
+
+/// A `function_call_output` item: a tool turn.
+fn function_call_output_item(item: &Value, at: &str) -> Result<Message, ServiceError> {
+    field(item, "call_id", at)?;
+    let output = item.get("output").unwrap_or(&Value::Null);
+    if output.is_null() {
+        return Err(invalid(
+            format!("{at}.output"),
+            format!("`{at}.output` is required"),
+        ));
+    }
+    let parts = content(output, &format!("{at}.output"))?;
+    Ok(Message {
+        speaker: Speaker::Tool,
+        parts,
+        tool_calls: Vec::new(),
+    })
 }
 
 /// `tools`: function tools in the service's shape; other tool types are
@@ -367,54 +377,12 @@ fn tool_choice(value: Option<&Value>) -> Result<ToolChoice, ServiceError> {
     }
 }
 
-/// `text.format`: `{"type": "text" | "json_object" | "json_schema"}` (the
-/// schema's fields flat beside `type`).
-fn format(value: Option<&Value>) -> Result<OutputFormat, ServiceError> {
-    let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(OutputFormat::Text);
-    };
-    match value.get("type").and_then(Value::as_str) {
-        Some("text") => Ok(OutputFormat::Text),
-        Some("json_object") => Ok(OutputFormat::JsonObject),
-        Some("json_schema") => Ok(OutputFormat::JsonSchema {
-            name: value.get("name").and_then(Value::as_str).map(str::to_owned),
-            schema: value.get("schema").cloned().unwrap_or(Value::Null),
-            strict: value
-                .get("strict")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-        }),
-        _ => Err(invalid(
-            "text.format",
-            "`text.format.type` must be \"text\", \"json_object\" or \"json_schema\"",
-        )),
-    }
-}
-
-/// Thinking on or off from `reasoning.effort`: `"none"` is off, the
-/// levels are on.
-fn thinking(effort: Option<&str>) -> Result<Option<bool>, ServiceError> {
-    match effort {
-        None => Ok(None),
-        Some("none") => Ok(Some(false)),
-        Some("minimal" | "low" | "medium" | "high" | "xhigh" | "max") => Ok(Some(true)),
-        Some(other) => Err(invalid(
-            "reasoning.effort",
-            format!(
-                "`reasoning.effort` must be \"none\", \"minimal\", \"low\", \"medium\", \"high\", \
-                 \"xhigh\" or \"max\", got {other:?}"
-            ),
-        )),
-    }
-}
-
 impl Request {
-    /// The service's request and what the response repeats.
-    ///
-    /// # Errors
-    /// A malformed field, or an option no backend honours (`background`,
-    /// a stored `prompt` template, a `conversation`, log probabilities).
-    pub fn translate(self) -> Result<Translated, ServiceError> {
+    /// Refuses the options no backend honours (`background`, a stored
+    /// `prompt` template, a `conversation`, log probabilities) and a
+    /// malformed `truncation`; the fields that describe the caller are
+    /// read for their types only.
+    fn refuse_unsupported(&self) -> Result<(), ServiceError> {
         if self.background == Some(true) {
             return Err(unsupported(
                 "background",
@@ -462,13 +430,17 @@ impl Request {
             &self.stream_options,
             self.max_tool_calls,
         );
-        let input = input_messages(self.input.as_ref())?;
-        let (offered, echoed_tools) = tools(self.tools)?;
-        let choice = tool_choice(self.tool_choice.as_ref())?;
-        let text = self.text.unwrap_or_default();
-        let output_format = format(text.format.as_ref())?;
-        let reasoning = self.reasoning.unwrap_or_default();
-        let enable_thinking = thinking(reasoning.effort.as_deref())?;
+        Ok(())
+    }
+
+    /// The response object's fields that repeat the request: `tools` the
+    /// function tools offered, `text` and `reasoning` as given.
+    fn echo(
+        &self,
+        tools: Vec<Value>,
+        text: TextConfig,
+        reasoning: ReasoningConfig,
+    ) -> Map<String, Value> {
         let mut echo = Map::new();
         echo.insert(
             "instructions".into(),
@@ -491,10 +463,11 @@ impl Request {
         echo.insert(
             "tool_choice".into(),
             self.tool_choice
+                .clone()
                 .filter(|c| !c.is_null())
                 .unwrap_or_else(|| json!("auto")),
         );
-        echo.insert("tools".into(), Value::Array(echoed_tools));
+        echo.insert("tools".into(), Value::Array(tools));
         let mut text_echo = json!({"format": text.format.filter(|f| !f.is_null())
             .unwrap_or_else(|| json!({"type": "text"}))});
         if let Some(verbosity) = text.verbosity {
@@ -514,10 +487,28 @@ impl Request {
         );
         echo.insert(
             "metadata".into(),
-            Value::Object(self.metadata.unwrap_or_default()),
+            Value::Object(self.metadata.clone().unwrap_or_default()),
         );
         echo.insert("store".into(), json!(self.store.unwrap_or(true)));
         echo.insert("user".into(), json!(self.user));
+        echo
+    }
+
+    /// The service's request and what the response repeats.
+    ///
+    /// # Errors
+    /// A malformed field, or an option no backend honours (`background`,
+    /// a stored `prompt` template, a `conversation`, log probabilities).
+    pub fn translate(mut self) -> Result<Translated, ServiceError> {
+        self.refuse_unsupported()?;
+        let input = input_messages(self.input.as_ref())?;
+        let (offered, echoed_tools) = tools(self.tools.take())?;
+        let choice = tool_choice(self.tool_choice.as_ref())?;
+        let text = self.text.take().unwrap_or_default();
+        let output_format = options::format(text.format.as_ref(), &RESPONSES)?;
+        let reasoning = self.reasoning.take().unwrap_or_default();
+        let enable_thinking = options::thinking(reasoning.effort.as_deref(), &RESPONSES)?;
+        let echo = self.echo(echoed_tools, text, reasoning);
         Ok(Translated {
             generate: Generate {
                 model: self.model,

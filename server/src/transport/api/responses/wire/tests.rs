@@ -1,6 +1,7 @@
 //! Tests of `wire.rs`.
 
 use super::*;
+use crate::service::OutputFormat;
 
 fn translate(body: Value) -> Result<Translated, ServiceError> {
     let request: Request = crate::service::parse_body(body.to_string().as_bytes())?;

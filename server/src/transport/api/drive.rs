@@ -1,0 +1,98 @@
+//! The one loop under every streaming API: a generation's batches
+//! ([`Running::next`]) handed to the API's [`Framer`], which turns each
+//! into its wire's frames (SSE events, NDJSON lines), yielded as they are
+//! made. The loop is read by the response body itself: the connection's
+//! task waits on the stream and writes the frames, with no task in
+//! between, and a client that disconnects drops the body, which drops the
+//! generation and aborts it.
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::{Stream, StreamExt};
+
+use crate::service::{Batch, Running};
+
+/// What one API makes of a generation: its frames before the first batch,
+/// and those of each batch (the last batch carries the end).
+pub trait Framer: Send + 'static {
+    /// One unit of the wire (an SSE event's data, a named event, lines).
+    type Frame: Send + 'static;
+
+    /// The frames that go out before the generation's first batch (none
+    /// unless the API opens its stream with something of its own).
+    fn start(&mut self, _out: &mut Vec<Self::Frame>) {}
+
+    /// The frames of one batch, in order.
+    fn batch(&mut self, batch: &Batch, out: &mut Vec<Self::Frame>);
+}
+
+/// The frames of `running` as `framer` makes them: its start, then each
+/// batch's as soon as the batch is read, until the end.
+pub fn frames<F: Framer>(running: Running, framer: F) -> impl Stream<Item = F::Frame> + Send {
+    struct Driven<F> {
+        running: Running,
+        framer: F,
+        started: bool,
+    }
+    let driven = Driven {
+        running,
+        framer,
+        started: false,
+    };
+    futures_util::stream::unfold(driven, |mut driven| async move {
+        let mut out = Vec::new();
+        if !driven.started {
+            driven.started = true;
+            driven.framer.start(&mut out);
+            if !out.is_empty() {
+                return Some((futures_util::stream::iter(out), driven));
+            }
+        }
+        let batch = driven.running.next().await?;
+        driven.framer.batch(&batch, &mut out);
+        Some((futures_util::stream::iter(out), driven))
+    })
+    .flatten()
+}
+
+/// A frame that is one server-sent event.
+pub trait SseFrame: Send + 'static {
+    /// The event.
+    fn event(self) -> SseEvent;
+}
+
+/// An unnamed event: the data alone (OpenAI's chunks).
+impl SseFrame for String {
+    fn event(self) -> SseEvent {
+        SseEvent::default().data(self)
+    }
+}
+
+/// A named event: its name and its data.
+impl SseFrame for (&'static str, String) {
+    fn event(self) -> SseEvent {
+        SseEvent::default().event(self.0).data(self.1)
+    }
+}
+
+/// `frames` as an SSE response, with `keep_alive` while nothing else goes
+/// out (a long prefill) and the streaming headers.
+pub fn sse<T: SseFrame>(
+    frames: impl Stream<Item = T> + Send + 'static,
+    keep_alive: KeepAlive,
+) -> Response {
+    let events = frames.map(|frame| Ok::<_, Infallible>(frame.event()));
+    let response = Sse::new(events).keep_alive(keep_alive).into_response();
+    super::streaming(response)
+}
+
+/// `frames` (each a run of whole lines) as an NDJSON response body, one
+/// body chunk per frame.
+pub fn ndjson(frames: impl Stream<Item = Bytes> + Send + 'static) -> Response {
+    let body = Body::from_stream(frames.map(Ok::<_, Infallible>));
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+}
