@@ -191,10 +191,18 @@ fn end_generated(job: &Job, generation: &crate::backend::Generation, ran: &Ran) 
         .with_rate(usage.completion_tokens);
         (finish_reason, usage, timings)
     };
-    let mut ended_here = None;
-    stream.end_with(|counted| {
+    let ended_here = stream.end_with(|counted| {
         let (finish_reason, usage, timings) = outcome(counted);
-        ended_here = Some((finish_reason, usage, timings));
+        // Recorded before the end is seen: whoever reads the end and then
+        // the metrics finds the generation counted.
+        record_generation(
+            stream,
+            job.priority,
+            finish_reason,
+            usage,
+            &timings,
+            generation.memory_mb,
+        );
         EndInfo {
             timings: Some(timings),
             embedding: generation.embedding.as_deref().map(Into::into),
@@ -202,20 +210,19 @@ fn end_generated(job: &Job, generation: &crate::backend::Generation, ran: &Ran) 
             ..EndInfo::new(finish_reason, usage)
         }
     });
-    // A stream aborted (or expired) while it ran ended before the runner
-    // returned: the generation is recorded all the same.
-    let (finish_reason, usage, timings) = ended_here.unwrap_or_else(|| {
+    if !ended_here {
+        // A stream aborted (or expired) while it ran ended before the
+        // runner returned: the generation is recorded all the same.
         let end = stream.end_info();
         let (_, usage, timings) = outcome(end.as_ref().map(|e| e.usage).unwrap_or_default());
         let finish_reason = end.map_or(FinishReason::Abort, |e| e.finish_reason);
-        (finish_reason, usage, timings)
-    });
-    record_generation(
-        stream,
-        job.priority,
-        finish_reason,
-        usage,
-        &timings,
-        generation.memory_mb,
-    );
+        record_generation(
+            stream,
+            job.priority,
+            finish_reason,
+            usage,
+            &timings,
+            generation.memory_mb,
+        );
+    }
 }
