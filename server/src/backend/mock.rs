@@ -86,7 +86,7 @@ impl Backend for MockBackend {
     }
 
     fn check(&self, request: &ValidRunRequest) -> Result<(), String> {
-        let directives = parse_directives(&request.prompt.text)?;
+        let directives = parse_directives(&input_of(request))?;
         if (directives.crash_after.is_some() || directives.stall_after.is_some())
             && !self.config.isolated
         {
@@ -249,7 +249,7 @@ impl Fnv {
 fn seed_of(request: &ValidRunRequest) -> u64 {
     let mut h = Fnv::new();
     h.bytes(request.model.as_bytes());
-    h.bytes(request.prompt.text.as_bytes());
+    h.bytes(input_of(request).as_bytes());
     h.bytes(request.prompt.role.as_str().as_bytes());
     h.bytes(&[u8::from(request.prompt.thinking)]);
     let s = &request.sampling;
@@ -307,6 +307,16 @@ fn split_pieces(rng: &mut Rng, bytes: &[u8], out: &mut Vec<Vec<u8>>) {
     }
 }
 
+/// What the mock model reads of a request: its prompt, and after it the
+/// start of the reply to continue (an assistant message last), as a
+/// runtime whose template opens the reply before it would have it.
+fn input_of(request: &ValidRunRequest) -> std::borrow::Cow<'_, str> {
+    match &request.prompt.prefill {
+        Some(prefill) => format!("{}{prefill}", request.prompt.text).into(),
+        None => request.prompt.text.as_str().into(),
+    }
+}
+
 /// The token pieces of the next word of an echoed `text` (the word with
 /// the spaces after it); returns the rest of the text.
 fn next_echoed_word<'a>(rng: &mut Rng, text: &'a [u8], out: &mut Vec<Vec<u8>>) -> &'a [u8] {
@@ -361,7 +371,7 @@ impl Runner for MockRunner {
         }
         let prefilled = match request.prompt.turns().map(|c| self.conversation.plan(c)) {
             Some(Plan::Continue(turn)) => turn.text.len(),
-            _ => request.prompt.text.len(),
+            _ => input_of(request).len(),
         };
         sink.set_prompt_tokens(u32::try_from(prefilled.div_ceil(4).max(1)).unwrap_or(u32::MAX));
         let result = self.produce(request, sink);
@@ -426,11 +436,11 @@ impl MockRunner {
         request: &ValidRunRequest,
         sink: &mut TokenSink<'_>,
     ) -> Result<Generation, BackendError> {
-        let directives =
-            parse_directives(&request.prompt.text).map_err(|message| BackendError::Runtime {
-                code: None,
-                message,
-            })?;
+        let input = input_of(request);
+        let directives = parse_directives(&input).map_err(|message| BackendError::Runtime {
+            code: None,
+            message,
+        })?;
         // A tool's result (role `tool`) is answered with text, not another
         // call; so is a request that offers no tools.
         let offers_tools = request.prompt.tools.is_some();
@@ -441,7 +451,7 @@ impl MockRunner {
         // An echo ends with its text; otherwise the reply has a natural length.
         let mut echo = directives
             .echo_from
-            .map(|at| request.prompt.text[at..].trim_start().as_bytes());
+            .map(|at| input[at..].trim_start().as_bytes());
         let natural = match echo {
             Some(_) => u64::MAX,
             None => directives.length.unwrap_or(16 + seed % 48),

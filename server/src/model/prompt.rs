@@ -76,6 +76,13 @@ pub struct Prompt {
     /// Strings that end the reply (the template's own).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
+    /// The start of the reply the model is to continue (an assistant
+    /// message last), where the runtime's own template writes the prompt:
+    /// only a runner that can put it after the template's reply header can
+    /// honour it. With a template the server renders, the text itself ends
+    /// inside that message and this is `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<String>,
 }
 
 impl From<&str> for Prompt {
@@ -184,6 +191,10 @@ pub async fn build(
     match input {
         Input::Chat(messages) => {
             let messages = system_first(messages);
+            let prefill = prefill_of(&messages);
+            if prefill.is_some() {
+                return build_continuing(template, messages, options, render).await;
+            }
             let (transcript, role) = prompt_of(&messages).map_err(invalid)?;
             let sources: Vec<ImageSource> =
                 messages.iter().flat_map(Message::images).cloned().collect();
@@ -204,6 +215,7 @@ pub async fn build(
                             turns: None,
                         }),
                         stop: template.stop_strings(),
+                        prefill: None,
                     }
                 }
                 ChatTemplate::Builtin => Prompt {
@@ -216,6 +228,7 @@ pub async fn build(
                         turns: Some(turns(&messages)),
                     }),
                     stop: Vec::new(),
+                    prefill: None,
                 },
                 server_side => Prompt {
                     text: server_side.render(&turns(&messages)),
@@ -224,6 +237,7 @@ pub async fn build(
                     tools: options.tools,
                     chat: None,
                     stop: server_side.stop_strings(),
+                    prefill: None,
                 },
             };
             Ok((prompt, sources))
@@ -251,10 +265,60 @@ pub async fn build(
                 tools: options.tools,
                 chat: None,
                 stop: template.stop_strings(),
+                prefill: None,
             };
             Ok((prompt, images))
         }
     }
+}
+
+/// The text of the last message when it is the assistant's and can be
+/// continued (it carries no tool calls).
+fn prefill_of(messages: &[Message]) -> Option<String> {
+    let last = messages.last()?;
+    (last.speaker == Speaker::Assistant && last.tool_calls.is_empty()).then(|| last.rendered())
+}
+
+/// The prompt of a conversation whose last message is the assistant's: the
+/// model's input ends inside that message, and its reply is the
+/// continuation. The messages before it end as any conversation must.
+async fn build_continuing(
+    template: &ChatTemplate,
+    messages: Vec<Message>,
+    options: Options,
+    render: &impl Render,
+) -> Result<(Prompt, Vec<ImageSource>), PromptError> {
+    let (last, earlier) = messages
+        .split_last()
+        .ok_or_else(|| invalid("`messages` must not be empty"))?;
+    if earlier.iter().all(|m| m.speaker == Speaker::System) {
+        return Err(invalid(
+            "an assistant message to continue must follow a user message",
+        ));
+    }
+    let (transcript, role) = prompt_of(earlier).map_err(invalid)?;
+    let sources: Vec<ImageSource> = messages.iter().flat_map(Message::images).cloned().collect();
+    let thinking = options.thinking.unwrap_or(false);
+    let text = match template {
+        ChatTemplate::Jinja(jinja) => {
+            let mut job = render_job(jinja, &messages, options.tools.clone(), options.thinking);
+            job.continue_final = true;
+            render.render(job).await.map_err(invalid)?
+        }
+        ChatTemplate::Builtin => transcript,
+        server_side => server_side.render_continuing(&turns(&messages)),
+    };
+    let builtin = *template == ChatTemplate::Builtin;
+    let prompt = Prompt {
+        text,
+        role: if builtin { role } else { Role::User },
+        thinking,
+        tools: options.tools,
+        chat: None,
+        stop: template.stop_strings(),
+        prefill: builtin.then(|| last.rendered()),
+    };
+    Ok((prompt, sources))
 }
 
 /// The render of a conversation (its system messages first) in the
@@ -297,6 +361,7 @@ pub fn render_job(
         now_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        continue_final: false,
     }
 }
 
@@ -437,5 +502,86 @@ mod tests {
             call.rendered(),
             "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\":1}}\n</tool_call>"
         );
+    }
+
+    /// Renders in this thread: the tests' stand-in for the sandbox.
+    struct InThread;
+
+    impl Render for InThread {
+        async fn render(&self, job: RenderJob) -> Result<String, String> {
+            job.run()
+        }
+    }
+
+    fn continued(template: &ChatTemplate) -> Result<Prompt, PromptError> {
+        let messages = vec![
+            Message::text(Speaker::User, "hi"),
+            Message::text(Speaker::Assistant, "Sure, here is"),
+        ];
+        build_now(template, Input::Chat(messages))
+    }
+
+    #[test]
+    fn an_assistant_message_last_is_continued_inside_it() {
+        let jinja = ChatTemplate::Jinja(JinjaTemplate {
+            source: "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}\
+                     {% if add_generation_prompt %}<|assistant|>{% endif %}"
+                .into(),
+            bos_token: String::new(),
+            eos_token: "<|end|>".into(),
+        });
+        let prompt = continued(&jinja).unwrap();
+        assert_eq!(prompt.text, "<|user|>hi<|end|><|assistant|>Sure, here is");
+        assert_eq!(prompt.prefill, None);
+        let prompt = continued(&ChatTemplate::ChatMl).unwrap();
+        assert!(
+            prompt
+                .text
+                .ends_with("<|im_end|>\n<|im_start|>assistant\nSure, here is"),
+            "{}",
+            prompt.text
+        );
+        // The runtime's own template opens the reply itself: the start of
+        // the reply goes apart, for a runner that can put it there.
+        let prompt = continued(&ChatTemplate::Builtin).unwrap();
+        assert_eq!(
+            (prompt.text.as_str(), prompt.prefill.as_deref(), prompt.role),
+            ("hi", Some("Sure, here is"), Role::User)
+        );
+    }
+
+    #[test]
+    fn an_assistant_message_alone_or_with_calls_is_not_continued() {
+        let alone = vec![Message::text(Speaker::Assistant, "x")];
+        let err = build_now(&ChatTemplate::Builtin, Input::Chat(alone)).unwrap_err();
+        assert!(err.message.contains("must follow a user message"), "{err}");
+        let called = vec![
+            Message::text(Speaker::User, "hi"),
+            Message {
+                tool_calls: vec![ToolCall {
+                    id: "call_1".into(),
+                    name: "f".into(),
+                    arguments: "{}".into(),
+                }],
+                ..Message::text(Speaker::Assistant, "")
+            },
+        ];
+        let err = build_now(&ChatTemplate::Builtin, Input::Chat(called)).unwrap_err();
+        assert!(
+            err.message.contains("must be from `user` or `tool`"),
+            "{err}"
+        );
+    }
+
+    /// Builds a prompt, rendering in this thread (ready at once).
+    fn build_now(template: &ChatTemplate, input: Input) -> Result<Prompt, PromptError> {
+        let built = build(template, input, Options::default(), &InThread);
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        let mut built = std::pin::pin!(built);
+        match built.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(result) => result.map(|(prompt, _)| prompt),
+            std::task::Poll::Pending => panic!("building is ready at once"),
+        }
     }
 }

@@ -102,6 +102,7 @@ mod tests {
             tools: None,
             enable_thinking: None,
             now_unix: 0,
+            continue_final: false,
         });
         let mut input = serde_json::to_vec(&job).unwrap();
         input.extend_from_slice(b"\nnot json\n");

@@ -17,6 +17,7 @@ fn job(source: &str) -> RenderJob {
         tools: None,
         enable_thinking: None,
         now_unix: 0,
+        continue_final: false,
     }
 }
 

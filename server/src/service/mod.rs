@@ -227,10 +227,24 @@ impl Service {
     /// tool message).
     pub fn estimate_tokens(&self, request: &Generate) -> Result<u32, ServiceError> {
         let prompt_bytes = match &request.input {
-            Input::Chat(messages) => prompt_of(&system_first(messages.clone()))
-                .map_err(|m| ServiceError::invalid("messages", m))?
-                .0
-                .len(),
+            Input::Chat(messages) => {
+                let messages = system_first(messages.clone());
+                // An assistant message last is continued: counted after
+                // what comes before it.
+                let (earlier, continued) = match messages.split_last() {
+                    Some((last, earlier))
+                        if last.speaker == Speaker::Assistant && last.tool_calls.is_empty() =>
+                    {
+                        (earlier, last.rendered().len())
+                    }
+                    _ => (&messages[..], 0),
+                };
+                prompt_of(earlier)
+                    .map_err(|m| ServiceError::invalid("messages", m))?
+                    .0
+                    .len()
+                    + continued
+            }
             Input::Prompt { text, system, .. } => {
                 text.len() + system.as_ref().map_or(0, |s| s.len() + 2)
             }

@@ -121,6 +121,7 @@ async fn test_render(sandbox: &Sandbox, template: JinjaTemplate) -> Result<Jinja
         tools: None,
         enable_thinking: None,
         now_unix: 0,
+        continue_final: false,
     };
     match sandbox.render(job.clone()).await {
         Ok(_) => Ok(job.template),

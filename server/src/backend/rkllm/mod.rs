@@ -212,6 +212,15 @@ impl Backend for RkllmBackend {
     }
 
     fn check(&self, request: &ValidRunRequest) -> Result<(), String> {
+        if request.prompt.prefill.is_some() {
+            return Err(format!(
+                "model `{}` uses the runtime's built-in chat template, which always opens a new \
+                 reply: a conversation whose last message is the assistant's cannot be \
+                 continued. Give the model its own chat template (`chat_template` in its \
+                 [[models]] entry; a model pulled with its tokenizer has one)",
+                request.model
+            ));
+        }
         // A constraint needs logits mode, a callback's pause and token
         // input: every runtime this build binds (1.2.1 and later) has them.
         if !self.decodes_in_server {

@@ -92,6 +92,46 @@ impl JinjaTemplate {
         messages: &[TemplateMessage],
         options: RenderOptions<'_>,
     ) -> Result<String, String> {
+        self.render_with(messages, options, true)
+    }
+
+    /// Renders `messages` whose last is an assistant message to continue,
+    /// as `transformers`' `continue_final_message` does: without the
+    /// generation prompt, cut right after that message's text, so that
+    /// the input ends inside it (no end of turn after it).
+    ///
+    /// # Errors
+    /// What the template raised or failed on, or a template that does not
+    /// write the message's text as it is.
+    pub fn render_continuing(
+        &self,
+        messages: &[TemplateMessage],
+        options: RenderOptions<'_>,
+    ) -> Result<String, String> {
+        let last = messages
+            .last()
+            .filter(|m| m.role == "assistant")
+            .ok_or("the last message is not the assistant's")?;
+        let mut rendered = self.render_with(messages, options, false)?;
+        let text = last.content.trim_end();
+        let at = rendered
+            .rfind(last.content.as_str())
+            .map(|at| at + last.content.len())
+            .or_else(|| rendered.rfind(text).map(|at| at + text.len()))
+            .ok_or(
+                "the model's chat template does not write the last assistant message as it is, \
+                 so it cannot be continued",
+            )?;
+        rendered.truncate(at);
+        Ok(rendered)
+    }
+
+    fn render_with(
+        &self,
+        messages: &[TemplateMessage],
+        options: RenderOptions<'_>,
+        generation_prompt: bool,
+    ) -> Result<String, String> {
         let env = environment(options.now);
         let template = env
             .template_from_str(&self.source)
@@ -107,7 +147,7 @@ impl JinjaTemplate {
                 Value::from(messages.iter().map(message_value).collect::<Vec<_>>()),
             ),
             ("tools", tools),
-            ("add_generation_prompt", Value::from(true)),
+            ("add_generation_prompt", Value::from(generation_prompt)),
             ("bos_token", Value::from(self.bos_token.as_str())),
             ("eos_token", Value::from(self.eos_token.as_str())),
         ];
@@ -156,6 +196,10 @@ pub struct RenderJob {
     pub enable_thinking: Option<bool>,
     /// The time `strftime_now` tells, in Unix seconds.
     pub now_unix: u64,
+    /// Continue the last message (an assistant's) instead of opening a
+    /// reply after it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continue_final: bool,
 }
 
 impl RenderJob {
@@ -164,14 +208,16 @@ impl RenderJob {
     /// # Errors
     /// What the template raised or failed on.
     pub fn run(&self) -> Result<String, String> {
-        self.template.render(
-            &self.messages,
-            RenderOptions {
-                tools: self.tools.as_deref(),
-                enable_thinking: self.enable_thinking,
-                now: UNIX_EPOCH + std::time::Duration::from_secs(self.now_unix),
-            },
-        )
+        let options = RenderOptions {
+            tools: self.tools.as_deref(),
+            enable_thinking: self.enable_thinking,
+            now: UNIX_EPOCH + std::time::Duration::from_secs(self.now_unix),
+        };
+        if self.continue_final {
+            self.template.render_continuing(&self.messages, options)
+        } else {
+            self.template.render(&self.messages, options)
+        }
     }
 }
 

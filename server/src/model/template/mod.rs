@@ -79,6 +79,21 @@ impl ChatTemplate {
         }
     }
 
+    /// Renders a conversation whose last turn is the assistant's, as the
+    /// start of the reply to continue: the earlier turns as [`Self::render`]
+    /// writes them, then the assistant's opening and its text, with no end
+    /// of turn (ChatML, Llama 3, custom; nothing for the others).
+    pub fn render_continuing(&self, conversation: &[Turn]) -> String {
+        let Some((last, earlier)) = conversation.split_last() else {
+            return String::new();
+        };
+        let opened = self.render(earlier);
+        match self {
+            Self::Builtin | Self::Jinja(_) => String::new(),
+            _ => format!("{opened}{}", last.text),
+        }
+    }
+
     /// Renders a conversation, ending with the assistant's header: the
     /// templates rendered here (ChatML, Llama 3, custom); nothing for the
     /// runtime's own and the model's Jinja one, which are rendered
