@@ -162,6 +162,19 @@ def test_ollama_thinking_apart_from_the_answer(base, model, directive, think):
     assert parts[-1].done_reason == "stop"
 
 
+def test_the_max_effort_and_level_switch_thinking_on(base):
+    # OpenAI's `reasoning_effort: "max"` and Ollama's `think: "max"` (the
+    # raw request: the client's types stop at "high").
+    prompt = f"{QUESTION} @mock(think=1)"
+    chat = openai_client(base).chat.completions.create(
+        model="mock", messages=user(prompt), reasoning_effort="max")
+    assert_apart(chat.choices[0].message.reasoning_content, chat.choices[0].message.content)
+    response = httpx.post(base + "/api/chat", json={
+        "model": "mock", "messages": user(prompt), "think": "max", "stream": False}, timeout=60)
+    assert response.status_code == 200, response.text
+    assert_apart(response.json()["message"]["thinking"], response.json()["message"]["content"])
+
+
 @pytest.mark.parametrize("model,directive", SHAPES)
 def test_ollama_thinking_switched_off(base, model, directive):
     client = ollama_client(base)
@@ -611,7 +624,7 @@ OPENAI_REFUSED = [
     ({"stop": ""}, "stop"),
     ({"temperature": "hot"}, "temperature"),
     ({"max_tokens": "many"}, "max_tokens"),
-    ({"reasoning_effort": "max"}, "reasoning_effort"),
+    ({"reasoning_effort": "maximal"}, "reasoning_effort"),
     ({"extra_body": {"chat_template_kwargs": {"enable_thinking": "yes"}}}, "chat_template_kwargs.enable_thinking"),
     ({"stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),

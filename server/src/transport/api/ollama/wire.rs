@@ -103,17 +103,20 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> ServiceError
     ServiceError::invalid(field, message)
 }
 
-/// `think`: true/false, or a level (`"low"`, `"medium"`, `"high"`: on).
+/// `think`: true/false, or a level (`"low"`, `"medium"`, `"high"`, `"max"`:
+/// on).
 pub fn think(value: Option<&Value>) -> Result<Option<bool>, ServiceError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(on)) => Ok(Some(*on)),
-        Some(Value::String(level)) if matches!(level.as_str(), "low" | "medium" | "high") => {
+        Some(Value::String(level))
+            if matches!(level.as_str(), "low" | "medium" | "high" | "max") =>
+        {
             Ok(Some(true))
         }
         Some(_) => Err(invalid(
             "think",
-            "`think` must be true, false, \"low\", \"medium\" or \"high\"",
+            "`think` must be true, false, \"low\", \"medium\", \"high\" or \"max\"",
         )),
     }
 }

@@ -29,11 +29,11 @@ pub const CHAT: Dialect = Dialect {
     format: "response_format",
     nested_schema: true,
     effort: "reasoning_effort",
-    levels: &["minimal", "low", "medium", "high", "xhigh"],
+    levels: &["minimal", "low", "medium", "high", "xhigh", "max"],
 };
 
 /// The Responses API: `text.format` (`json_schema` flat) and
-/// `reasoning.effort`, which also takes `max`.
+/// `reasoning.effort`.
 pub const RESPONSES: Dialect = Dialect {
     format: "text.format",
     nested_schema: false,
@@ -149,8 +149,8 @@ mod tests {
         let err = thinking(Some("huge"), &CHAT).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "`reasoning_effort` must be \"none\", \"minimal\", \"low\", \"medium\", \"high\" or \
-             \"xhigh\", got \"huge\""
+            "`reasoning_effort` must be \"none\", \"minimal\", \"low\", \"medium\", \"high\", \
+             \"xhigh\" or \"max\", got \"huge\""
         );
         assert_eq!(err.field(), Some("reasoning_effort"));
         let err = thinking(Some("huge"), &RESPONSES).unwrap_err();
@@ -160,7 +160,7 @@ mod tests {
                 .ends_with("\"xhigh\" or \"max\", got \"huge\"")
         );
         assert_eq!(thinking(Some("max"), &RESPONSES).unwrap(), Some(true));
-        assert!(thinking(Some("max"), &CHAT).is_err());
+        assert_eq!(thinking(Some("max"), &CHAT).unwrap(), Some(true));
         assert_eq!(thinking(Some("none"), &CHAT).unwrap(), Some(false));
         assert_eq!(thinking(None, &RESPONSES).unwrap(), None);
     }

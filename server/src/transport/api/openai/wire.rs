@@ -426,7 +426,7 @@ mod tests {
             (json!({"user": 5}), "user"),
             (json!({"n": 2}), "n"),
             (json!({"logprobs": true}), "logprobs"),
-            (json!({"reasoning_effort": "max"}), "reasoning_effort"),
+            (json!({"reasoning_effort": "maximal"}), "reasoning_effort"),
             (json!({"temperature": "hot"}), "temperature"),
             (json!({"tools": [{"type": "function"}]}), "tools[0]"),
             (
