@@ -43,6 +43,9 @@ CODEX = AGENTS / "node_modules" / ".bin" / "codex"
 DOC = ROOT / "docs" / "agents.md"
 KEY = "agent-key"
 TASK = "Write the file hello.txt @mock(tool_call=1)"
+# The same task whose final answer is 2,000 tokens long: far past any cap
+# a client that names no length could meet.
+LONG_TASK = "Write the file hello.txt @mock(tool_call=1, length=2000)"
 # The mock model the agents use, with a context that holds their trimmed
 # prompts (about 2,400 tokens for Claude Code with one tool, 700 for Codex
 # with an empty base prompt), and one whose context does not.
@@ -213,6 +216,25 @@ def test_codex_runs_a_command_through_the_responses_api():
     assert counter(seen["metrics"], "responses") == 2
 
 
+def test_codex_completes_a_task_whose_answer_is_longer_than_any_default_cap():
+    # Codex names no length (no max_output_tokens): the answer runs until
+    # the model ends it, 2,000 tokens here, and the turn completes.
+    seen = run_scenario("codex-long")
+    done = seen["agent"]
+    assert done["rc"] == 0, done["stderr"][-2000:]
+    events = codex_events(done)
+    types = [e["type"] for e in events]
+    assert types[-1] == "turn.completed", types
+    assert not [e for e in events if e["type"] in ("error", "turn.failed")], events
+    [message] = [e["item"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "agent_message"]
+    assert message["text"]
+    # The answer's 2,000 tokens (and the first answer's few), as Codex counts them.
+    [completed] = [e for e in events if e["type"] == "turn.completed"]
+    assert completed["usage"]["output_tokens"] >= 2000, completed
+    requests = seen["requests"]
+    assert all("max_output_tokens" not in body(r) for r in requests)
+
+
 def test_codex_with_its_built_in_provider_falls_back_from_the_websocket():
     seen = run_scenario("codex-builtin")
     done = seen["agent"]
@@ -346,7 +368,7 @@ def claude_command(base: str, model: str, home: pathlib.Path) -> tuple[list[str]
     return command, env
 
 
-def codex_command(base: str, model: str, home: pathlib.Path, builtin: bool) -> tuple[list[str], dict]:
+def codex_command(base: str, model: str, home: pathlib.Path, builtin: bool, long: bool = False) -> tuple[list[str], dict]:
     codex_home = home / ".codex"
     codex_home.mkdir()
     config = fill(doc_block("Codex CLI", "toml"), base, model).replace("/home/<user>/.codex", str(codex_home))
@@ -360,7 +382,8 @@ def codex_command(base: str, model: str, home: pathlib.Path, builtin: bool) -> t
         config = f'openai_base_url = "{base}/v1"\n' + config
     (codex_home / "config.toml").write_text(config)
     env = {"PATH": PATH, "HOME": str(home), "CODEX_HOME": str(codex_home), "RKLLM_API_KEY": KEY}
-    command = [str(CODEX), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "--ephemeral", "--json", TASK]
+    task = LONG_TASK if long else TASK
+    command = [str(CODEX), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "--ephemeral", "--json", task]
     return command, env
 
 
@@ -382,7 +405,7 @@ def main(scenario: str, scratch: str) -> None:
         if agent == "claude":
             command, env = claude_command(relay.base, model, home)
         else:
-            command, env = codex_command(relay.base, model, home, builtin=variant == "builtin")
+            command, env = codex_command(relay.base, model, home, builtin=variant == "builtin", long=variant == "long")
         done = subprocess.run(command, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=RUN_TIMEOUT)
         metrics = urllib.request.Request(base + "/metrics", headers={"Authorization": f"Bearer {KEY}"} if keys else {})
         seen = {
