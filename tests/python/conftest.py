@@ -10,6 +10,21 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def mock_tokens(text: str) -> int:
+    """Tokens `text` is by the mock's tokenizer (server/assets/
+    mock-tokenizer.json), counted by Hugging Face's own `tokenizers`: what
+    the server's counts of the mock must equal."""
+    from tokenizers import Tokenizer
+
+    global _MOCK_TOKENIZER
+    if _MOCK_TOKENIZER is None:
+        _MOCK_TOKENIZER = Tokenizer.from_file(str(ROOT / "server" / "assets" / "mock-tokenizer.json"))
+    return len(_MOCK_TOKENIZER.encode(text, add_special_tokens=False).ids)
+
+
+_MOCK_TOKENIZER = None
+
+
 def server_binary() -> str:
     """The rkllm-server binary built by `cargo test` (or RKLLM_SERVER_BIN)."""
     path = os.environ.get("RKLLM_SERVER_BIN") or str(ROOT / "target" / "debug" / "rkllm-server")

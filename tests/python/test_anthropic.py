@@ -12,7 +12,7 @@ import anthropic
 import httpx
 import pytest
 
-from conftest import ROOT, start_server, stop_server
+from conftest import ROOT, mock_tokens, start_server, stop_server
 from test_docs_curl import commands
 from test_vision import GREEN, RED, colours, vision_server  # noqa: F401 (a fixture)
 
@@ -57,7 +57,7 @@ def test_create_and_stream_with_the_sdks_accumulator(server):
     assert whole.model == "mock" and whole.stop_reason == "end_turn" and whole.stop_sequence is None
     [block] = whole.content
     assert block.type == "text" and block.text
-    assert whole.usage.input_tokens == -(-len(PROMPT.encode()) // 4) and whole.usage.output_tokens == 40
+    assert whole.usage.input_tokens == mock_tokens(PROMPT) and whole.usage.output_tokens == 40
 
     with client.messages.stream(model="mock", max_tokens=200, messages=user(PROMPT)) as stream:
         streamed = "".join(stream.text_stream)
@@ -182,7 +182,7 @@ def test_count_tokens_matches_what_a_request_is_charged(server):
     system, question = "Be brief.", "How fast is the NPU?"
     counted = client.messages.count_tokens(model="mock", system=system, messages=user(question))
     # The mock counts a prompt as bytes / 4, rounded up: the system text, a blank line, the question.
-    assert counted.input_tokens == -(-len(f"{system}\n\n{question}".encode()) // 4)
+    assert counted.input_tokens == mock_tokens(f"{system}\n\n{question}")
     sent = client.messages.create(model="mock", max_tokens=10, system=system, messages=user(question))
     assert sent.usage.input_tokens == counted.input_tokens
     with_tools = client.messages.count_tokens(model="mock", messages=user(question), tools=WEATHER)
@@ -335,7 +335,7 @@ def test_the_beta_namespace_and_its_query(server):
 def test_system_messages_anywhere_and_the_billing_block_leave_the_prompt_alone(server):
     client = client_for(server)
     plain = client.messages.create(model="mock", max_tokens=100, system="Be brief.", messages=user("Hello NPU"))
-    assert plain.usage.input_tokens == -(-len("Be brief.\n\nHello NPU") // 4)
+    assert plain.usage.input_tokens == mock_tokens("Be brief.\n\nHello NPU")
 
     def billed(n: int) -> anthropic.types.Message:
         return client.messages.create(

@@ -8,7 +8,7 @@ import ollama
 import openai
 import pytest
 
-from conftest import start_server, stop_server
+from conftest import mock_tokens, start_server, stop_server
 
 PROMPT = "Tell me about the Rock 5B @mock(length=40)"
 
@@ -133,12 +133,12 @@ def test_a_multi_turn_chat_prefills_only_the_new_turn(api_server):
     new_turn = "And the NPU?"
     history.append({"role": "user", "content": new_turn})
     second = client.chat.completions.create(model="mock", messages=history)
-    # The mock counts prefill like the runtime: prompt bytes / 4, rounded up.
-    assert second.usage.prompt_tokens == -(-len(new_turn.encode()) // 4)
+    # The mock counts prefill with its tokenizer.
+    assert second.usage.prompt_tokens == mock_tokens(new_turn)
     assert first.usage.prompt_tokens > second.usage.prompt_tokens
     # A different chat is prefilled in full.
     other = client.chat.completions.create(model="mock", messages=[{"role": "user", "content": "x" * 80}])
-    assert other.usage.prompt_tokens == 20
+    assert other.usage.prompt_tokens == mock_tokens("x" * 80)
 
 
 WEATHER = [

@@ -18,7 +18,7 @@ import openai
 import pytest
 from mcp import Client
 
-from conftest import start_server, stop_server
+from conftest import mock_tokens, start_server, stop_server
 
 CONFIG = """
 [mock]
@@ -69,8 +69,8 @@ def user(text: str) -> list[dict]:
 
 
 def prefill_tokens(text: str) -> int:
-    """The mock counts prefill as the runtime does: bytes / 4, rounded up."""
-    return -(-len(text.encode()) // 4)
+    """The mock counts prefill with its tokenizer."""
+    return mock_tokens(text)
 
 
 def assert_no_tags(*texts: str) -> None:

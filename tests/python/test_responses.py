@@ -15,7 +15,7 @@ import pydantic
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 
-from conftest import start_server, stop_server
+from conftest import mock_tokens, start_server, stop_server
 
 KEY = "test-key"
 PROMPT = "Tell me about the Rock 5B @mock(length=40)"
@@ -232,15 +232,15 @@ def test_previous_response_id_continues_the_kept_conversation(server):
     second = client.responses.create(model="mock", input="What is my name?", previous_response_id=first.id)
     assert second.previous_response_id == first.id and second.status == "completed"
     transcript = f"user: My name is Ada. @mock(length=6)\nassistant: {first.output_text}\nuser: What is my name?"
-    # The mock counts prefill as the runtime does: prompt bytes / 4, rounded up.
-    assert second.usage.input_tokens == -(-len(transcript.encode()) // 4)
+    # The mock counts prefill with its tokenizer.
+    assert second.usage.input_tokens == mock_tokens(transcript)
 
     counted = httpx.post(
         server + "/v1/responses/input_tokens",
         json={"model": "mock", "input": "What is my name?", "previous_response_id": first.id},
         headers={"Authorization": f"Bearer {KEY}"},
     ).json()
-    assert counted == {"object": "response.input_tokens", "input_tokens": -(-len(transcript.encode()) // 4)}
+    assert counted == {"object": "response.input_tokens", "input_tokens": mock_tokens(transcript)}
 
     # A chain: the second's conversation holds the first's.
     third = client.responses.create(model="mock", input="And again?", previous_response_id=second.id)

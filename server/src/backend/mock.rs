@@ -29,6 +29,7 @@ use crate::backend::{
 };
 
 use crate::model::ModelSpec;
+use crate::model::tokenizer::TokenizerSource;
 use crate::vocab::{FinishReason, Usage};
 
 /// Settings of the mock backend (config section `[mock]`).
@@ -105,6 +106,8 @@ impl Backend for MockBackend {
             conversation: ConversationState::default(),
             reasoning: model.reasoning,
             vocabulary: None,
+            tokenizer: self.tokenizer(model).unwrap_or(TokenizerSource::Mock),
+            encoder: None,
         }))
     }
 }
@@ -118,11 +121,18 @@ struct MockRunner {
     /// The vocabulary of its last constrained answer, kept while it is
     /// loaded (in a runner process, nothing else holds it).
     vocabulary: Option<std::sync::Arc<crate::model::tokenizer::Vocabulary>>,
+    /// Its tokenizer, which counts its prompts (the mock's own unless the
+    /// model names one).
+    tokenizer: TokenizerSource,
+    /// Its encoder, once loaded (held while the model is).
+    encoder: Option<std::sync::Arc<crate::model::tokenizer::Encoder>>,
 }
 
 /// The mock model's context, in tokens, unless a `[[models]]` entry sets
-/// `max_context_len`: large, as an agent's prompts are.
-pub const MOCK_CONTEXT_LEN: u32 = 32_768;
+/// `max_context_len`: large, as an agent's prompts are. Its tokenizer
+/// counts a token a byte (it has no merges), so this holds a prompt of
+/// `limits.max_prompt_bytes`' default.
+pub const MOCK_CONTEXT_LEN: u32 = 262_144;
 
 /// Longest natural length a directive may ask for.
 const MAX_LENGTH: u64 = 1_000_000;
@@ -370,10 +380,13 @@ impl Runner for MockRunner {
             });
         }
         let prefilled = match request.prompt.turns().map(|c| self.conversation.plan(c)) {
-            Some(Plan::Continue(turn)) => turn.text.len(),
-            _ => input_of(request).len(),
+            Some(Plan::Continue(turn)) => self.count(&turn.text),
+            _ if request.prompt.prefill.is_none() && request.prompt.tokens.is_some() => {
+                request.prompt.tokens.unwrap_or_default() as usize
+            }
+            _ => self.count(&input_of(request)),
         };
-        sink.set_prompt_tokens(u32::try_from(prefilled.div_ceil(4).max(1)).unwrap_or(u32::MAX));
+        sink.set_prompt_tokens(u32::try_from(prefilled.max(1)).unwrap_or(u32::MAX));
         let result = self.produce(request, sink);
         match (request.prompt.turns(), &result) {
             (Some(conversation), Ok(g))
@@ -431,6 +444,18 @@ fn mock_embedding(text: &str, spec: crate::model::EmbeddingSpec) -> Generation {
 }
 
 impl MockRunner {
+    /// Tokens `text` is, by the model's tokenizer (an estimate of four
+    /// bytes a token if it cannot be had).
+    fn count(&mut self, text: &str) -> usize {
+        if self.encoder.is_none() {
+            self.encoder = crate::backend::vocabularies::load_encoder(&self.tokenizer).ok();
+        }
+        self.encoder
+            .as_ref()
+            .and_then(|encoder| encoder.count(text).ok())
+            .unwrap_or_else(|| text.len().div_ceil(4))
+    }
+
     fn produce(
         &mut self,
         request: &ValidRunRequest,

@@ -1,4 +1,5 @@
-//! Models' vocabularies as the server and its runners load them: the
+//! Models' vocabularies and encoders as the server and its runners load
+//! them: the
 //! `tokenizer.json` file read (a regular file only, never waited on, at
 //! most [`MAX_TOKENIZER_BYTES`]) and parsed within the bounds of a
 //! tokenizer (`model::tokenizer`), once per process and source while in
@@ -10,7 +11,43 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use crate::model::tokenizer::{MAX_TOKENIZER_BYTES, MOCK_TOKENIZER, TokenizerSource, Vocabulary};
+use crate::model::tokenizer::{
+    Encoder, MAX_TOKENIZER_BYTES, MOCK_TOKENIZER, TokenizerSource, Vocabulary,
+};
+
+/// Encoders loaded in this process, by source (dropped with their last
+/// user).
+type LoadedEncoders = HashMap<TokenizerSource, (Option<Stamp>, Weak<Encoder>)>;
+static ENCODERS: Mutex<Option<LoadedEncoders>> = Mutex::new(None);
+
+/// The encoder of `source`, loaded once per process while in use (read
+/// again when its file changed). Blocks while it loads.
+///
+/// # Errors
+/// A file that cannot be read, or a tokenizer the library cannot read.
+pub fn load_encoder(source: &TokenizerSource) -> Result<Arc<Encoder>, String> {
+    let stamp = stamp(source);
+    if let Some(loaded) = ENCODERS
+        .lock()
+        .as_ref()
+        .and_then(|l| l.get(source))
+        .filter(|(loaded_from, _)| *loaded_from == stamp)
+        .and_then(|(_, loaded)| loaded.upgrade())
+    {
+        return Ok(loaded);
+    }
+    let text = match source {
+        TokenizerSource::Mock => MOCK_TOKENIZER.to_owned(),
+        TokenizerSource::File(path) => read_file(path)
+            .map_err(|e| format!("cannot read the tokenizer {}: {e}", path.display()))?,
+    };
+    let encoder = Arc::new(Encoder::parse(&text).map_err(|e| e.to_string())?);
+    ENCODERS
+        .lock()
+        .get_or_insert_with(HashMap::new)
+        .insert(source.clone(), (stamp, Arc::downgrade(&encoder)));
+    Ok(encoder)
+}
 
 /// The text of a `tokenizer.json` file: a regular file (never a FIFO or a
 /// device, never waited on) of at most [`MAX_TOKENIZER_BYTES`].

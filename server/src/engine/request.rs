@@ -246,17 +246,25 @@ pub fn check_context(
     let Some(context) = context else {
         return Ok(());
     };
-    let tokens = request.prompt.text.len().div_ceil(BYTES_PER_TOKEN);
+    let (tokens, how) = match request.prompt.tokens {
+        Some(counted) => (counted as usize, "by its tokenizer".to_owned()),
+        None => (
+            request.prompt.text.len().div_ceil(BYTES_PER_TOKEN),
+            format!(
+                "about, estimated from its {} bytes",
+                request.prompt.text.len()
+            ),
+        ),
+    };
     if tokens <= context as usize {
         return Ok(());
     }
     Err(ValidationError::TooLarge {
         field: "prompt",
         message: format!(
-            "the prompt is about {tokens} tokens (estimated from its {} bytes), more than the \
-             {context} tokens the context of model `{}` holds (max_context_len): shorten the \
-             conversation, or use a model with a larger context",
-            request.prompt.text.len(),
+            "the prompt is {tokens} tokens ({how}), more than the {context} tokens the context \
+             of model `{}` holds (max_context_len): shorten the conversation, or use a model \
+             with a larger context",
             request.model
         ),
     })

@@ -279,6 +279,15 @@ impl Engine {
         self.shared.backend.tokenizer(&slot.spec)
     }
 
+    /// The encoder of `model`'s tokenizer (the default model when `None`),
+    /// for true token counts; `None` for a model without a usable one.
+    /// Blocks: a first use loads it.
+    pub fn encoder(&self, model: Option<&str>) -> Option<Arc<crate::model::tokenizer::Encoder>> {
+        let slot = self.slot(model).ok()?;
+        let source = self.shared.backend.tokenizer(&slot.spec)?;
+        self.tokenizers.encoder(slot.name(), &source)
+    }
+
     /// Checks that `constraint` can hold an answer of `model` (the default
     /// when `None`): the model has a tokenizer, and the engine compiles the
     /// constraint over it (kept for the generation). Blocks: a first use

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::model::tokenizer::{TokenizerSource, Vocabulary};
+use crate::model::tokenizer::{Encoder, TokenizerSource, Vocabulary};
 
 /// What to do when a model has no usable tokenizer, unless its origin says
 /// better.
@@ -63,6 +63,10 @@ pub(super) struct Tokenizers {
 struct Held {
     origin: TokenizerOrigin,
     vocabulary: Option<Arc<Vocabulary>>,
+    /// Its encoder, for counts, once loaded.
+    encoder: Option<Arc<Encoder>>,
+    /// Why the encoder could not be had (said once).
+    encoder_error: Option<String>,
     /// Why the last load failed.
     error: Option<String>,
 }
@@ -105,6 +109,35 @@ impl Tokenizers {
                 held.vocabulary = None;
                 held.error = Some(message.clone());
                 Err(message)
+            }
+        }
+    }
+
+    /// The encoder of `model` from `source`: the one loaded, or loaded now
+    /// and then held; `None` when it cannot be had (why is logged once,
+    /// and counts fall back to an estimate). Blocks while it loads.
+    pub fn encoder(&self, model: &str, source: &TokenizerSource) -> Option<Arc<Encoder>> {
+        // Loaded once per process while held (here), read again when its
+        // file changed.
+        let loaded = crate::backend::vocabularies::load_encoder(source);
+        let mut models = self.models.lock();
+        let held = models.entry(model.to_owned()).or_default();
+        match loaded {
+            Ok(encoder) => {
+                held.encoder = Some(Arc::clone(&encoder));
+                held.encoder_error = None;
+                Some(encoder)
+            }
+            Err(why) => {
+                if held.encoder_error.as_deref() != Some(why.as_str()) {
+                    tracing::warn!(
+                        model,
+                        error = %why,
+                        "the model's tokenizer cannot count tokens; counts are estimated"
+                    );
+                    held.encoder_error = Some(why);
+                }
+                None
             }
         }
     }

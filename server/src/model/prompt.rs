@@ -83,6 +83,10 @@ pub struct Prompt {
     /// inside that message and this is `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefill: Option<String>,
+    /// Tokens `text` is, by the model's tokenizer (set by the service once
+    /// it is built; `None`: the model has no tokenizer to count with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u32>,
 }
 
 impl From<&str> for Prompt {
@@ -216,6 +220,7 @@ pub async fn build(
                         }),
                         stop: template.stop_strings(),
                         prefill: None,
+                        tokens: None,
                     }
                 }
                 ChatTemplate::Builtin => Prompt {
@@ -229,6 +234,7 @@ pub async fn build(
                     }),
                     stop: Vec::new(),
                     prefill: None,
+                    tokens: None,
                 },
                 server_side => Prompt {
                     text: server_side.render(&turns(&messages)),
@@ -238,6 +244,7 @@ pub async fn build(
                     chat: None,
                     stop: server_side.stop_strings(),
                     prefill: None,
+                    tokens: None,
                 },
             };
             Ok((prompt, sources))
@@ -266,6 +273,7 @@ pub async fn build(
                 chat: None,
                 stop: template.stop_strings(),
                 prefill: None,
+                tokens: None,
             };
             Ok((prompt, images))
         }
@@ -317,6 +325,7 @@ async fn build_continuing(
         chat: None,
         stop: template.stop_strings(),
         prefill: builtin.then(|| last.rendered()),
+        tokens: None,
     };
     Ok((prompt, sources))
 }

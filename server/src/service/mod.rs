@@ -189,6 +189,7 @@ impl Service {
         )
         .await
         .map_err(|e| ServiceError::invalid(e.field, e.message))?;
+        let prompt = self.counted(request.model.as_deref(), prompt).await;
         let images = if sources.is_empty() {
             Vec::new()
         } else {
@@ -217,46 +218,75 @@ impl Service {
         })
     }
 
-    /// The tokens `request`'s input would take, estimated as the engine
-    /// does when it checks a prompt against a model's context (its text,
-    /// as it would be sent, at [`crate::engine::BYTES_PER_TOKEN`] bytes a
-    /// token), without fetching its images or running anything.
+    /// `prompt` with its count by the model's tokenizer (off the async
+    /// workers: encoding a long prompt, or loading the tokenizer, takes
+    /// milliseconds); as it was when the model has none.
+    async fn counted(
+        &self,
+        model: Option<&str>,
+        mut prompt: crate::model::Prompt,
+    ) -> crate::model::Prompt {
+        let engine = Arc::clone(&self.engine);
+        let model = model.map(str::to_owned);
+        let text = prompt.text.clone();
+        let tokens = tokio::task::spawn_blocking(move || {
+            let encoder = engine.encoder(model.as_deref())?;
+            encoder.count(&text).ok()
+        })
+        .await
+        .ok()
+        .flatten();
+        prompt.tokens = tokens.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+        prompt
+    }
+
+    /// The tokens `request`'s input would take: its prompt built as it
+    /// would be sent (the model's own template rendered), counted by the
+    /// model's tokenizer, as the engine counts it against the model's
+    /// context; without a tokenizer, estimated at
+    /// [`crate::engine::BYTES_PER_TOKEN`] bytes a token. The tools the
+    /// runtime's own template writes (not in the prompt's text) are counted
+    /// too. Nothing is fetched or run.
     ///
     /// # Errors
     /// A conversation that cannot be sent (empty, not ending with a user or
-    /// tool message).
-    pub fn estimate_tokens(&self, request: &Generate) -> Result<u32, ServiceError> {
-        let prompt_bytes = match &request.input {
-            Input::Chat(messages) => {
-                let messages = system_first(messages.clone());
-                // An assistant message last is continued: counted after
-                // what comes before it.
-                let (earlier, continued) = match messages.split_last() {
-                    Some((last, earlier))
-                        if last.speaker == Speaker::Assistant && last.tool_calls.is_empty() =>
-                    {
-                        (earlier, last.rendered().len())
-                    }
-                    _ => (&messages[..], 0),
-                };
-                prompt_of(earlier)
-                    .map_err(|m| ServiceError::invalid("messages", m))?
-                    .0
-                    .len()
-                    + continued
-            }
-            Input::Prompt { text, system, .. } => {
-                text.len() + system.as_ref().map_or(0, |s| s.len() + 2)
-            }
-        };
-        let tools = if request.tools.is_empty() || request.tool_choice == ToolChoice::None {
-            0
-        } else {
-            serde_json::Value::Array(request.tools.clone())
-                .to_string()
-                .len()
-        };
-        let tokens = (prompt_bytes + tools).div_ceil(crate::engine::BYTES_PER_TOKEN);
+    /// tool message, one the template fails on).
+    pub async fn count_tokens(&self, request: &Generate) -> Result<u32, ServiceError> {
+        let offer_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
+        let offered =
+            offer_tools.then(|| serde_json::Value::Array(request.tools.clone()).to_string());
+        let template = self.engine.chat_template(request.model.as_deref());
+        let (prompt, _) = prompt::build(
+            &template,
+            request.input.clone(),
+            Options {
+                tools: offered.clone(),
+                thinking: request.thinking,
+            },
+            self.sandbox.as_ref(),
+        )
+        .await
+        .map_err(|e| ServiceError::invalid(e.field, e.message))?;
+        // The runtime's own template writes the tools itself.
+        let mut text = prompt.text;
+        if let (crate::model::ChatTemplate::Builtin, Some(tools)) = (&template, offered) {
+            text.push_str(&tools);
+        }
+        if let Some(prefill) = prompt.prefill {
+            text.push_str(&prefill);
+        }
+        let engine = Arc::clone(&self.engine);
+        let model = request.model.clone();
+        let tokens = tokio::task::spawn_blocking(move || match engine.encoder(model.as_deref()) {
+            Some(encoder) => encoder
+                .count(&text)
+                .unwrap_or_else(|_| text.len().div_ceil(crate::engine::BYTES_PER_TOKEN)),
+            None => text.len().div_ceil(crate::engine::BYTES_PER_TOKEN),
+        })
+        .await
+        .map_err(|_| ServiceError::Failed {
+            message: "counting the prompt's tokens failed".into(),
+        })?;
         Ok(u32::try_from(tokens).unwrap_or(u32::MAX))
     }
 

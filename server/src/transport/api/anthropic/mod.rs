@@ -74,7 +74,7 @@ async fn messages(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Res
     let limit = u64::from(state.service.request_limits().max_tokens_limit);
     generate.max_tokens = generate.max_tokens.map(|n| n.min(limit));
     let estimate = if streaming {
-        state.service.estimate_tokens(&generate).unwrap_or(0)
+        state.service.count_tokens(&generate).await.unwrap_or(0)
     } else {
         0
     };
@@ -117,6 +117,6 @@ async fn count_tokens(State(state): State<Arc<AppState>>, body: Bytes) -> Result
     let request: wire::Request = parse_body(&body)?;
     let model = request.model()?;
     state.service.model(Some(&model))?;
-    let tokens = state.service.estimate_tokens(&request.generate()?)?;
+    let tokens = state.service.count_tokens(&request.generate()?).await?;
     Ok(Json(json!({"input_tokens": tokens})).into_response())
 }

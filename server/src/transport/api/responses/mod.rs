@@ -365,7 +365,7 @@ async fn input_tokens(
         Ok(prepared) => prepared,
         Err(refusal) => return refusal.into_response(),
     };
-    match state.service.estimate_tokens(&translated.generate) {
+    match state.service.count_tokens(&translated.generate).await {
         Ok(tokens) => {
             Json(json!({"object": "response.input_tokens", "input_tokens": tokens})).into_response()
         }
