@@ -244,12 +244,20 @@ async fn token_caps_and_sampling_reach_the_runtime_as_each_abi_allows() {
     for (fake, abi) in ABIS {
         let board = Board::start(fake, TEXT, &mock_config(0.0, 0, ""), &[]);
         let server = &board.server;
-        let capped = server
-            .ok(
-                "run",
-                json!({"prompt": "cap", "max_tokens": 6, "temperature": 0.3, "top_k": 5}),
-            )
-            .await;
+        let sampled = json!({"prompt": "cap", "max_tokens": 6, "temperature": 0.3, "top_k": 5});
+        let capped = if fake == Fake::V1_3 {
+            server.ok("run", sampled).await
+        } else {
+            // Sampling is fixed at init on 1.2.x: a per-run value is
+            // refused, naming it, never dropped in silence.
+            let refused = server.call("run", sampled).await;
+            assert_eq!(refused["error"]["code"], -32602, "{abi}: {refused}");
+            let message = refused["error"]["message"].as_str().unwrap();
+            assert!(message.contains("`temperature`"), "{abi}: {message}");
+            server
+                .ok("run", json!({"prompt": "cap", "max_tokens": 6}))
+                .await
+        };
         assert_eq!(capped["finish_reason"], "length", "{abi}: {capped}");
         assert_eq!(capped["usage"]["completion_tokens"], 6, "{abi}: {capped}");
         let text = capped["text"].as_str().unwrap();
@@ -682,4 +690,71 @@ async fn a_server_side_template_renders_the_chat_and_stops_at_its_stop_string() 
         log.contains("aborted"),
         "the runtime was stopped at the stop string: {log}"
     );
+}
+
+#[tokio::test]
+async fn mirostat_reaches_the_runtime_per_run_on_1_3_and_is_refused_on_1_2() {
+    for (fake, abi) in ABIS {
+        let board = Board::start(fake, TEXT, &mock_config(0.0, 0, ""), &[]);
+        let server = &board.server;
+        let body = json!({"model": "fake-model", "prompt": "m", "stream": false,
+                          "options": {"num_predict": 3, "mirostat": 2, "mirostat_tau": 4.5,
+                                      "mirostat_eta": 0.2}});
+        let response = server
+            .send(reqwest::Method::POST, "/api/generate", Some(body), None)
+            .await;
+        let status = response.status().as_u16();
+        let answer: Value = response.json().await.unwrap();
+        if fake == Fake::V1_3 {
+            assert_eq!(status, 200, "{abi}: {answer}");
+            let log = board.log();
+            assert!(
+                log.contains("mirostat=2 mirostat_tau=4.50 mirostat_eta=0.20"),
+                "{log}"
+            );
+        } else {
+            assert_eq!(status, 400, "{abi}: {answer}");
+            let error = answer["error"].as_str().unwrap();
+            assert!(error.contains("`mirostat`"), "{abi}: {error}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn num_ctx_above_the_loaded_context_is_refused_naming_it_and_below_it_bounds_the_answer() {
+    let board = Board::start(Fake::V1_3, TEXT, &mock_config(0.0, 0, ""), &[]);
+    let server = &board.server;
+    let ask = |num_ctx: u64| {
+        json!({"model": "fake-model", "prompt": "hi", "stream": false,
+               "options": {"num_ctx": num_ctx}})
+    };
+    let response = server
+        .send(
+            reqwest::Method::POST,
+            "/api/generate",
+            Some(ask(8192)),
+            None,
+        )
+        .await;
+    assert_eq!(response.status().as_u16(), 400);
+    let answer: Value = response.json().await.unwrap();
+    let error = answer["error"].as_str().unwrap();
+    assert!(
+        error.contains("`options.num_ctx`") && error.contains("4096"),
+        "{error}"
+    );
+    // The model was loaded once, with the configured context, and not
+    // loaded again for the request.
+    let log = board.log();
+    let inits: Vec<&str> = log.lines().filter(|l| l.starts_with("init")).collect();
+    assert_eq!(inits.len(), 1, "{log}");
+    assert!(inits[0].contains("max_context_len=4096"), "{}", inits[0]);
+    // A smaller window: the answer ends where the window is full.
+    let response = server
+        .send(reqwest::Method::POST, "/api/generate", Some(ask(8)), None)
+        .await;
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["done_reason"], "length", "{answer}");
+    let generated = answer["eval_count"].as_u64().unwrap();
+    assert!((1..8).contains(&generated), "{answer}");
 }

@@ -914,10 +914,11 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
     const RKLLMSamplingParam *s = params ? params->sampling_params : NULL;
     if (!fed)
         fake_log(h,
-                 "run role=%s thinking=%d max_new_tokens=%d temperature=%.2f top_p=%.2f top_k=%d keep_history=%d "
-                 "prompt=%s",
+                 "run role=%s thinking=%d max_new_tokens=%d temperature=%.2f top_p=%.2f top_k=%d mirostat=%d "
+                 "mirostat_tau=%.2f mirostat_eta=%.2f keep_history=%d prompt=%s",
                  input->role, input->enable_thinking, a->cap, s ? s->temperature : -1.0, s ? s->top_p : -1.0,
-                 s ? s->top_k : -1, params ? params->keep_history : 0, prompt);
+                 s ? s->top_k : -1, s ? s->mirostat : -1, s ? s->mirostat_tau : -1.0, s ? s->mirostat_eta : -1.0,
+                 params ? params->keep_history : 0, prompt);
 #else
     a->userdata = userdata;
     a->cap = h->max_new_tokens;

@@ -132,6 +132,9 @@ pub const ALL_OVERRIDES: &[&str] = &[
     "repeat_penalty",
     "frequency_penalty",
     "presence_penalty",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
     "role",
     "enable_thinking",
 ];

@@ -269,9 +269,12 @@ fn seed_of(request: &ValidRunRequest) -> u64 {
         s.repeat_penalty,
         s.frequency_penalty,
         s.presence_penalty,
+        s.mirostat_tau,
+        s.mirostat_eta,
     ] {
         h.opt_f64(v);
     }
+    h.opt_f64(s.mirostat.map(f64::from));
     h.opt_f64(s.top_k.map(f64::from));
     h.0
 }

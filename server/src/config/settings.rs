@@ -326,6 +326,7 @@ impl Config {
                     repeat_penalty: r.repeat_penalty as f32,
                     frequency_penalty: r.frequency_penalty as f32,
                     presence_penalty: r.presence_penalty as f32,
+                    ..SamplingValues::default()
                 },
                 skip_special_token: r.skip_special_token,
                 cpu_mask: r.cpu_mask,

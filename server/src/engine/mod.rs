@@ -21,7 +21,8 @@ pub use lifecycle::{Lifecycle, ModelState};
 pub use priority::{Ageing, Priority};
 pub use request::{
     BYTES_PER_TOKEN, DEFAULT_MAX_SCHEMA_BYTES, RequestLimits, RunRequest, ValidationError,
-    check_context, check_embedding, check_images, check_lora,
+    check_context, check_embedding, check_images, check_lora, check_overrides, prompt_tokens,
+    request_context,
 };
 pub use scheduler::{
     Engine, EngineError, EngineLimits, ModelInfo, NodeLoad, Readiness, Reservation,

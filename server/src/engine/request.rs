@@ -37,6 +37,9 @@ pub struct RunRequest {
     pub constraint: Option<crate::model::constraint::Constraint>,
     /// The lane of its model's queue it waits in.
     pub priority: super::Priority,
+    /// The context window the request asks to run in, in tokens (Ollama's
+    /// `options.num_ctx`): at most the model's; `None` is the model's.
+    pub context: Option<u64>,
 }
 
 /// The most stop strings a request may give, and the longest one.
@@ -183,6 +186,14 @@ impl RunRequest {
         check_range("repeat_penalty", s.repeat_penalty, 0.0, 10.0, true)?;
         check_range("frequency_penalty", s.frequency_penalty, -2.0, 2.0, false)?;
         check_range("presence_penalty", s.presence_penalty, -2.0, 2.0, false)?;
+        check_range("mirostat_tau", s.mirostat_tau, 0.0, 20.0, true)?;
+        check_range("mirostat_eta", s.mirostat_eta, 0.0, 1.0, true)?;
+        if let Some(mode) = s.mirostat.filter(|&m| m > 2) {
+            return Err(invalid(
+                "mirostat",
+                format!("`mirostat` must be 0 (off), 1 or 2, got {mode}"),
+            ));
+        }
         if self.stop.len() > MAX_STOP_STRINGS {
             return Err(invalid(
                 "stop",
@@ -246,16 +257,7 @@ pub fn check_context(
     let Some(context) = context else {
         return Ok(());
     };
-    let (tokens, how) = match request.prompt.tokens {
-        Some(counted) => (counted as usize, "by its tokenizer".to_owned()),
-        None => (
-            request.prompt.text.len().div_ceil(BYTES_PER_TOKEN),
-            format!(
-                "about, estimated from its {} bytes",
-                request.prompt.text.len()
-            ),
-        ),
-    };
+    let (tokens, how) = prompt_tokens(request);
     if tokens <= context as usize {
         return Ok(());
     }
@@ -268,6 +270,78 @@ pub fn check_context(
             request.model
         ),
     })
+}
+
+/// The context a request runs in: the window it asked for (`asked`,
+/// Ollama's `options.num_ctx`), which must fit the model's (`model`, when
+/// the backend knows it); the model's when it asked for none.
+///
+/// # Errors
+/// A [`ValidationError::Invalid`] on `options.num_ctx` naming the model's
+/// limit, for a window larger than the model's context.
+pub fn request_context(
+    request: &ValidRunRequest,
+    asked: Option<u64>,
+    model: Option<u32>,
+) -> Result<Option<u32>, ValidationError> {
+    match (asked, model) {
+        (Some(0), _) => Err(invalid(
+            "options.num_ctx",
+            "`options.num_ctx` must be at least 1".into(),
+        )),
+        (Some(asked), Some(limit)) if asked > u64::from(limit) => Err(invalid(
+            "options.num_ctx",
+            format!(
+                "`options.num_ctx` asks for a context of {asked} tokens, more than model `{}` \
+                 holds: its context is {limit} tokens (max_context_len, set when it loads); ask \
+                 for at most {limit}, or raise the model's max_context_len in the server's \
+                 config (up to what the model was converted for)",
+                request.model
+            ),
+        )),
+        (Some(asked), _) => Ok(Some(u32::try_from(asked).unwrap_or(u32::MAX))),
+        (None, model) => Ok(model),
+    }
+}
+
+/// A request's prompt in tokens, and how they were counted: by the
+/// model's tokenizer, else estimated at [`BYTES_PER_TOKEN`].
+pub fn prompt_tokens(request: &ValidRunRequest) -> (usize, String) {
+    match request.prompt.tokens {
+        Some(counted) => (counted as usize, "by its tokenizer".to_owned()),
+        None => (
+            request.prompt.text.len().div_ceil(BYTES_PER_TOKEN),
+            format!(
+                "about, estimated from its {} bytes",
+                request.prompt.text.len()
+            ),
+        ),
+    }
+}
+
+/// Refuses a sampling parameter the backend cannot apply per request
+/// (`applied`, its overrides: runtimes 1.2.x fix sampling when the model
+/// loads), naming it.
+///
+/// # Errors
+/// A [`ValidationError::Invalid`] on the first such parameter.
+pub fn check_overrides(request: &ValidRunRequest, applied: &[&str]) -> Result<(), ValidationError> {
+    match request
+        .sampling
+        .set_fields()
+        .into_iter()
+        .find(|field| !applied.contains(field))
+    {
+        Some(field) => Err(invalid(
+            field,
+            format!(
+                "`{field}` cannot be set per request on this model's runtime: its sampling is \
+                 fixed when the model loads (set it in the model's config); `models` lists what \
+                 a request may set"
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Checks that a requested LoRA adapter is one of the model's.

@@ -679,13 +679,37 @@ impl Engine {
         let wants_embedding = request.embed;
         let priority = request.priority;
         let constraint = request.constraint.take();
+        let asked_context = request.context;
         let mut request = request.validate(slot.name().to_owned(), &self.limits.request)?;
+        let model_context = self.shared.backend.context_length(&slot.spec);
+        let context = super::request_context(&request, asked_context, model_context)?;
+        super::check_overrides(&request, self.shared.backend.overrides())?;
         if !request.max_tokens_requested && self.limits.request.default_max_tokens.is_none() {
             // No length named, and no cap configured: until the model ends
             // or its context is full.
-            if let Some(context) = self.shared.backend.context_length(&slot.spec) {
+            if let Some(context) = context {
                 request.max_tokens = context.max(1);
             }
+        }
+        if let Some(window) = asked_context.and(context) {
+            // A window of its own: the prompt must fit it, and the answer
+            // ends where it is full.
+            let (tokens, how) = super::prompt_tokens(&request);
+            let room = (window as usize).checked_sub(tokens).filter(|&n| n > 0);
+            let Some(room) = room else {
+                return Err(ValidationError::TooLarge {
+                    field: "prompt",
+                    message: format!(
+                        "the prompt is {tokens} tokens ({how}), as many as or more than the \
+                         {window} tokens of context the request asked for (`options.num_ctx`): \
+                         ask for a larger context, or shorten the conversation"
+                    ),
+                }
+                .into());
+            };
+            request.max_tokens = request
+                .max_tokens
+                .min(u32::try_from(room).unwrap_or(u32::MAX));
         }
         if let Some(constraint) = constraint {
             let tokenizer = self.tokenizer_of(&slot)?;
@@ -697,7 +721,7 @@ impl Engine {
         super::check_images(&request, slot.spec.vision.as_ref())?;
         let request = super::check_embedding(request, slot.spec.embedding, wants_embedding)?;
         super::check_lora(&request, &slot.spec.lora)?;
-        super::check_context(&request, self.shared.backend.context_length(&slot.spec))?;
+        super::check_context(&request, model_context)?;
         self.shared
             .backend
             .check(&request)

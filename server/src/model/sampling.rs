@@ -38,4 +38,31 @@ pub struct Sampling {
     pub frequency_penalty: Option<f64>,
     /// Presence penalty, -2 to 2.
     pub presence_penalty: Option<f64>,
+    /// Mirostat: 0 (off), 1 or 2 (Mirostat 2.0).
+    pub mirostat: Option<u8>,
+    /// Mirostat's target surprise, above 0 up to 20.
+    pub mirostat_tau: Option<f64>,
+    /// Mirostat's learning rate, above 0 up to 1.
+    pub mirostat_eta: Option<f64>,
+}
+
+impl Sampling {
+    /// The per-request parameter names this request sets (as in
+    /// `ALL_OVERRIDES`), for refusing those a backend cannot apply.
+    pub fn set_fields(&self) -> Vec<&'static str> {
+        [
+            ("temperature", self.temperature.is_some()),
+            ("top_p", self.top_p.is_some()),
+            ("top_k", self.top_k.is_some()),
+            ("repeat_penalty", self.repeat_penalty.is_some()),
+            ("frequency_penalty", self.frequency_penalty.is_some()),
+            ("presence_penalty", self.presence_penalty.is_some()),
+            ("mirostat", self.mirostat.is_some()),
+            ("mirostat_tau", self.mirostat_tau.is_some()),
+            ("mirostat_eta", self.mirostat_eta.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
+    }
 }

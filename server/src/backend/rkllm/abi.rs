@@ -50,6 +50,29 @@ pub struct SamplingValues {
     pub frequency_penalty: f32,
     /// Presence penalty.
     pub presence_penalty: f32,
+    /// Mirostat: 0 off, 1, or 2.
+    pub mirostat: i32,
+    /// Mirostat's target surprise.
+    pub mirostat_tau: f32,
+    /// Mirostat's learning rate.
+    pub mirostat_eta: f32,
+}
+
+impl Default for SamplingValues {
+    /// The runtime's documented defaults (`rkllm_createDefaultParam`).
+    fn default() -> Self {
+        Self {
+            top_k: 1,
+            top_p: 0.9,
+            temperature: 0.8,
+            repeat_penalty: 1.1,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            mirostat: 0,
+            mirostat_tau: 5.0,
+            mirostat_eta: 0.1,
+        }
+    }
 }
 
 /// One run's input.
@@ -119,9 +142,9 @@ macro_rules! fill_params {
         p.repeat_penalty = s.sampling.repeat_penalty;
         p.frequency_penalty = s.sampling.frequency_penalty;
         p.presence_penalty = s.sampling.presence_penalty;
-        p.mirostat = 0;
-        p.mirostat_tau = 5.0;
-        p.mirostat_eta = 0.1;
+        p.mirostat = s.sampling.mirostat;
+        p.mirostat_tau = s.sampling.mirostat_tau;
+        p.mirostat_eta = s.sampling.mirostat_eta;
         p.skip_special_token = u8::from(s.skip_special_token);
         p.is_async = 0;
         let e = &mut p.extend_param;
@@ -313,9 +336,9 @@ pub(super) fn run_v1_3(
         repeat_penalty: s.repeat_penalty,
         frequency_penalty: s.frequency_penalty,
         presence_penalty: s.presence_penalty,
-        mirostat: 0,
-        mirostat_tau: 5.0,
-        mirostat_eta: 0.1,
+        mirostat: s.mirostat,
+        mirostat_tau: s.mirostat_tau,
+        mirostat_eta: s.mirostat_eta,
     };
     let (mut cache, mut lora, mode) = infer_extras!(v1_3_0, run);
     let mut params = v1_3_0::RKLLMInferParam {

@@ -458,6 +458,9 @@ impl RkllmRunner {
                 .frequency_penalty
                 .map_or(d.frequency_penalty, |v| v as f32),
             presence_penalty: s.presence_penalty.map_or(d.presence_penalty, |v| v as f32),
+            mirostat: s.mirostat.map_or(d.mirostat, i32::from),
+            mirostat_tau: s.mirostat_tau.map_or(d.mirostat_tau, |v| v as f32),
+            mirostat_eta: s.mirostat_eta.map_or(d.mirostat_eta, |v| v as f32),
         }
     }
 }
