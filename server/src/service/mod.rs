@@ -73,6 +73,8 @@ pub struct Prepared {
     pub keep_alive: Option<KeepAlive>,
     /// Whether its answer is read for tool calls.
     pub reads_tool_calls: bool,
+    /// The most tool calls read from its answer (`None`: any number).
+    pub max_tool_calls: Option<usize>,
     /// The place held in its model's queue while its constraint was
     /// compiled (a constrained request only), taken when it is submitted.
     pub reservation: Option<Reservation>,
@@ -209,11 +211,13 @@ impl Service {
             stop: request.stop,
             constraint,
             priority,
+            context: request.context,
         };
         Ok(Prepared {
             run,
             keep_alive: request.keep_alive,
             reads_tool_calls,
+            max_tool_calls: request.max_tool_calls,
             reservation,
         })
     }
@@ -349,7 +353,8 @@ impl Service {
         Ok(Running::new(
             PrivateStream::new(self.engine.streams(), stream),
             prepared.reads_tool_calls,
-        ))
+        )
+        .with_max_tool_calls(prepared.max_tool_calls))
     }
 
     /// The embeddings of `input` (a string or an array of strings) by

@@ -71,6 +71,12 @@ pub struct Generate {
     pub format: OutputFormat,
     /// The API's name for the format field (for its errors).
     pub format_field: &'static str,
+    /// The context window the request asks for, in tokens (Ollama's
+    /// `options.num_ctx`): at most the model's; `None` is the model's.
+    pub context: Option<u64>,
+    /// The most tool calls the answer may make (`Some(1)`: OpenAI's
+    /// `parallel_tool_calls: false`); calls after them are dropped.
+    pub max_tool_calls: Option<usize>,
 }
 
 impl Generate {

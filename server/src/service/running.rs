@@ -108,6 +108,16 @@ impl Running {
         }
     }
 
+    /// Reads at most `limit` tool calls from the answer (`None`: any
+    /// number); what the model writes after the last one is dropped.
+    #[must_use]
+    pub fn with_max_tool_calls(mut self, limit: Option<usize>) -> Self {
+        if let Some(parser) = &mut self.tools {
+            parser.limit(limit);
+        }
+        self
+    }
+
     /// The model generating.
     pub fn model(&self) -> &str {
         self.private.stream().model()

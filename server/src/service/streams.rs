@@ -56,6 +56,7 @@ impl Service {
             },
             keep_alive: None,
             reads_tool_calls: false,
+            max_tool_calls: None,
             reservation: None,
         }
     }

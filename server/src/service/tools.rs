@@ -155,6 +155,8 @@ pub struct ToolCallParser {
     held: String,
     open: Option<Open>,
     calls: usize,
+    /// The most calls read; the answer after the last is dropped.
+    limit: Option<usize>,
 }
 
 fn new_call_id() -> String {
@@ -162,10 +164,24 @@ fn new_call_id() -> String {
 }
 
 impl ToolCallParser {
+    /// Reads at most `limit` calls (`None`: any number).
+    pub fn limit(&mut self, limit: Option<usize>) {
+        self.limit = limit;
+    }
+
+    /// Whether the calls allowed have all been read.
+    fn full(&self) -> bool {
+        self.limit.is_some_and(|limit| self.calls >= limit)
+    }
+
     /// Feeds a delta; appends what it became to `out`.
     pub fn push(&mut self, delta: &str, out: &mut Vec<Event>) {
         self.held.push_str(delta);
         loop {
+            if self.full() {
+                self.held.clear();
+                return;
+            }
             if self.open.is_some() {
                 if !self.feed_open(out) {
                     return;
@@ -329,6 +345,10 @@ impl ToolCallParser {
     /// At the end: the text still held, and a call the reply did not
     /// close (taken if its JSON is whole, else shown as text).
     pub fn finish(&mut self, out: &mut Vec<Event>) {
+        if self.full() {
+            self.held.clear();
+            return;
+        }
         if let Some(open) = self.open.as_mut() {
             let rest = std::mem::take(&mut open.pending);
             open.scan.push(&rest);
@@ -404,6 +424,36 @@ mod tests {
         let pieces: Vec<&str> = chars.iter().map(String::as_str).collect();
         assert_eq!(run(&pieces), whole, "one character at a time");
         whole
+    }
+
+    #[test]
+    fn a_limit_of_one_call_keeps_the_first_and_drops_what_follows_it() {
+        let reply = "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n\
+                     <tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call> after";
+        for cut in 0..=reply.len() {
+            let mut parser = ToolCallParser::default();
+            parser.limit(Some(1));
+            let mut out = Vec::new();
+            parser.push(&reply[..cut], &mut out);
+            parser.push(&reply[cut..], &mut out);
+            parser.finish(&mut out);
+            let ends: Vec<&str> = out
+                .iter()
+                .filter_map(|e| match e {
+                    Event::CallEnd(_, call) => Some(call.name.as_str()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(ends, ["a"], "cut at {cut}");
+            assert_eq!(parser.calls(), 1);
+            assert!(
+                !out.iter()
+                    .any(|e| matches!(e, Event::Text(t) if t.contains("after") || t.contains('b'))),
+                "cut at {cut}: {out:?}"
+            );
+        }
+        // Without a limit both calls are read.
+        assert_eq!(run(&[reply]).1.len(), 2);
     }
 
     #[test]

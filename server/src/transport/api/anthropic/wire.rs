@@ -35,6 +35,8 @@ pub struct Request {
     pub tool_choice: Option<WireToolChoice>,
     pub thinking: Option<WireThinking>,
     pub output_config: Option<OutputConfig>,
+    /// `"auto"` or `"standard_only"`: this server has one tier.
+    pub service_tier: Option<String>,
 }
 
 /// A tool: a client tool (`{name, description?, input_schema}`, `type`
@@ -55,21 +57,51 @@ pub struct WireTool {
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WireToolChoice {
-    Auto,
-    Any,
-    Tool { name: String },
+    Auto {
+        disable_parallel_tool_use: Option<bool>,
+    },
+    Any {
+        disable_parallel_tool_use: Option<bool>,
+    },
+    Tool {
+        name: String,
+        disable_parallel_tool_use: Option<bool>,
+    },
     None,
 }
 
-/// `thinking` (`budget_tokens` and `display` are ignored).
+impl WireToolChoice {
+    /// `disable_parallel_tool_use: true`: one call at most.
+    fn one_call(&self) -> bool {
+        match self {
+            Self::Auto {
+                disable_parallel_tool_use,
+            }
+            | Self::Any {
+                disable_parallel_tool_use,
+            }
+            | Self::Tool {
+                disable_parallel_tool_use,
+                ..
+            } => *disable_parallel_tool_use == Some(true),
+            Self::None => false,
+        }
+    }
+}
+
+/// `thinking` (`display` is ignored; `budget_tokens` is checked as
+/// Anthropic checks it, and does not cut the thinking short).
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WireThinking {
-    Enabled,
+    Enabled { budget_tokens: Option<i64> },
     Disabled,
     Adaptive,
-    BetweenTools,
+    BetweenTools { budget_tokens: Option<i64> },
 }
+
+/// The least `thinking.budget_tokens` Anthropic takes.
+const MIN_THINKING_BUDGET: i64 = 1024;
 
 /// `output_config` (`effort` is ignored).
 #[derive(Debug, Deserialize)]
@@ -86,6 +118,35 @@ pub enum WireFormat {
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> ServiceError {
     ServiceError::invalid(field, message)
+}
+
+/// `thinking.budget_tokens`, as Anthropic checks it: at least 1024, and
+/// less than `max_tokens`. The budget is accepted and does not end the
+/// thinking: the model thinks until it ends its thinking itself, within
+/// `max_tokens`.
+fn check_budget(budget: Option<i64>, max_tokens: Option<u64>) -> Result<(), ServiceError> {
+    let Some(budget) = budget else {
+        return Ok(());
+    };
+    if budget < MIN_THINKING_BUDGET {
+        return Err(invalid(
+            "thinking.budget_tokens",
+            format!(
+                "`thinking.budget_tokens` must be at least {MIN_THINKING_BUDGET}, got {budget}"
+            ),
+        ));
+    }
+    if let Some(max) = max_tokens
+        && budget.unsigned_abs() >= max
+    {
+        return Err(invalid(
+            "thinking.budget_tokens",
+            format!(
+                "`max_tokens` must be greater than `thinking.budget_tokens` ({budget}), got {max}"
+            ),
+        ));
+    }
+    Ok(())
 }
 /// The tools as the service takes them (OpenAI's function shape): server
 /// tools skipped, deferred tools only once `referenced`.
@@ -159,15 +220,35 @@ impl Request {
             .messages
             .ok_or_else(|| invalid("messages", "`messages` is required"))?;
         let (messages, referenced) = conversation(self.system, wire)?;
+        let one_call = self
+            .tool_choice
+            .as_ref()
+            .is_some_and(WireToolChoice::one_call);
         let tool_choice = match self.tool_choice {
-            None | Some(WireToolChoice::Auto) => ToolChoice::Auto,
-            Some(WireToolChoice::Any) => ToolChoice::Required,
-            Some(WireToolChoice::Tool { name }) => ToolChoice::Function(name),
+            None | Some(WireToolChoice::Auto { .. }) => ToolChoice::Auto,
+            Some(WireToolChoice::Any { .. }) => ToolChoice::Required,
+            Some(WireToolChoice::Tool { name, .. }) => ToolChoice::Function(name),
             Some(WireToolChoice::None) => ToolChoice::None,
         };
+        if let Some(tier) = self
+            .service_tier
+            .as_deref()
+            .filter(|t| !matches!(*t, "auto" | "standard_only"))
+        {
+            return Err(invalid(
+                "service_tier",
+                format!("`service_tier` must be \"auto\" or \"standard_only\", got {tier:?}"),
+            ));
+        }
         let thinking = match self.thinking {
             None | Some(WireThinking::Adaptive) => None,
-            Some(WireThinking::Enabled | WireThinking::BetweenTools) => Some(true),
+            Some(
+                WireThinking::Enabled { budget_tokens }
+                | WireThinking::BetweenTools { budget_tokens },
+            ) => {
+                check_budget(budget_tokens, max_tokens)?;
+                Some(true)
+            }
             Some(WireThinking::Disabled) => Some(false),
         };
         let format = match self.output_config.and_then(|c| c.format) {
@@ -196,6 +277,8 @@ impl Request {
             thinking,
             format,
             format_field: "output_config.format",
+            context: None,
+            max_tool_calls: one_call.then_some(1),
         })
     }
 }
@@ -299,6 +382,7 @@ mod tests {
     #[test]
     fn options_reach_the_service_and_anthropics_own_are_ignored() {
         let g = generate(with(json!({
+            "max_tokens": 4096,
             "stop_sequences": ["END"], "temperature": 0.5, "top_p": 0.9, "top_k": 40,
             "thinking": {"type": "enabled", "budget_tokens": 2048},
             "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
@@ -309,7 +393,7 @@ mod tests {
         })))
         .unwrap();
         assert_eq!(g.model.as_deref(), Some("m"));
-        assert_eq!(g.max_tokens, Some(8));
+        assert_eq!(g.max_tokens, Some(4096));
         assert_eq!(g.stop, vec!["END".to_owned()]);
         assert_eq!(
             (g.sampling.temperature, g.sampling.top_p, g.sampling.top_k),
@@ -384,5 +468,30 @@ mod tests {
             chat(&g).last(),
             Some(&Message::text(Speaker::Tool, "Tool WebFetch loaded."))
         );
+    }
+
+    #[test]
+    fn a_thinking_budget_is_checked_as_anthropic_checks_it_and_one_call_is_honoured() {
+        for (thinking, max_tokens) in [
+            (json!({"type": "enabled", "budget_tokens": 512}), 4096),
+            (json!({"type": "enabled", "budget_tokens": 2048}), 2048),
+        ] {
+            let mut body = with(json!({"thinking": thinking}));
+            body["max_tokens"] = json!(max_tokens);
+            let err = generate(body).unwrap_err();
+            assert_eq!(err.field(), Some("thinking.budget_tokens"), "{err}");
+        }
+        let mut body = with(json!({"thinking": {"type": "enabled", "budget_tokens": 1024}}));
+        body["max_tokens"] = json!(4096);
+        assert_eq!(generate(body).unwrap().thinking, Some(true));
+        let err = generate(with(json!({"service_tier": "priority"}))).unwrap_err();
+        assert_eq!(err.field(), Some("service_tier"));
+        let g = generate(with(json!({
+            "service_tier": "standard_only",
+            "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "auto", "disable_parallel_tool_use": true}
+        })))
+        .unwrap();
+        assert_eq!(g.max_tool_calls, Some(1));
     }
 }

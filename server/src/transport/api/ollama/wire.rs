@@ -26,12 +26,38 @@ pub struct Options {
     pub frequency_penalty: Option<f64>,
     pub presence_penalty: Option<f64>,
     pub stop: Option<Vec<String>>,
-    /// Read for its type; sampling on the NPU takes no seed.
+    /// Best effort, as OpenAI documents its `seed`: the mock is
+    /// deterministic whatever the seed, and the runtime's sampler takes
+    /// none.
     pub seed: Option<i64>,
-    /// Read for its type; the context is the model's (`max_context_len`).
+    /// The request's context window: at most the model's, else refused.
     pub num_ctx: Option<u64>,
+    pub mirostat: Option<u8>,
+    pub mirostat_tau: Option<f64>,
+    pub mirostat_eta: Option<f64>,
+    /// Refused unless 0 (off): the runtime has no min-p cut.
+    pub min_p: Option<f64>,
+    /// Refused unless 1 (off): the runtime has no typical sampling.
+    pub typical_p: Option<f64>,
+    /// Refused: the runtime's repetition window is its own.
+    pub repeat_last_n: Option<i64>,
+    /// Refused: set when the model loads (`[rkllm] n_keep`).
+    pub num_keep: Option<i64>,
+    /// Ollama's load options for its runner, refused: the NPU runner is
+    /// set up by the server's config.
+    pub num_batch: Option<i64>,
+    pub num_gpu: Option<i64>,
+    pub main_gpu: Option<i64>,
+    pub use_mmap: Option<bool>,
+    pub num_thread: Option<i64>,
     /// rkllm-server's own: a LoRA adapter of the model.
     pub lora: Option<String>,
+    /// Every other option. Ollama no longer reads `tfs_z`,
+    /// `penalize_newline`, `numa`, `low_vram`, `f16_kv`, `logits_all`,
+    /// `vocab_only` and `use_mlock`, nor any option it does not know: it
+    /// logs "invalid option provided" and goes on. So does this server.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, Value>,
 }
 
 /// `POST /api/generate`.
@@ -53,6 +79,8 @@ pub struct GenerateRequest {
     #[serde(default)]
     pub images: Vec<String>,
     pub format: Option<Value>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<u32>,
 }
 
 /// `POST /api/chat`.
@@ -68,6 +96,8 @@ pub struct ChatRequest {
     pub tools: Option<Vec<Value>>,
     pub keep_alive: Option<Value>,
     pub format: Option<Value>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<u32>,
 }
 
 /// One chat message as Ollama sends it.
@@ -147,8 +177,28 @@ pub fn keep_alive(value: Option<&Value>) -> Result<Option<KeepAlive>, ServiceErr
         .transpose()
 }
 
+/// `logprobs` and `top_logprobs`: refused until the runtime's token
+/// probabilities are read.
+fn logprobs(logprobs: Option<bool>, top: Option<u32>) -> Result<(), ServiceError> {
+    let field = if logprobs == Some(true) {
+        "logprobs"
+    } else if top.is_some_and(|n| n > 0) {
+        "top_logprobs"
+    } else {
+        return Ok(());
+    };
+    Err(ServiceError::unsupported(
+        field,
+        format!("`{field}` is not supported: the runtime does not report token probabilities"),
+    ))
+}
+
 impl Options {
+    /// The sampling overrides. `mirostat: 0` is the runtime's own default
+    /// (off), with which `mirostat_tau` and `mirostat_eta` do nothing:
+    /// none of the three is passed on then.
     fn sampling(&self) -> Sampling {
+        let mirostat = self.mirostat.filter(|&mode| mode != 0);
         Sampling {
             temperature: self.temperature,
             top_p: self.top_p,
@@ -156,7 +206,69 @@ impl Options {
             repeat_penalty: self.repeat_penalty,
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
+            mirostat,
+            mirostat_tau: self.mirostat_tau.filter(|_| mirostat.is_some()),
+            mirostat_eta: self.mirostat_eta.filter(|_| mirostat.is_some()),
         }
+    }
+
+    /// Refuses the options Ollama honours and this server cannot; logs
+    /// the ones Ollama ignores, ignoring them too.
+    fn check(&self) -> Result<(), ServiceError> {
+        let refused = |name: &str, why: &str| {
+            Err(ServiceError::unsupported(
+                format!("options.{name}"),
+                format!("`options.{name}` is not supported: {why}"),
+            ))
+        };
+        if self.min_p.is_some_and(|p| p != 0.0) {
+            return refused(
+                "min_p",
+                "the runtime samples with top_k, top_p and temperature and has no min-p cut \
+                 (0, off, is accepted)",
+            );
+        }
+        if self.typical_p.is_some_and(|p| p != 1.0) {
+            return refused(
+                "typical_p",
+                "the runtime has no locally typical sampling (1, off, is accepted)",
+            );
+        }
+        if self.repeat_last_n.is_some() {
+            return refused(
+                "repeat_last_n",
+                "the runtime applies repeat_penalty over a window of its own, which cannot be set",
+            );
+        }
+        if self.num_keep.is_some() {
+            return refused(
+                "num_keep",
+                "the tokens kept when the context slides are set when the model loads \
+                 (`[rkllm] n_keep` in the server's config)",
+            );
+        }
+        for (name, given) in [
+            ("num_batch", self.num_batch.is_some()),
+            ("num_gpu", self.num_gpu.is_some()),
+            ("main_gpu", self.main_gpu.is_some()),
+            ("use_mmap", self.use_mmap.is_some()),
+            ("num_thread", self.num_thread.is_some()),
+        ] {
+            if given {
+                return refused(
+                    name,
+                    "it sets up Ollama's own runner; the NPU runner is set up by the server's \
+                     config (`[rkllm]`: cpu_threads, cpu_mask, embed_flash)",
+                );
+            }
+        }
+        for name in self.other.keys() {
+            tracing::warn!(
+                option = %name,
+                "an Ollama option Ollama does not read either: ignored"
+            );
+        }
+        Ok(())
     }
 
     /// `num_predict`: positive caps; -1 (no cap) and -2 (fill the
@@ -177,7 +289,7 @@ fn images(images: &[String], field: &str) -> Result<Vec<Part>, ServiceError> {
         .map(|(i, image)| {
             parse_source(image, i + 1)
                 .map(Part::Image)
-                .map_err(|m| invalid(field, m))
+                .map_err(|m| invalid(field, format!("`{field}`: {m}")))
         })
         .collect()
 }
@@ -220,7 +332,9 @@ impl GenerateRequest {
                 Part::Text(_) => None,
             })
             .collect();
-        let _ = (self.options.seed, self.options.num_ctx);
+        self.options.check()?;
+        logprobs(self.logprobs, self.top_logprobs)?;
+        let _ = self.options.seed;
         Ok(Generate {
             model,
             input: Input::Prompt {
@@ -237,6 +351,7 @@ impl GenerateRequest {
             thinking: think(self.think.as_ref())?,
             format: format(self.format)?,
             format_field: "format",
+            context: self.options.num_ctx,
             ..Generate::default()
         })
     }
@@ -302,7 +417,9 @@ impl ChatRequest {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let _ = (self.options.seed, self.options.num_ctx);
+        self.options.check()?;
+        logprobs(self.logprobs, self.top_logprobs)?;
+        let _ = self.options.seed;
         Ok(Generate {
             model,
             input: Input::Chat(messages),
@@ -316,6 +433,8 @@ impl ChatRequest {
             thinking: think(self.think.as_ref())?,
             format: format(self.format)?,
             format_field: "format",
+            context: self.options.num_ctx,
+            max_tool_calls: None,
         })
     }
 }
@@ -363,5 +482,54 @@ mod tests {
         let generate: GenerateRequest =
             crate::service::parse_body(br#"{"prompt": "x", "raw": true}"#).unwrap();
         assert_eq!(generate.generate(None).unwrap_err().field(), Some("raw"));
+    }
+
+    #[test]
+    fn options_ollama_honours_and_the_runtime_cannot_are_refused_naming_them() {
+        let base = |extra: Value| {
+            let mut body = json!({"messages": [{"role": "user", "content": "hi"}]});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            body
+        };
+        for (extra, field) in [
+            (json!({"options": {"min_p": 0.05}}), "options.min_p"),
+            (json!({"options": {"typical_p": 0.7}}), "options.typical_p"),
+            (
+                json!({"options": {"repeat_last_n": 64}}),
+                "options.repeat_last_n",
+            ),
+            (json!({"options": {"num_keep": 4}}), "options.num_keep"),
+            (json!({"options": {"num_gpu": 1}}), "options.num_gpu"),
+            (json!({"options": {"num_thread": 4}}), "options.num_thread"),
+            (json!({"options": {"use_mmap": false}}), "options.use_mmap"),
+            (json!({"logprobs": true}), "logprobs"),
+            (json!({"top_logprobs": 3}), "top_logprobs"),
+        ] {
+            let err = chat(base(extra.clone())).unwrap_err();
+            assert_eq!(err.field(), Some(field), "{extra}: {err}");
+            assert!(err.to_string().contains(&format!("`{field}`")), "{err}");
+        }
+        // Their "off" values change nothing and are taken; what Ollama no
+        // longer reads is ignored as Ollama ignores it.
+        let g = chat(base(json!({"options": {
+            "min_p": 0.0, "typical_p": 1.0, "tfs_z": 1.0, "penalize_newline": true,
+            "mirostat": 0, "mirostat_tau": 5.0, "num_ctx": 2048, "seed": 42
+        }})))
+        .unwrap();
+        assert_eq!(g.sampling, Sampling::default());
+        assert_eq!(g.context, Some(2048));
+        let g = chat(base(json!({"options": {"mirostat": 2, "mirostat_tau": 3.0,
+                                              "mirostat_eta": 0.2}})))
+        .unwrap();
+        assert_eq!(
+            (
+                g.sampling.mirostat,
+                g.sampling.mirostat_tau,
+                g.sampling.mirostat_eta
+            ),
+            (Some(2), Some(3.0), Some(0.2))
+        );
     }
 }

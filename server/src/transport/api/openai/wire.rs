@@ -61,8 +61,34 @@ pub struct Request {
     pub best_of: Option<u32>,
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
-    /// Read for its type; the model decides how many calls it makes.
+    /// `false`: one call at most (the answer after it is dropped).
     pub parallel_tool_calls: Option<bool>,
+    /// Refused unless empty: the runtime's sampler takes no bias.
+    pub logit_bias: Option<Map<String, Value>>,
+    /// `"auto"` or `"default"`: this server has one tier.
+    pub service_tier: Option<String>,
+    /// Predicted output: refused.
+    pub prediction: Option<Value>,
+    /// Only `["text"]`.
+    pub modalities: Option<Vec<String>>,
+    /// Audio output: refused.
+    pub audio: Option<Value>,
+    /// `true` refused: chat completions are not stored.
+    pub store: Option<bool>,
+    /// Tags of a stored completion: read for its type, nothing is stored.
+    pub metadata: Option<Map<String, Value>>,
+    /// A hint to OpenAI's own models: read for its type and not applied,
+    /// as on the Responses API, where Codex sends it with every request.
+    pub verbosity: Option<String>,
+    /// Web search: refused.
+    pub web_search_options: Option<Value>,
+    /// The functions API before `tools`: refused, naming `tools`.
+    pub functions: Option<Value>,
+    pub function_call: Option<Value>,
+    /// Read for their types: they identify the caller to OpenAI's own
+    /// abuse monitoring and prompt caching, and change no answer.
+    pub safety_identifier: Option<String>,
+    pub prompt_cache_key: Option<String>,
     pub response_format: Option<Value>,
     pub reasoning_effort: Option<String>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
@@ -348,7 +374,16 @@ impl Request {
                 ));
             }
         }
-        let _ = (self.seed, &self.user, self.parallel_tool_calls);
+        self.refuse_unsupported()?;
+        let _ = (
+            self.seed,
+            &self.user,
+            &self.metadata,
+            &self.verbosity,
+            &self.safety_identifier,
+            &self.prompt_cache_key,
+        );
+        let max_tool_calls = (self.parallel_tool_calls == Some(false)).then_some(1);
         let input = if chat {
             let wire = self
                 .messages
@@ -379,6 +414,7 @@ impl Request {
                 repeat_penalty: self.repeat_penalty,
                 frequency_penalty: self.frequency_penalty,
                 presence_penalty: self.presence_penalty,
+                ..Sampling::default()
             },
             max_tokens: self.max_completion_tokens.or(self.max_tokens),
             stop: stop(self.stop)?,
@@ -392,7 +428,76 @@ impl Request {
             )?,
             format: options::format(self.response_format.as_ref(), &CHAT)?,
             format_field: "response_format",
+            context: None,
+            max_tool_calls,
         })
+    }
+
+    /// Refuses the options of OpenAI's own service this server cannot
+    /// honour: a logit bias, a tier other than the one it has, predicted
+    /// output, audio, storing the completion, web search and the functions
+    /// API.
+    fn refuse_unsupported(&self) -> Result<(), ServiceError> {
+        let refusals: [(&str, bool, &str); 8] = [
+            (
+                "logit_bias",
+                self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()),
+                "the runtime's sampler takes no per-token bias",
+            ),
+            (
+                "service_tier",
+                self.service_tier
+                    .as_deref()
+                    .is_some_and(|t| !matches!(t, "auto" | "default")),
+                "this server has one tier: \"auto\" and \"default\" are accepted",
+            ),
+            (
+                "prediction",
+                self.prediction.as_ref().is_some_and(|p| !p.is_null()),
+                "predicted outputs are not used",
+            ),
+            (
+                "modalities",
+                self.modalities
+                    .as_ref()
+                    .is_some_and(|m| m.iter().any(|m| m != "text")),
+                "the answer is text only: `[\"text\"]` is accepted",
+            ),
+            (
+                "audio",
+                self.audio.as_ref().is_some_and(|a| !a.is_null()),
+                "the answer is text only",
+            ),
+            (
+                "store",
+                self.store == Some(true),
+                "chat completions are not stored (the Responses API stores responses)",
+            ),
+            (
+                "web_search_options",
+                self.web_search_options
+                    .as_ref()
+                    .is_some_and(|w| !w.is_null()),
+                "the server does not search the web",
+            ),
+            (
+                if self.functions.is_some() {
+                    "functions"
+                } else {
+                    "function_call"
+                },
+                self.functions.as_ref().is_some_and(|f| !f.is_null())
+                    || self.function_call.as_ref().is_some_and(|f| !f.is_null()),
+                "the functions API before `tools` is not read: offer the functions as `tools`",
+            ),
+        ];
+        match refusals.into_iter().find(|(_, given, _)| *given) {
+            Some((field, _, why)) => Err(ServiceError::unsupported(
+                field,
+                format!("`{field}` is not supported: {why}"),
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -510,5 +615,45 @@ mod tests {
                 }
             ));
         }
+    }
+
+    #[test]
+    fn options_of_openais_own_service_are_refused_naming_them_or_read_when_harmless() {
+        let chat = |extra: Value| {
+            let mut body = json!({"messages": [{"role": "user", "content": "hi"}]});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let request: Request = crate::service::parse_body(body.to_string().as_bytes())?;
+            request.generate(true)
+        };
+        for (extra, field) in [
+            (json!({"logit_bias": {"50256": -100}}), "logit_bias"),
+            (json!({"service_tier": "priority"}), "service_tier"),
+            (
+                json!({"prediction": {"type": "content", "content": "x"}}),
+                "prediction",
+            ),
+            (json!({"modalities": ["text", "audio"]}), "modalities"),
+            (
+                json!({"audio": {"voice": "alloy", "format": "wav"}}),
+                "audio",
+            ),
+            (json!({"store": true}), "store"),
+            (json!({"web_search_options": {}}), "web_search_options"),
+            (json!({"functions": [{"name": "f"}]}), "functions"),
+            (json!({"function_call": "auto"}), "function_call"),
+        ] {
+            let err = chat(extra.clone()).unwrap_err();
+            assert_eq!(err.field(), Some(field), "{extra}: {err}");
+        }
+        let g = chat(json!({
+            "logit_bias": {}, "service_tier": "auto", "modalities": ["text"], "store": false,
+            "metadata": {"k": "v"}, "verbosity": "low", "safety_identifier": "s",
+            "prompt_cache_key": "p", "parallel_tool_calls": false
+        }))
+        .unwrap();
+        assert_eq!(g.max_tool_calls, Some(1));
+        assert_eq!(chat(json!({})).unwrap().max_tool_calls, None);
     }
 }

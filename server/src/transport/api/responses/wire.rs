@@ -377,6 +377,45 @@ fn tool_choice(value: Option<&Value>) -> Result<ToolChoice, ServiceError> {
     }
 }
 
+/// One `include` value: the reasoning's encrypted content (nothing is
+/// encrypted: a reasoning item carries its thinking as text), and the
+/// results of hosted tools, which are never called (only function tools
+/// are offered), are accepted; log probabilities are refused; anything
+/// else is not a value OpenAI takes.
+fn check_include(value: &str) -> Result<(), ServiceError> {
+    const ACCEPTED: &[&str] = &[
+        "reasoning.encrypted_content",
+        "file_search_call.results",
+        "web_search_call.results",
+        "web_search_call.action.sources",
+        "message.input_image.image_url",
+        "computer_call_output.output.image_url",
+        "code_interpreter_call.outputs",
+    ];
+    if ACCEPTED.contains(&value) {
+        return Ok(());
+    }
+    if value == "message.output_text.logprobs" {
+        return Err(unsupported(
+            "include",
+            "`include` \"message.output_text.logprobs\" is not supported: the runtime does not \
+             report token probabilities",
+        ));
+    }
+    Err(invalid(
+        "include",
+        format!(
+            "`include` takes {}; got {value:?}",
+            ACCEPTED
+                .iter()
+                .chain(&["message.output_text.logprobs"])
+                .map(|v| format!("{v:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ))
+}
+
 impl Request {
     /// Refuses the options no backend honours (`background`, a stored
     /// `prompt` template, a `conversation`, log probabilities) and a
@@ -411,6 +450,22 @@ impl Request {
                 "`top_logprobs` is not supported: the runtime does not report token probabilities",
             ));
         }
+        if let Some(tier) = self
+            .service_tier
+            .as_deref()
+            .filter(|t| !matches!(*t, "auto" | "default"))
+        {
+            return Err(unsupported(
+                "service_tier",
+                format!(
+                    "`service_tier` {tier:?} is not supported: this server has one tier \
+                     (\"auto\" and \"default\" are accepted)"
+                ),
+            ));
+        }
+        for value in self.include.iter().flatten() {
+            check_include(value)?;
+        }
         if let Some(truncation) = self.truncation.as_deref()
             && !matches!(truncation, "auto" | "disabled")
         {
@@ -420,12 +475,10 @@ impl Request {
             ));
         }
         let _ = (
-            &self.include,
             &self.user,
             &self.safety_identifier,
             &self.prompt_cache_key,
             &self.prompt_cache_retention,
-            &self.service_tier,
             &self.client_metadata,
             &self.stream_options,
             self.max_tool_calls,
@@ -527,6 +580,8 @@ impl Request {
                 thinking: enable_thinking,
                 format: output_format,
                 format_field: "text.format",
+                context: None,
+                max_tool_calls: (self.parallel_tool_calls == Some(false)).then_some(1),
             },
             instructions: self.instructions.filter(|i| !i.is_empty()),
             input,

@@ -174,3 +174,28 @@ fn options_reach_the_service_and_the_echo() {
         translate(json!({"input": "x", "tool_choice": {"type": "function", "name": "f"}})).unwrap();
     assert_eq!(named.generate.tool_choice, ToolChoice::Function("f".into()));
 }
+
+#[test]
+fn include_values_are_checked_and_log_probabilities_refused() {
+    for (include, refused) in [
+        (
+            json!(["reasoning.encrypted_content", "web_search_call.results"]),
+            None,
+        ),
+        (json!(["message.output_text.logprobs"]), Some("include")),
+        (json!(["everything"]), Some("include")),
+    ] {
+        let result = translate(json!({"input": "x", "include": include}));
+        assert_eq!(
+            result
+                .err()
+                .and_then(|e| e.field().map(str::to_owned))
+                .as_deref(),
+            refused
+        );
+    }
+    let err = translate(json!({"input": "x", "service_tier": "flex"})).unwrap_err();
+    assert_eq!(err.field(), Some("service_tier"));
+    let t = translate(json!({"input": "x", "parallel_tool_calls": false})).unwrap();
+    assert_eq!(t.generate.max_tool_calls, Some(1));
+}
