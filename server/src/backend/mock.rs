@@ -269,12 +269,17 @@ fn seed_of(request: &ValidRunRequest) -> u64 {
         s.repeat_penalty,
         s.frequency_penalty,
         s.presence_penalty,
-        s.mirostat_tau,
-        s.mirostat_eta,
     ] {
         h.opt_f64(v);
     }
-    h.opt_f64(s.mirostat.map(f64::from));
+    // Mirostat only when set, so that the text of every other request
+    // stays what it was before the mock took it.
+    for v in [s.mirostat.map(f64::from), s.mirostat_tau, s.mirostat_eta]
+        .into_iter()
+        .flatten()
+    {
+        h.bytes(&v.to_bits().to_le_bytes());
+    }
     h.opt_f64(s.top_k.map(f64::from));
     h.0
 }

@@ -120,33 +120,20 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> ServiceError
     ServiceError::invalid(field, message)
 }
 
-/// `thinking.budget_tokens`, as Anthropic checks it: at least 1024, and
-/// less than `max_tokens`. The budget is accepted and does not end the
-/// thinking: the model thinks until it ends its thinking itself, within
-/// `max_tokens`.
-fn check_budget(budget: Option<i64>, max_tokens: Option<u64>) -> Result<(), ServiceError> {
-    let Some(budget) = budget else {
-        return Ok(());
-    };
-    if budget < MIN_THINKING_BUDGET {
-        return Err(invalid(
+/// `thinking.budget_tokens`: at least 1024, as Anthropic requires. The
+/// budget does not end the thinking (the model thinks until it ends its
+/// thinking itself, within `max_tokens`), so how it compares with
+/// `max_tokens` is not checked.
+fn check_budget(budget: Option<i64>) -> Result<(), ServiceError> {
+    match budget {
+        Some(budget) if budget < MIN_THINKING_BUDGET => Err(invalid(
             "thinking.budget_tokens",
             format!(
                 "`thinking.budget_tokens` must be at least {MIN_THINKING_BUDGET}, got {budget}"
             ),
-        ));
+        )),
+        _ => Ok(()),
     }
-    if let Some(max) = max_tokens
-        && budget.unsigned_abs() >= max
-    {
-        return Err(invalid(
-            "thinking.budget_tokens",
-            format!(
-                "`max_tokens` must be greater than `thinking.budget_tokens` ({budget}), got {max}"
-            ),
-        ));
-    }
-    Ok(())
 }
 /// The tools as the service takes them (OpenAI's function shape): server
 /// tools skipped, deferred tools only once `referenced`.
@@ -246,7 +233,7 @@ impl Request {
                 WireThinking::Enabled { budget_tokens }
                 | WireThinking::BetweenTools { budget_tokens },
             ) => {
-                check_budget(budget_tokens, max_tokens)?;
+                check_budget(budget_tokens)?;
                 Some(true)
             }
             Some(WireThinking::Disabled) => Some(false),
@@ -382,7 +369,6 @@ mod tests {
     #[test]
     fn options_reach_the_service_and_anthropics_own_are_ignored() {
         let g = generate(with(json!({
-            "max_tokens": 4096,
             "stop_sequences": ["END"], "temperature": 0.5, "top_p": 0.9, "top_k": 40,
             "thinking": {"type": "enabled", "budget_tokens": 2048},
             "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
@@ -393,7 +379,7 @@ mod tests {
         })))
         .unwrap();
         assert_eq!(g.model.as_deref(), Some("m"));
-        assert_eq!(g.max_tokens, Some(4096));
+        assert_eq!(g.max_tokens, Some(8));
         assert_eq!(g.stop, vec!["END".to_owned()]);
         assert_eq!(
             (g.sampling.temperature, g.sampling.top_p, g.sampling.top_k),
@@ -472,12 +458,8 @@ mod tests {
 
     #[test]
     fn a_thinking_budget_is_checked_as_anthropic_checks_it_and_one_call_is_honoured() {
-        for (thinking, max_tokens) in [
-            (json!({"type": "enabled", "budget_tokens": 512}), 4096),
-            (json!({"type": "enabled", "budget_tokens": 2048}), 2048),
-        ] {
-            let mut body = with(json!({"thinking": thinking}));
-            body["max_tokens"] = json!(max_tokens);
+        for budget in [0, 512, 1023] {
+            let body = with(json!({"thinking": {"type": "enabled", "budget_tokens": budget}}));
             let err = generate(body).unwrap_err();
             assert_eq!(err.field(), Some("thinking.budget_tokens"), "{err}");
         }
