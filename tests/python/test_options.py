@@ -209,3 +209,50 @@ def test_one_tool_call_when_parallel_calls_are_off(server):
         return [c["function"]["arguments"] for c in answer["choices"][0]["message"]["tool_calls"]]
     assert [json.loads(a)["n"] for a in calls({})] == [1, 2]
     assert [json.loads(a)["n"] for a in calls({"parallel_tool_calls": False})] == [1]
+
+
+SMALL = """
+[mock]
+tokens_per_second = 0
+prefill_ms = 0
+
+[[models]]
+name = "small"
+max_context_len = 120
+"""
+
+
+def test_responses_truncation_auto_drops_the_oldest_messages_to_fit(tmp_path):
+    from conftest import start_server, stop_server
+
+    config = tmp_path / "rkllm-server.toml"
+    config.write_text(SMALL)
+    proc, base = start_server("--config", str(config))
+    try:
+        long = "many words of an old turn " * 4
+        items = []
+        for n in range(6):
+            items.append({"role": "user", "content": f"question {n}: {long}"})
+            items.append({"role": "assistant", "content": f"answer {n}: {long}"})
+        items.append({"role": "user", "content": "and now?"})
+        body = {"model": "small", "instructions": "Be brief.", "input": items, "max_output_tokens": 8}
+        with httpx.Client(base_url=base, timeout=60) as client:
+            refused = client.post("/v1/responses", json=body)
+            assert refused.status_code == 400, refused.text
+            assert "context" in refused.text
+            body["truncation"] = "auto"
+            answer = client.post("/v1/responses", json=body)
+            assert answer.status_code == 200, answer.text
+            response = answer.json()
+            assert response["truncation"] == "auto"
+            # What the model was given fits its context with room for the answer.
+            assert response["usage"]["input_tokens"] + 8 <= 120, response["usage"]
+            # And it kept the latest messages: counting the same input with
+            # only its last turn gives fewer tokens.
+            last = client.post(
+                "/v1/responses/input_tokens",
+                json={"model": "small", "instructions": "Be brief.", "input": items[-1:]},
+            ).json()
+            assert last["input_tokens"] <= response["usage"]["input_tokens"], (last, response["usage"])
+    finally:
+        stop_server(proc)

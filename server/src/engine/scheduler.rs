@@ -500,6 +500,13 @@ impl Engine {
             .collect()
     }
 
+    /// The context of `model` (the default when `None`) in tokens, when
+    /// the backend knows it.
+    pub fn context_length(&self, model: Option<&str>) -> Option<u32> {
+        let slot = self.slot(model).ok()?;
+        self.shared.backend.context_length(&slot.spec)
+    }
+
     /// How `model`'s conversations become input (its chat template), for
     /// the service's prompt builder; the runtime's own for an unknown
     /// model (which the engine then refuses).

@@ -294,6 +294,58 @@ impl Service {
         Ok(u32::try_from(tokens).unwrap_or(u32::MAX))
     }
 
+    /// Drops the oldest messages of `request`'s conversation until its
+    /// prompt fits the model's context with room for `max_tokens` (the
+    /// Responses API's `truncation: "auto"`): system messages stay, and
+    /// the conversation then starts at a user message. The latest message
+    /// is never dropped; a conversation that does not fit even so is left
+    /// for the context check to refuse. Returns how many were dropped.
+    ///
+    /// # Errors
+    /// As [`Service::count_tokens`].
+    pub async fn fit_context(&self, request: &mut Generate) -> Result<usize, ServiceError> {
+        let Some(context) = self.engine.context_length(request.model.as_deref()) else {
+            return Ok(0);
+        };
+        let room = u32::try_from(request.max_tokens.unwrap_or(0)).unwrap_or(u32::MAX);
+        let limit = context.saturating_sub(room).max(1);
+        let Input::Chat(messages) = &request.input else {
+            return Ok(0);
+        };
+        let messages = messages.clone();
+        let fits = |kept: Vec<crate::model::Message>| {
+            let mut trial = request.clone();
+            trial.input = Input::Chat(kept);
+            async move { Ok::<bool, ServiceError>(self.count_tokens(&trial).await? <= limit) }
+        };
+        if fits(messages.clone()).await? {
+            return Ok(0);
+        }
+        // The messages that may go, oldest first: all but the system ones
+        // and the last.
+        let droppable: Vec<usize> = (0..messages.len().saturating_sub(1))
+            .filter(|&i| messages[i].speaker != crate::model::Speaker::System)
+            .collect();
+        let kept = |dropped: usize| trimmed(&messages, &droppable, dropped);
+        // The fewest dropped that fits (counts fall as messages go).
+        let (mut low, mut high) = (1, droppable.len());
+        if !fits(kept(high)).await? {
+            return Ok(0);
+        }
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if fits(kept(mid)).await? {
+                high = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        let kept = kept(high);
+        let dropped = messages.len() - kept.len();
+        request.input = Input::Chat(kept);
+        Ok(dropped)
+    }
+
     /// The constraint a request's answer is held to (its format, or a
     /// forced tool call), checked against its model: the schema within
     /// `limits.max_schema_bytes`, a place held in the model's queue (so
@@ -371,5 +423,88 @@ impl Service {
         let inputs = embedding_inputs(input, self.max_embedding_inputs)
             .map_err(|m| ServiceError::invalid("input", m))?;
         embed::embed_all(&self.engine, model, inputs, keep_alive).await
+    }
+}
+
+/// `messages` without the first `dropped` of `droppable` (indices, oldest
+/// first), nor the assistant and tool messages that would then open the
+/// conversation: it starts again at a user message (or the last one).
+fn trimmed(
+    messages: &[crate::model::Message],
+    droppable: &[usize],
+    dropped: usize,
+) -> Vec<crate::model::Message> {
+    use crate::model::Speaker;
+    let mut gone: Vec<bool> = vec![false; messages.len()];
+    for &i in &droppable[..dropped.min(droppable.len())] {
+        gone[i] = true;
+    }
+    let last = messages.len().saturating_sub(1);
+    // After the cut, skip to the first user message still there.
+    if let Some(&cut) = dropped.checked_sub(1).and_then(|i| droppable.get(i)) {
+        for i in cut + 1..last {
+            match messages[i].speaker {
+                Speaker::User => break,
+                Speaker::System => {}
+                _ => gone[i] = true,
+            }
+        }
+    }
+    messages
+        .iter()
+        .zip(gone)
+        .filter(|(_, gone)| !gone)
+        .map(|(m, _)| m.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trimmed;
+    use crate::model::{Message, Part, Speaker};
+
+    fn said(speaker: Speaker, text: &str) -> Message {
+        Message {
+            speaker,
+            parts: vec![Part::Text(text.into())],
+            tool_calls: Vec::new(),
+        }
+    }
+
+    fn texts(messages: &[Message]) -> Vec<String> {
+        messages
+            .iter()
+            .map(|m| match &m.parts[0] {
+                Part::Text(t) => t.clone(),
+                Part::Image(_) => String::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn trimming_keeps_system_and_the_last_message_and_restarts_at_a_user_turn() {
+        use Speaker::{Assistant, System, Tool, User};
+        let chat = vec![
+            said(System, "s"),
+            said(User, "u1"),
+            said(Assistant, "a1"),
+            said(Tool, "t1"),
+            said(User, "u2"),
+            said(Assistant, "a2"),
+            said(User, "u3"),
+        ];
+        let droppable = [1, 2, 3, 4, 5];
+        assert_eq!(texts(&trimmed(&chat, &droppable, 0)), texts(&chat));
+        // One gone: the assistant and tool turns it opened onto go too.
+        assert_eq!(
+            texts(&trimmed(&chat, &droppable, 1)),
+            ["s", "u2", "a2", "u3"]
+        );
+        assert_eq!(
+            texts(&trimmed(&chat, &droppable, 2)),
+            ["s", "u2", "a2", "u3"]
+        );
+        assert_eq!(texts(&trimmed(&chat, &droppable, 4)), ["s", "u3"]);
+        assert_eq!(texts(&trimmed(&chat, &droppable, 5)), ["s", "u3"]);
     }
 }

@@ -162,6 +162,15 @@ async fn prepare(
         return Err(ServiceError::invalid("input", "`input` is required").into());
     }
     translated.generate.input = Input::Chat(sent);
+    if translated.truncate {
+        let dropped = state.service.fit_context(&mut translated.generate).await?;
+        if dropped > 0 {
+            tracing::info!(
+                dropped,
+                "truncation \"auto\": the oldest messages were left out to fit the model's context"
+            );
+        }
+    }
     Ok(Prepared { translated, kept })
 }
 

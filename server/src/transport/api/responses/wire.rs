@@ -95,6 +95,9 @@ pub struct Translated {
     pub store: bool,
     /// Whether to stream.
     pub stream: bool,
+    /// `truncation: "auto"`: the oldest messages are dropped until the
+    /// conversation fits the model's context.
+    pub truncate: bool,
     /// The response object's fields that repeat the request.
     pub echo: Map<String, Value>,
 }
@@ -588,6 +591,7 @@ impl Request {
             previous: self.previous_response_id,
             store: self.store.unwrap_or(true),
             stream: self.stream,
+            truncate: self.truncation.as_deref() == Some("auto"),
             echo,
         })
     }
