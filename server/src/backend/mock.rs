@@ -20,6 +20,9 @@
 //!   it), both honouring the thinking switch; in a runner
 //!   process only, `@mock(crash_after=N)` aborts the process and
 //!   `@mock(stall_after=N)` stops producing (ignoring aborts) after N tokens.
+//! - Under a constraint it proposes the reply it would give without one and
+//!   keeps what the grammar allows, as the runner does on the NPU
+//!   (see [`constrained`]).
 
 use std::time::{Duration, Instant};
 
@@ -818,8 +821,9 @@ impl MockRunner {
     }
 }
 
-/// The mock model's logits for a constrained answer: a model that wants to
-/// be done. The end token first, then a lone quote (closing a string), `}`
+/// The mock model's logits for a constrained answer, which a correction
+/// samples from where neither its own text nor a plausible value fits: a
+/// model that wants to be done. The end token first, then a lone quote (closing a string), `}`
 /// and `]`, then a comma (on to the next required member), then digits,
 /// then shorter tokens; a little of the request's own noise on each, so
 /// that requests differ where the constraint leaves a choice.
