@@ -6,12 +6,16 @@ streamed), thinking before a structured answer, MCP `generate` with a
 `with_structured_output`, pydantic-ai's output types, and the refusals as
 each client shows them.
 
-The mock's answer is a short valid instance of what it is held to
-(optional members left out, arrays at their minimum, strings short):
-what these tests check is that each client gets an answer it accepts,
-that it validates against the schema the client sent, and that what is
-refused is a 400 naming the field. The generated schemas are in
-test_structured_output.py."""
+Under a constraint the mock proposes the answer it would give without
+one, token by token, and only a token the constraint refuses is corrected
+(as the runner does with the runtime's picks on the NPU). A prompt that
+makes it echo an instance (`@mock(echo=1) {...}`) therefore gets exactly
+that instance back through every pipeline, which the `*_own_values` tests
+check; other prompts get its words where a string is forced and small
+plausible values elsewhere. What the tests check besides is that each
+client gets an answer it accepts, that it validates against the schema the
+client sent, and that what is refused is a 400 naming the field. The
+generated schemas are in test_structured_output.py."""
 
 import json
 import re
@@ -63,6 +67,13 @@ class Weather(BaseModel):
 class Tags(BaseModel):
     """`set` is `uniqueItems`, which the engine cannot hold an answer to."""
     tags: set[str]
+
+
+# An instance of City the prompts below make the mock echo: every pipeline
+# must hand back these values, not ones of its own.
+PARIS = {"name": "Paris", "country": "FR", "population": 2_100_000, "landmarks": ["Louvre", "Eiffel Tower"],
+         "where": {"latitude": 48.8566, "longitude": 2.3522}, "capital": True}
+ECHO_PARIS = "Describe Paris. @mock(echo=1) " + json.dumps(PARIS)
 
 
 def tool(name: str, model: type[BaseModel]) -> dict:
@@ -117,6 +128,18 @@ def test_openai_parse_with_a_pydantic_model(base, prompt):
     beta = openai_client(base).beta.chat.completions.parse(model="mock", messages=user(prompt),
                                                            response_format=City)
     assert beta.choices[0].message.parsed == message.parsed
+
+
+def test_openai_parse_gets_the_mocks_own_values(base):
+    completion = openai_client(base).chat.completions.parse(model="mock", messages=user(ECHO_PARIS),
+                                                            response_format=City)
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.choices[0].message.parsed == City(**PARIS)
+    assert json.loads(completion.choices[0].message.content) == PARIS
+    with openai_client(base).chat.completions.stream(model="mock", messages=user(ECHO_PARIS),
+                                                     response_format=City) as stream:
+        final = stream.get_final_completion()
+    assert final.choices[0].message.parsed == City(**PARIS)
 
 
 def test_openai_stream_helper_with_a_pydantic_model(base):
@@ -175,6 +198,23 @@ def test_openai_a_named_function_is_the_one_called(base, name):
     schemas.validate(joined, PARAMETERS[name])
 
 
+def test_openai_forced_calls_get_the_mocks_own_arguments(base):
+    """A forced call's arguments are the instance the mock echoes, named
+    and required, whole and streamed."""
+    for tool_choice in ["required", {"type": "function", "function": {"name": "describe_city"}}]:
+        ask = dict(model="mock", messages=user(ECHO_PARIS), tools=[tool("describe_city", City)],
+                   tool_choice=tool_choice)
+        choice = openai_client(base).chat.completions.create(**ask).choices[0]
+        assert tool_call_of(choice) == ("describe_city", PARIS)
+        name, joined, _ = streamed_call(base, **ask)
+        assert (name, json.loads(joined)) == ("describe_city", PARIS)
+    parsed = openai_client(base).chat.completions.parse(
+        model="mock", messages=user(ECHO_PARIS), tools=[openai.pydantic_function_tool(City)],
+        tool_choice={"type": "function", "function": {"name": "City"}})
+    [call] = parsed.choices[0].message.tool_calls
+    assert call.function.parsed_arguments == City(**PARIS)
+
+
 def test_openai_pydantic_function_tools_are_called_strictly(base):
     """openai.pydantic_function_tool: strict tools, the parse helper reads
     the arguments back into the model."""
@@ -206,6 +246,22 @@ def test_openai_thinks_then_answers_in_shape(base):
                                             reasoning_effort="high", tools=TOOLS, tool_choice="required").choices[0]
     assert choice.message.reasoning_content
     tool_call_of(choice)
+
+
+def test_openai_thinks_then_answers_with_its_own_values(base):
+    message = openai_client(base).chat.completions.create(
+        model="mock", messages=user("@mock(think=1) " + ECHO_PARIS), reasoning_effort="high",
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": city_schema()}},
+    ).choices[0].message
+    assert message.reasoning_content and json.loads(message.content) == PARIS
+
+
+def test_ollama_format_gets_the_mocks_own_values(base):
+    client = ollama_client(base)
+    chat = client.chat(model="mock", messages=user(ECHO_PARIS), format=city_schema())
+    assert json.loads(chat.message.content) == PARIS and chat.done_reason == "stop"
+    generated = client.generate(model="mock", prompt=ECHO_PARIS, format="json")
+    assert json.loads(generated.response) == PARIS
 
 
 def test_ollama_thinks_then_answers_in_shape(base):
@@ -294,6 +350,15 @@ def test_langchain_ollama_with_structured_output(base, method):
     assert streamed[-1] == raw["parsed"]
 
 
+@pytest.mark.parametrize("method", ["json_schema", "json_mode"])
+def test_langchain_ollama_gets_the_mocks_own_values(base, method):
+    from langchain_ollama import ChatOllama
+
+    llm = ChatOllama(model="mock", base_url=base)
+    assert llm.with_structured_output(City, method=method).invoke(ECHO_PARIS) == City(**PARIS)
+    assert list(llm.with_structured_output(City, method=method).stream(ECHO_PARIS))[-1] == City(**PARIS)
+
+
 def test_langchain_ollama_refusal_is_the_servers_400(base):
     from langchain_ollama import ChatOllama
 
@@ -314,6 +379,14 @@ def test_langchain_openai_with_structured_output(base, method):
     assert isinstance(raw["parsed"], City)
     streamed = list(llm.with_structured_output(City, method=method).stream("Describe Paris."))
     assert streamed[-1] == raw["parsed"]
+
+
+@pytest.mark.parametrize("method", ["json_schema", "function_calling", "json_mode"])
+def test_langchain_openai_gets_the_mocks_own_values(base, method):
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(model="mock", base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
+    assert llm.with_structured_output(City, method=method).invoke(ECHO_PARIS) == City(**PARIS)
 
 
 def test_langchain_openai_refusal_is_the_servers_400(base):
@@ -360,6 +433,16 @@ def test_pydantic_ai_native_output(base):
     assert isinstance(result.output, City)
 
 
+def test_pydantic_ai_gets_the_mocks_own_values(base):
+    """Both output modes: the forced call of the output tool, and
+    NativeOutput's response_format."""
+    from pydantic_ai import Agent, NativeOutput
+
+    model = pydantic_ai_model(base)
+    assert Agent(model, output_type=City).run_sync(ECHO_PARIS).output == City(**PARIS)
+    assert Agent(model, output_type=NativeOutput(City)).run_sync(ECHO_PARIS).output == City(**PARIS)
+
+
 def test_pydantic_ai_refusal_is_the_servers_400(base):
     from pydantic_ai import Agent
     from pydantic_ai.exceptions import ModelHTTPError
@@ -367,6 +450,32 @@ def test_pydantic_ai_refusal_is_the_servers_400(base):
     with pytest.raises(ModelHTTPError) as refused:
         Agent(pydantic_ai_model(base), output_type=Tags).run_sync("Tags")
     assert refused.value.status_code == 400 and "uniqueItems" in json.dumps(refused.value.body)
+
+
+# ------------------------------------------------------- the Agents SDK
+
+
+def test_the_agents_sdk_output_type_gets_the_mocks_own_values(base):
+    """An agent with an output_type asks the Responses API for a strict
+    json_schema (text.format) and parses the answer into the model."""
+    import asyncio
+
+    from agents import Agent, Runner, set_default_openai_client, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    set_default_openai_client(openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0))
+    agent = Agent(name="cities", instructions="Describe the city.", model="mock", output_type=City)
+
+    async def both():
+        whole = await Runner.run(agent, ECHO_PARIS)
+        streamed = Runner.run_streamed(agent, ECHO_PARIS)
+        async for _ in streamed.stream_events():
+            pass
+        return whole, streamed
+
+    whole, streamed = asyncio.run(both())
+    assert whole.final_output == City(**PARIS)
+    assert streamed.final_output == City(**PARIS)
 
 
 # ------------------------------------------------------------- instructor
@@ -384,12 +493,17 @@ def test_instructor_tools_and_json_schema_modes(base):
     run = subprocess.run([str(INSTRUCTOR_PYTHON), str(ROOT / "tests" / "python" / "instructor_modes.py"), base],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    answers = {line["mode"]: line for line in map(json.loads, run.stdout.splitlines())}
-    assert set(answers) == {"tool_call", "json_schema_mode"}, run.stdout
-    for answer in answers.values():
+    answers = {(line["mode"], line["echo"]): line for line in map(json.loads, run.stdout.splitlines())}
+    assert set(answers) == {(mode, echo) for mode in ("tool_call", "json_schema_mode") for echo in (False, True)}, \
+        run.stdout
+    for (mode, echo), answer in answers.items():
         weather = answer["weather"]
         Weather.model_validate(weather)
         assert weather["unit"] in ("celsius", "fahrenheit") and 1 <= weather["days"] <= 7, answer
+        # The mock echoing an instance: its own values come back.
+        if echo:
+            assert weather == {"city": "Lyon", "unit": "celsius", "days": 3}, answer
+    answers = {mode: line for (mode, echo), line in answers.items() if not echo}
     # TOOLS forces the call of the model's tool; JSON_SCHEMA asks for the schema as the answer.
     assert answers["tool_call"]["finish_reason"] == "tool_calls" and answers["tool_call"]["tool_calls"] == 1
     assert answers["json_schema_mode"]["finish_reason"] == "stop" and answers["json_schema_mode"]["tool_calls"] == 0

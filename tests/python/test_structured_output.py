@@ -6,14 +6,19 @@ the string formats; the refusals on every API; a constrained stream closed
 early.
 
 The mock holds its answer to the constraint token by token over its own
-small tokenizer, from logits of a model that wants to be done: an answer
-is a short valid instance (optional members left out, arrays at their
-minimum). The clients' structured-output helpers, forced tool calls,
-thinking and MCP are in test_structured_clients.py."""
+small tokenizer, as the runner does on the NPU: it proposes the answer it
+would give without the constraint, keeps each token the constraint allows
+and corrects only a refused one. An echoed instance comes back as it is;
+where its own text cannot go on, it ends as soon as it may, with plausible
+values for string formats. The clients' structured-output helpers, forced
+tool calls, thinking and MCP are in test_structured_clients.py."""
 
+import datetime
+import ipaddress
 import json
 import re
 import time
+import uuid
 
 import httpx
 import ollama
@@ -202,6 +207,43 @@ def test_sampling_settings_keep_the_answer_valid(base, temperature):
         check(result["text"], schema, result["finish_reason"])
 
 
+# ------------------------------------------------- the mock's own values
+
+CITY = {"type": "object", "properties": {"name": {"type": "string"}, "population": {"type": "integer"}},
+        "required": ["name", "population"]}
+PARIS = '{"name": "Paris", "population": 2100000}'
+ECHO_PARIS = f"@mock(echo=1) {PARIS}"
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["schema", "strict"])
+def test_an_echoed_instance_comes_back_as_it_is(base, strict):
+    """The mock proposes its own answer and the constraint allows every
+    token of it: the answer is the echoed instance, on every API."""
+    schema = schemas.strict(CITY) if strict else CITY
+    client = openai_client(base)
+    for response_format in [json_schema(schema, strict), {"type": "json_object"}]:
+        choice = client.chat.completions.create(model="mock", messages=user(ECHO_PARIS),
+                                                response_format=response_format).choices[0]
+        assert (choice.message.content, choice.finish_reason) == (PARIS, "stop")
+    chat = ollama_client(base).chat(model="mock", messages=user(ECHO_PARIS), format=schema)
+    assert (chat.message.content, chat.done_reason) == (PARIS, "stop")
+    generated = ollama_client(base).generate(model="mock", prompt=ECHO_PARIS, format="json")
+    assert generated.response == PARIS
+    result = rpc(base, "run", {"prompt": ECHO_PARIS, "format": schema})
+    assert (result["text"], result["finish_reason"]) == (PARIS, "stop")
+    assert "".join(c["delta"] for c in rpc_stream(base, {"prompt": ECHO_PARIS, "format": schema})) == PARIS
+
+
+def test_an_echo_that_breaks_the_schema_is_corrected_keeping_what_fits(base):
+    result = rpc(base, "run", {"prompt": '@mock(echo=1) {"name": 5}', "format": CITY})
+    # A number where a string is due is written as one; the missing member
+    # is the least that fits.
+    assert check(result["text"], CITY, result["finish_reason"]) == {"name": "5", "population": 1}
+    pretty = '@mock(echo=1) {\n  "name":"Paris",\n  "population":   2100000\n}'
+    result = rpc(base, "run", {"prompt": pretty, "format": CITY})
+    assert result["text"] == PARIS
+
+
 # ----------------------------------------------------------- JSON mode
 
 
@@ -281,12 +323,7 @@ def test_min_properties_beyond_the_required_names_is_refused_not_broken(base):
 # Formats the engine cannot follow: refused, never ignored.
 UNSUPPORTED_FORMATS = ["idn-email", "iri", "iri-reference", "uri-reference", "uri-template", "idn-hostname",
                        "json-pointer", "relative-json-pointer", "regex", "a-format-nobody-knows"]
-# Formats the engine follows, but for which the mock's logits, the same
-# at every step, keep repeating one character where the format lets a
-# part go on (an email's local part, a URI's path, a duration's digits):
-# the answer then runs to its cap.
-MOCK_RUNS_ON = {"email", "uri", "duration"}
-FOLLOWED_FORMATS = ["date", "uuid", "ipv4", "ipv6", "hostname", *sorted(MOCK_RUNS_ON)]
+FOLLOWED_FORMATS = ["date", "date-time", "time", "uuid", "ipv4", "ipv6", "hostname", "email", "uri", "duration"]
 FORMAT_PROMPTS = [f"A value, case {case}" for case in range(6)]
 
 
@@ -315,15 +352,38 @@ def test_a_finished_answer_is_valid_in_every_format(base, name):
             assert choice.message.content.startswith('{"value": "')
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(
-        strict=True, reason="mock bug: its logits are the same at every step, so it repeats the one character a "
-                            "format lets go on and never writes the one that ends it (runs to max_tokens)"))
-    if name in MOCK_RUNS_ON else name
-    for name in FOLLOWED_FORMATS
-])
+@pytest.mark.parametrize("name", FOLLOWED_FORMATS)
 def test_the_mock_finishes_every_format(base, name):
     assert [choice.finish_reason for choice in format_answers(base, name)] == ["stop"] * len(FORMAT_PROMPTS)
+
+
+# How Python reads a value of each format: what the mock invents must read.
+PARSERS = {
+    "date": datetime.date.fromisoformat,
+    "date-time": datetime.datetime.fromisoformat,
+    "time": datetime.time.fromisoformat,
+    "uuid": uuid.UUID,
+    "ipv4": ipaddress.IPv4Address,
+    "ipv6": ipaddress.IPv6Address,
+    "email": lambda v: re.fullmatch(r"[^@\s]+@[^@\s]+\.[a-z]+", v) or pytest.fail(v),
+    "uri": lambda v: re.fullmatch(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s]+", v) or pytest.fail(v),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_an_invented_value_is_plausible_for_its_format(base, name):
+    """The mock's words cannot be a date or an address: it writes a
+    plausible one (a date 2024-01-01, user@example.com, ...), which
+    Python's own parsers read."""
+    for prompt in [*FORMAT_PROMPTS[:2], '@mock(echo=1) {"value": 5}']:
+        choice = openai_client(base).chat.completions.create(
+            model="mock", messages=user(prompt), response_format=json_schema(format_schema(name))).choices[0]
+        PARSERS[name](check(choice.message.content, format_schema(name), choice.finish_reason)["value"])
+    # Its own value, in the format, is kept.
+    choice = openai_client(base).chat.completions.create(
+        model="mock", messages=user('@mock(echo=1) {"value": "1999-12-31"}'),
+        response_format=json_schema(format_schema("date"))).choices[0]
+    assert choice.message.content == '{"value": "1999-12-31"}'
 
 
 @pytest.mark.parametrize("name", UNSUPPORTED_FORMATS)

@@ -20,8 +20,13 @@
 //!   it), both honouring the thinking switch; in a runner
 //!   process only, `@mock(crash_after=N)` aborts the process and
 //!   `@mock(stall_after=N)` stops producing (ignoring aborts) after N tokens.
+//! - Under a constraint it proposes the reply it would give without one and
+//!   keeps what the grammar allows, as the runner does on the NPU
+//!   (see [`constrained`]).
 
 use std::time::{Duration, Instant};
+
+mod constrained;
 
 use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, Plan, Runner, TokenSink,
@@ -367,6 +372,95 @@ fn cut_word(pieces: &mut Vec<Vec<u8>>, tokens: usize) {
     last.extend_from_slice(&rest[..carry]);
 }
 
+/// The natural length of a reply, in tokens: an echo ends with its text
+/// (no bound); otherwise `@mock(length=N)` or 16–63 from the request.
+fn natural_length(directives: &Directives, seed: u64) -> u64 {
+    match directives.echo_from {
+        Some(_) => u64::MAX,
+        None => directives.length.unwrap_or(16 + seed % 48),
+    }
+}
+
+/// The mock's reply to a request as it writes it without a constraint,
+/// word by word in token pieces: a thinking block when asked, then the
+/// echoed text or its own words. The same request makes the same reply.
+struct Reply<'a> {
+    rng: Rng,
+    /// The thinking block's words not yet given.
+    thinking: std::vec::IntoIter<Vec<Vec<u8>>>,
+    /// The echoed text not yet given (`None`: its own words).
+    echo: Option<&'a [u8]>,
+    first: bool,
+}
+
+impl<'a> Reply<'a> {
+    fn new(request: &ValidRunRequest, directives: &Directives, input: &'a str, seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let thinking = directives
+            .think
+            .map(|shape| thinking_words(&mut rng, shape, request.prompt.thinking))
+            .unwrap_or_default()
+            .into_iter();
+        Self {
+            rng,
+            thinking,
+            echo: directives
+                .echo_from
+                .map(|at| input[at..].trim_start().as_bytes()),
+            first: true,
+        }
+    }
+
+    /// Tokens of the thinking block not yet given.
+    fn thinking_tokens(&self) -> u64 {
+        self.thinking.as_slice().iter().map(Vec::len).sum::<usize>() as u64
+    }
+
+    /// Whether the thinking block is still to come.
+    fn thinking(&self) -> bool {
+        !self.thinking.as_slice().is_empty()
+    }
+
+    /// The next word's pieces, into `out`; false at the end of an echo.
+    fn next_word(&mut self, out: &mut Vec<Vec<u8>>) -> bool {
+        match (self.thinking.next(), &mut self.echo) {
+            (Some(word), _) => *out = word,
+            (None, None) => {
+                next_word(&mut self.rng, self.first, out);
+                self.first = false;
+            }
+            (None, Some([])) => return false,
+            (None, Some(text)) => {
+                *text = next_echoed_word(&mut self.rng, text, out);
+                self.first = false;
+            }
+        }
+        true
+    }
+
+    /// The echoed text not yet given, when it echoes.
+    fn unsaid(&self) -> Option<&'a [u8]> {
+        self.echo
+    }
+
+    /// The rest of the answer, after any thinking, as one text: `natural`
+    /// tokens of it, the last word cut as a cap cuts it.
+    fn answer_text(mut self, natural: u64) -> Vec<u8> {
+        let mut pieces = Vec::new();
+        let mut text = Vec::new();
+        let mut tokens: u64 = 0;
+        while tokens < natural && self.next_word(&mut pieces) {
+            let room = natural - tokens;
+            if pieces.len() as u64 > room {
+                cut_word(&mut pieces, room as usize);
+            }
+            tokens += pieces.len() as u64;
+            text.extend(pieces.concat());
+        }
+        text
+    }
+}
+
 impl Runner for MockRunner {
     /// Emulates history reuse: a chat that continues what this model holds
     /// is "prefilled" (counted in `prompt_tokens`) for its new message
@@ -482,13 +576,8 @@ impl MockRunner {
         }
         let seed = seed_of(request);
         // An echo ends with its text; otherwise the reply has a natural length.
-        let mut echo = directives
-            .echo_from
-            .map(|at| input[at..].trim_start().as_bytes());
-        let natural = match echo {
-            Some(_) => u64::MAX,
-            None => directives.length.unwrap_or(16 + seed % 48),
-        };
+        let natural = natural_length(&directives, seed);
+        let mut reply = Reply::new(request, &directives, &input, seed);
         let cap = u64::from(request.max_tokens);
 
         let prefill =
@@ -498,38 +587,22 @@ impl MockRunner {
             return Ok(Generation::ended(FinishReason::Abort));
         }
         if let Some(constrained) = &request.constraint {
-            return self.constrained(request, sink, constrained, &directives, seed);
+            return self.constrained(request, sink, constrained, reply, natural, seed);
         }
 
         let interval = (self.config.tokens_per_second > 0.0)
             .then(|| Duration::from_secs_f64(1.0 / self.config.tokens_per_second));
         let started = Instant::now();
-        let mut rng = Rng::new(seed);
         let mut pieces = Vec::new();
         let mut emitted: u64 = 0;
-        let mut first = true;
         // A thinking block before the answer, in pieces as a model's
         // tokens would cut it; its tokens count against the cap.
-        let mut thinking = directives
-            .think
-            .map(|shape| thinking_words(&mut rng, shape, request.prompt.thinking))
-            .unwrap_or_default()
-            .into_iter();
-        let thinking_tokens = thinking.as_slice().iter().map(Vec::len).sum::<usize>() as u64;
+        let thinking_tokens = reply.thinking_tokens();
         let limit = natural.saturating_add(thinking_tokens).min(cap);
         let mut cut = false;
         loop {
-            match (thinking.next(), &mut echo) {
-                (Some(word), _) => pieces = word,
-                (None, None) => {
-                    next_word(&mut rng, first, &mut pieces);
-                    first = false;
-                }
-                (None, Some([])) => break,
-                (None, Some(text)) => {
-                    *text = next_echoed_word(&mut rng, text, &mut pieces);
-                    first = false;
-                }
+            if !reply.next_word(&mut pieces) {
+                break;
             }
             // At the cap the word is cut after the last token that fits;
             // that token takes the rest of a character it would split, so
@@ -574,7 +647,7 @@ impl MockRunner {
                 message: format!("mock runtime error injected by @mock(error_after={emitted})"),
             });
         }
-        let finish_reason = match echo {
+        let finish_reason = match reply.unsaid() {
             Some(unsaid) if cut || !unsaid.is_empty() => FinishReason::Length,
             None if natural > cap && emitted < natural => FinishReason::Length,
             _ => FinishReason::Stop,
@@ -677,20 +750,21 @@ fn thinking_words(rng: &mut Rng, shape: u64, enabled: bool) -> Vec<Vec<Vec<u8>>>
 }
 
 impl MockRunner {
-    /// A constrained answer: thinking first when asked (`@mock(think=…)`),
-    /// then tokens of the mock's vocabulary chosen among those the
-    /// constraint allows, from logits of a model that wants to be done
-    /// (see [`mock_logits`]), with the request's sampling (greedy unless
-    /// it sets a temperature). The answer is a small valid instance.
+    /// A constrained answer, made as the runtime and the runner make one
+    /// on the NPU: thinking first when asked (`@mock(think=…)`), freely;
+    /// then the mock proposes, token by token, the answer it would give
+    /// without the constraint, and each token the constraint allows is
+    /// kept as it is; a refused one is corrected (see [`constrained`]).
     fn constrained(
         &mut self,
         request: &ValidRunRequest,
         sink: &mut TokenSink<'_>,
         constrained: &crate::backend::Constrained,
-        directives: &Directives,
+        mut reply: Reply<'_>,
+        natural: u64,
         seed: u64,
     ) -> Result<Generation, BackendError> {
-        use crate::model::constraint::{Guide, SamplingParams, sample};
+        use crate::model::constraint::{Guide, SamplingParams};
         let failed = |message: String| BackendError::Runtime {
             code: None,
             message,
@@ -699,7 +773,6 @@ impl MockRunner {
             crate::backend::vocabularies::load(&constrained.tokenizer).map_err(failed)?;
         self.vocabulary = Some(std::sync::Arc::clone(&vocabulary));
         let mut guide = Guide::new(&vocabulary, &constrained.constraint).map_err(failed)?;
-        let logits = mock_logits(&vocabulary, seed);
         let s = &request.sampling;
         let params = SamplingParams {
             temperature: s.temperature.unwrap_or(0.0) as f32,
@@ -730,24 +803,23 @@ impl MockRunner {
             emitted += 1;
             (!sink.token_bytes(bytes)).then_some(FinishReason::Abort)
         };
-        let mut rng = Rng::new(seed);
-        if let Some(shape) = directives.think {
-            for word in thinking_words(&mut rng, shape, request.prompt.thinking) {
-                for piece in word {
-                    if let Some(end) = emit(&piece, sink) {
-                        return Ok(Generation::ended(end));
-                    }
+        let mut pieces = Vec::new();
+        while reply.thinking() {
+            reply.next_word(&mut pieces);
+            for piece in &pieces {
+                if let Some(end) = emit(piece, sink) {
+                    return Ok(Generation::ended(end));
                 }
             }
         }
-        let mut state = seed | 1;
-        while !guide.is_done() {
-            let mask = guide.mask().map_err(failed)?.clone();
-            let token = sample(&logits, &mask, &params, guide.tokens(), &mut state)
-                .ok_or_else(|| failed("the constraint allows no token".into()))?;
-            if token == vocabulary.eos() {
-                break;
-            }
+        let mut writer = constrained::Writer::new(
+            &vocabulary,
+            reply.answer_text(natural),
+            mock_logits(&vocabulary, seed),
+            params,
+            seed | 1,
+        );
+        while let Some(token) = writer.next(&mut guide).map_err(failed)? {
             guide.accept(token).map_err(failed)?;
             if let Some(end) = emit(vocabulary.bytes(token), sink) {
                 return Ok(Generation::ended(end));
@@ -757,8 +829,9 @@ impl MockRunner {
     }
 }
 
-/// The mock model's logits for a constrained answer: a model that wants to
-/// be done. The end token first, then a lone quote (closing a string), `}`
+/// The mock model's logits for a constrained answer, which a correction
+/// samples from where neither its own text nor a plausible value fits: a
+/// model that wants to be done. The end token first, then a lone quote (closing a string), `}`
 /// and `]`, then a comma (on to the next required member), then digits,
 /// then shorter tokens; a little of the request's own noise on each, so
 /// that requests differ where the constraint leaves a choice.
@@ -913,5 +986,98 @@ mod tests {
         }
         assert_eq!(joined, text.as_bytes());
         assert_eq!(words, 8);
+    }
+
+    /// Collects what a runner writes.
+    struct Collected(parking_lot::Mutex<String>, crate::vocab::CancelToken);
+
+    impl crate::backend::TokenOutput for Collected {
+        fn push(&self, text: &str, _thinking: bool, _tokens: u32, _at: Option<u64>) -> bool {
+            self.0.lock().push_str(text);
+            true
+        }
+        fn stamp_now(&self) -> Option<u64> {
+            None
+        }
+        fn set_prompt_tokens(&self, _tokens: u32) {}
+        fn cancel_token(&self) -> &crate::vocab::CancelToken {
+            &self.1
+        }
+    }
+
+    /// The mock's answer to `prompt`, held to `constraint` if any, and how
+    /// it ended.
+    fn answer(
+        prompt: &str,
+        constraint: Option<crate::model::constraint::Constraint>,
+    ) -> (String, FinishReason) {
+        let backend = MockBackend::new(MockConfig {
+            tokens_per_second: 0.0,
+            prefill_ms: 0,
+            lanes: 1,
+            isolated: false,
+        });
+        let model = ModelSpec {
+            name: "mock".into(),
+            path: None,
+            template: crate::model::ChatTemplate::default(),
+            settings: crate::model::ModelSettings::default(),
+            vision: None,
+            embedding: None,
+            lora: Vec::new(),
+            prompt_cache: None,
+            reasoning: Default::default(),
+            tokenizer: None,
+        };
+        let mut runner = backend.load(&model).unwrap();
+        let request = ValidRunRequest {
+            prompt: crate::model::Prompt::plain(prompt),
+            model: "mock".into(),
+            max_tokens: 4000,
+            max_tokens_requested: false,
+            sampling: crate::model::Sampling::default(),
+            images: Vec::new(),
+            embed: None,
+            clear_cache: false,
+            stop: Vec::new(),
+            constraint: constraint.map(|constraint| crate::backend::Constrained {
+                constraint,
+                tokenizer: TokenizerSource::Mock,
+            }),
+            lora: None,
+        };
+        let output = Collected(Default::default(), crate::vocab::CancelToken::new());
+        let mut sink = TokenSink::new(&output, false);
+        let generation = runner.generate(&request, &mut sink).unwrap();
+        drop(sink);
+        (output.0.into_inner(), generation.finish_reason)
+    }
+
+    #[test]
+    fn under_a_constraint_it_proposes_the_answer_it_gives_without_one() {
+        use crate::model::constraint::Constraint;
+        let schema = serde_json::json!({"type": "object", "properties": {"name": {"type": "string"},
+            "population": {"type": "integer"}}, "required": ["name", "population"]});
+        let prompt = r#"@mock(echo=1) {"name": "Paris", "population": 2100000}"#;
+        let (free, _) = answer(prompt, None);
+        assert_eq!(free, r#"{"name": "Paris", "population": 2100000}"#);
+        for constraint in [Constraint::JsonSchema(schema), Constraint::JsonObject] {
+            assert_eq!(
+                answer(prompt, Some(constraint)),
+                (free.clone(), FinishReason::Stop)
+            );
+        }
+        // Its default reply is free text: under JSON mode, the least
+        // object, and it ends.
+        let (text, end) = answer("Any object.", Some(Constraint::JsonObject));
+        assert_eq!((text.as_str(), end), ("{}", FinishReason::Stop));
+        // A date it must invent is a date.
+        let dated = serde_json::json!({"type": "object", "properties": {"when": {"type": "string",
+            "format": "date"}}, "required": ["when"]});
+        let (text, end) = answer("When?", Some(Constraint::JsonSchema(dated)));
+        assert_eq!(
+            (text.as_str(), end),
+            (r#"{"when": "2024-01-01"}"#, FinishReason::Stop)
+        );
     }
 }

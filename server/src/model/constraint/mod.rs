@@ -499,6 +499,20 @@ impl Guide {
             .greedy_tokenize(&bytes)
     }
 
+    /// How many of `tokens`, taken in turn from here, the grammar would
+    /// allow (none is taken).
+    ///
+    /// # Errors
+    /// The engine's failure.
+    pub fn validates(&mut self, tokens: &[u32]) -> Result<usize, String> {
+        if tokens.iter().any(|&t| t as usize >= self.vocabulary.len()) {
+            return Ok(0);
+        }
+        self.matcher
+            .validate_tokens(tokens)
+            .map_err(|e| e.to_string())
+    }
+
     /// Whether the answer is complete (nothing may follow it).
     pub fn is_done(&self) -> bool {
         self.matcher.is_stopped()

@@ -174,6 +174,20 @@ impl Vocabulary {
             .is_some_and(|t| t.first() == Some(&TokTrie::SPECIAL_TOKEN_MARKER))
     }
 
+    /// The tokens whose text starts `bytes`, longest first (never a
+    /// special token).
+    pub fn prefix_tokens(&self, bytes: &[u8]) -> Vec<u32> {
+        let mut tokens = self.factory.tok_env().tok_trie().all_prefixes(bytes);
+        tokens.reverse();
+        tokens
+    }
+
+    /// `bytes` as tokens, each the longest that starts what is left (no
+    /// merges are applied: the cut a tokenizer without them makes).
+    pub fn greedy_tokens(&self, bytes: &[u8]) -> Vec<u32> {
+        self.factory.tok_env().tok_trie().greedy_tokenize(bytes)
+    }
+
     /// The end-of-text token an answer ends with.
     pub fn eos(&self) -> u32 {
         self.eos
