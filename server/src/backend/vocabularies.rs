@@ -27,13 +27,7 @@ static ENCODERS: Mutex<Option<LoadedEncoders>> = Mutex::new(None);
 /// A file that cannot be read, or a tokenizer the library cannot read.
 pub fn load_encoder(source: &TokenizerSource) -> Result<Arc<Encoder>, String> {
     let stamp = stamp(source);
-    if let Some(loaded) = ENCODERS
-        .lock()
-        .as_ref()
-        .and_then(|l| l.get(source))
-        .filter(|(loaded_from, _)| *loaded_from == stamp)
-        .and_then(|(_, loaded)| loaded.upgrade())
-    {
+    if let Some(loaded) = loaded_encoder(source, &stamp) {
         return Ok(loaded);
     }
     let text = match source {
@@ -47,6 +41,22 @@ pub fn load_encoder(source: &TokenizerSource) -> Result<Arc<Encoder>, String> {
         .get_or_insert_with(HashMap::new)
         .insert(source.clone(), (stamp, Arc::downgrade(&encoder)));
     Ok(encoder)
+}
+
+/// The encoder of `source` when one is loaded from it as it is now (its
+/// file unchanged); never reads the file, so it may be called where
+/// blocking is not allowed (a `stat` at most).
+pub fn cached_encoder(source: &TokenizerSource) -> Option<Arc<Encoder>> {
+    loaded_encoder(source, &stamp(source))
+}
+
+fn loaded_encoder(source: &TokenizerSource, stamp: &Option<Stamp>) -> Option<Arc<Encoder>> {
+    ENCODERS
+        .lock()
+        .as_ref()
+        .and_then(|l| l.get(source))
+        .filter(|(loaded_from, _)| loaded_from == stamp)
+        .and_then(|(_, loaded)| loaded.upgrade())
 }
 
 /// The text of a `tokenizer.json` file: a regular file (never a FIFO or a

@@ -288,6 +288,18 @@ impl Engine {
         self.tokenizers.encoder(slot.name(), &source)
     }
 
+    /// [`Engine::encoder`] when it is loaded already, without loading or
+    /// reading anything: for counting in place, where blocking is not
+    /// allowed.
+    pub fn cached_encoder(
+        &self,
+        model: Option<&str>,
+    ) -> Option<Arc<crate::model::tokenizer::Encoder>> {
+        let slot = self.slot(model).ok()?;
+        let source = self.shared.backend.tokenizer(&slot.spec)?;
+        crate::backend::vocabularies::cached_encoder(&source)
+    }
+
     /// Checks that `constraint` can hold an answer of `model` (the default
     /// when `None`): the model has a tokenizer, and the engine compiles the
     /// constraint over it (kept for the generation). Blocks: a first use

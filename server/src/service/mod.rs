@@ -80,6 +80,10 @@ pub struct Prepared {
     pub reservation: Option<Reservation>,
 }
 
+/// The longest text whose tokens are counted on the async worker itself
+/// (see [`Service::count_in_place`]): at most about 100 µs of encoding.
+const COUNT_IN_PLACE_BYTES: usize = 256;
+
 impl Service {
     /// The service over `engine`, rendering templates in `sandbox`;
     /// `remote_images` says whether and how
@@ -230,6 +234,10 @@ impl Service {
         model: Option<&str>,
         mut prompt: crate::model::Prompt,
     ) -> crate::model::Prompt {
+        if let Some(tokens) = self.count_in_place(model, &prompt.text) {
+            prompt.tokens = Some(tokens);
+            return prompt;
+        }
         let engine = Arc::clone(&self.engine);
         let model = model.map(str::to_owned);
         let text = prompt.text.clone();
@@ -242,6 +250,20 @@ impl Service {
         .flatten();
         prompt.tokens = tokens.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
         prompt
+    }
+
+    /// `text`'s tokens counted here, on the async worker, when that is
+    /// cheap: a text of at most [`COUNT_IN_PLACE_BYTES`] and a tokenizer
+    /// loaded already (tens of microseconds: less than handing the work to
+    /// another thread and waking this task again costs under load).
+    /// `None`: count it off the workers.
+    fn count_in_place(&self, model: Option<&str>, text: &str) -> Option<u32> {
+        if text.len() > COUNT_IN_PLACE_BYTES {
+            return None;
+        }
+        let encoder = self.engine.cached_encoder(model)?;
+        let tokens = encoder.count(text).ok()?;
+        Some(u32::try_from(tokens).unwrap_or(u32::MAX))
     }
 
     /// The tokens `request`'s input would take: its prompt built as it
@@ -278,6 +300,9 @@ impl Service {
         }
         if let Some(prefill) = prompt.prefill {
             text.push_str(&prefill);
+        }
+        if let Some(tokens) = self.count_in_place(request.model.as_deref(), &text) {
+            return Ok(tokens);
         }
         let engine = Arc::clone(&self.engine);
         let model = request.model.clone();
