@@ -60,8 +60,9 @@ impl Encoder {
     /// # Errors
     /// What the library could not encode.
     pub fn count(&self, text: &str) -> Result<usize, String> {
+        // Without the offsets, which a count does not need.
         self.inner
-            .encode(text, false)
+            .encode_fast(text, false)
             .map(|encoding| encoding.len())
             .map_err(|e| e.to_string())
     }
