@@ -87,6 +87,10 @@ impl SandboxSettings {
     }
 }
 
+/// The exit status of a child whose program could not be run (the
+/// shell's and `posix_spawn`'s convention).
+const CANNOT_RUN: i32 = 127;
+
 /// Why a job gave no reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SandboxError {
@@ -213,9 +217,9 @@ impl Sandbox {
             Ok(Err(_)) => {
                 // It ended (or garbled its reply): no more of it.
                 let _ = helper.child.start_kill();
-                let status = match helper.child.wait().await {
-                    Ok(status) => status.to_string(),
-                    Err(e) => e.to_string(),
+                let (status, code) = match helper.child.wait().await {
+                    Ok(status) => (status.to_string(), status.code()),
+                    Err(e) => (e.to_string(), None),
                 };
                 let mut said = String::new();
                 if let Some(mut stderr) = helper.child.stderr.take() {
@@ -224,6 +228,14 @@ impl Sandbox {
                     said = String::from_utf8_lossy(&bytes).trim().to_owned();
                 }
                 tracing::warn!(%status, said = %said, "a sandbox helper ended during a job");
+                if code == Some(CANNOT_RUN) {
+                    // The program never ran: a failed exec reported by the
+                    // child (so it is where spawning cannot report it, as
+                    // under an emulator).
+                    return Err(SandboxError::Unavailable(format!(
+                        "cannot start a helper: its program could not be run ({status})"
+                    )));
+                }
                 Err(SandboxError::Memory { memory, status })
             }
             Err(_) => {

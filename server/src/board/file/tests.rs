@@ -88,9 +88,15 @@ fn a_socket_is_refused() {
 
 #[test]
 fn devices_are_refused_and_a_link_to_one_too() {
-    // Under `/`, where /dev/zero is a device (and an endless file).
-    let why = refusal(read_returns(Path::new("/"), "dev/zero"));
+    // Under `/dev`, where `zero` is a device (and an endless file).
+    let why = refusal(read_returns(Path::new("/dev"), "zero"));
     assert!(why.contains("a character device"), "{why}");
+    if under_emulator() {
+        // qemu-user's `-L` puts its own root where "/" is opened, so a
+        // link to /dev/zero read with "/" as the root is not the host's.
+        eprintln!("a link to /dev/zero under the root /: not checked under an emulator");
+        return;
+    }
     let dir = Scratch::new("device");
     symlink("/dev/zero", dir.0.join("zero")).unwrap();
     let rel = dir.0.join("zero");
@@ -242,7 +248,7 @@ fn a_node_is_opened_only_when_it_is_a_device_or_a_fake_trees_file() {
     assert_eq!(tree.node_opens("dev/rknpu"), None);
     assert_eq!(tree.node_opens("dev/dri"), None);
     // /dev/null is a device anyone may open.
-    assert_eq!(Tree::new(Path::new("/")).node_opens("dev/null"), Some(true));
+    assert_eq!(Tree::new(Path::new("/dev")).node_opens("null"), Some(true));
 }
 
 #[test]
@@ -254,4 +260,10 @@ fn the_path_being_read_is_noted_and_cleared_after() {
     tree.read("a").unwrap();
     assert_eq!(*now.lock(), None);
     assert_eq!(tree.path("a"), dir.0.join("a"));
+}
+
+/// Whether the tests run under an emulator (`RKLLM_E2E_RUNNER`, which
+/// cross/test-aarch64.sh sets for the whole suite).
+fn under_emulator() -> bool {
+    std::env::var("RKLLM_E2E_RUNNER").is_ok_and(|r| !r.trim().is_empty())
 }
