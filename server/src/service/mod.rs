@@ -226,30 +226,41 @@ impl Service {
         })
     }
 
-    /// `prompt` with its count by the model's tokenizer (off the async
-    /// workers: encoding a long prompt, or loading the tokenizer, takes
-    /// milliseconds); as it was when the model has none.
+    /// `prompt` with its count by the model's tokenizer; as it was when the
+    /// model has none.
     async fn counted(
         &self,
         model: Option<&str>,
         mut prompt: crate::model::Prompt,
     ) -> crate::model::Prompt {
-        if let Some(tokens) = self.count_in_place(model, &prompt.text) {
-            prompt.tokens = Some(tokens);
-            return prompt;
+        prompt.tokens = self.count(model, &prompt.text).await.ok().flatten();
+        prompt
+    }
+
+    /// `text`'s tokens by `model`'s tokenizer: in place when that is cheap
+    /// ([`Service::count_in_place`]), else off the async workers (encoding
+    /// a long text, or loading the tokenizer, takes milliseconds). `None`
+    /// when the model has no usable tokenizer.
+    ///
+    /// # Errors
+    /// The blocking task that counted failed.
+    async fn count(
+        &self,
+        model: Option<&str>,
+        text: &str,
+    ) -> Result<Option<u32>, tokio::task::JoinError> {
+        if let Some(tokens) = self.count_in_place(model, text) {
+            return Ok(Some(tokens));
         }
         let engine = Arc::clone(&self.engine);
         let model = model.map(str::to_owned);
-        let text = prompt.text.clone();
+        let text = text.to_owned();
         let tokens = tokio::task::spawn_blocking(move || {
             let encoder = engine.encoder(model.as_deref())?;
             encoder.count(&text).ok()
         })
-        .await
-        .ok()
-        .flatten();
-        prompt.tokens = tokens.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
-        prompt
+        .await?;
+        Ok(tokens.map(|n| u32::try_from(n).unwrap_or(u32::MAX)))
     }
 
     /// `text`'s tokens counted here, on the async worker, when that is
@@ -301,22 +312,15 @@ impl Service {
         if let Some(prefill) = prompt.prefill {
             text.push_str(&prefill);
         }
-        if let Some(tokens) = self.count_in_place(request.model.as_deref(), &text) {
-            return Ok(tokens);
-        }
-        let engine = Arc::clone(&self.engine);
-        let model = request.model.clone();
-        let tokens = tokio::task::spawn_blocking(move || match engine.encoder(model.as_deref()) {
-            Some(encoder) => encoder
-                .count(&text)
-                .unwrap_or_else(|_| text.len().div_ceil(crate::engine::BYTES_PER_TOKEN)),
-            None => text.len().div_ceil(crate::engine::BYTES_PER_TOKEN),
-        })
-        .await
-        .map_err(|_| ServiceError::Failed {
-            message: "counting the prompt's tokens failed".into(),
-        })?;
-        Ok(u32::try_from(tokens).unwrap_or(u32::MAX))
+        let counted = self
+            .count(request.model.as_deref(), &text)
+            .await
+            .map_err(|_| ServiceError::Failed {
+                message: "counting the prompt's tokens failed".into(),
+            })?;
+        Ok(counted.unwrap_or_else(|| {
+            u32::try_from(text.len().div_ceil(crate::engine::BYTES_PER_TOKEN)).unwrap_or(u32::MAX)
+        }))
     }
 
     /// Drops the oldest messages of `request`'s conversation until its
