@@ -94,6 +94,15 @@ impl ServiceError {
         }
     }
 
+    /// `what` (`field`, or a value of it) refused: the runtime's token
+    /// probabilities are not read.
+    pub fn no_token_probabilities(field: &str, what: &str) -> Self {
+        Self::unsupported(
+            field,
+            format!("{what} is not supported: the runtime does not report token probabilities"),
+        )
+    }
+
     /// The same error about `to` where it named the field `from` (an API
     /// whose request calls the prompt by another name); the message's
     /// mentions of `` `from` `` name `to` too.

@@ -187,9 +187,9 @@ fn logprobs(logprobs: Option<bool>, top: Option<u32>) -> Result<(), ServiceError
     } else {
         return Ok(());
     };
-    Err(ServiceError::unsupported(
+    Err(ServiceError::no_token_probabilities(
         field,
-        format!("`{field}` is not supported: the runtime does not report token probabilities"),
+        &format!("`{field}`"),
     ))
 }
 
@@ -449,15 +449,17 @@ mod tests {
         request.generate(None)
     }
 
+    /// A one-message chat with `extra`'s fields.
+    fn base(extra: Value) -> Value {
+        let mut body = json!({"messages": [{"role": "user", "content": "hi"}]});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    }
+
     #[test]
     fn options_are_read_or_refused_naming_their_field() {
-        let base = |extra: Value| {
-            let mut body = json!({"messages": [{"role": "user", "content": "hi"}]});
-            body.as_object_mut()
-                .unwrap()
-                .extend(extra.as_object().unwrap().clone());
-            body
-        };
         for (extra, field) in [
             (json!({"options": {"stop": "x"}}), "options.stop"),
             (
@@ -486,13 +488,6 @@ mod tests {
 
     #[test]
     fn options_ollama_honours_and_the_runtime_cannot_are_refused_naming_them() {
-        let base = |extra: Value| {
-            let mut body = json!({"messages": [{"role": "user", "content": "hi"}]});
-            body.as_object_mut()
-                .unwrap()
-                .extend(extra.as_object().unwrap().clone());
-            body
-        };
         for (extra, field) in [
             (json!({"options": {"min_p": 0.05}}), "options.min_p"),
             (json!({"options": {"typical_p": 0.7}}), "options.typical_p"),

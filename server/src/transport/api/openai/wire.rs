@@ -343,11 +343,9 @@ impl Request {
         };
         if logprobs || self.top_logprobs.is_some_and(|n| n > 0) {
             let field = if logprobs { "logprobs" } else { "top_logprobs" };
-            return Err(ServiceError::unsupported(
+            return Err(ServiceError::no_token_probabilities(
                 field,
-                format!(
-                    "`{field}` is not supported: the runtime does not report token probabilities"
-                ),
+                &format!("`{field}`"),
             ));
         }
         for (field, given, why) in [

@@ -399,10 +399,9 @@ fn check_include(value: &str) -> Result<(), ServiceError> {
         return Ok(());
     }
     if value == "message.output_text.logprobs" {
-        return Err(unsupported(
+        return Err(ServiceError::no_token_probabilities(
             "include",
-            "`include` \"message.output_text.logprobs\" is not supported: the runtime does not \
-             report token probabilities",
+            "`include` \"message.output_text.logprobs\"",
         ));
     }
     Err(invalid(
@@ -448,9 +447,9 @@ impl Request {
             ));
         }
         if self.top_logprobs.is_some_and(|n| n > 0) {
-            return Err(unsupported(
+            return Err(ServiceError::no_token_probabilities(
                 "top_logprobs",
-                "`top_logprobs` is not supported: the runtime does not report token probabilities",
+                "`top_logprobs`",
             ));
         }
         if let Some(tier) = self
