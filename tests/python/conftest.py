@@ -38,10 +38,10 @@ def anyio_backend():
     return "asyncio"
 
 
-def start_server(*args: str, listen: str = "127.0.0.1:0"):
+def start_server(*args: str, listen: str = "127.0.0.1:0", log: list | None = None):
     """Starts the server on `listen` (a free port by default); returns the
     process and its base URL. The lines it printed before listening are
-    kept in `proc.startup_lines`."""
+    kept in `proc.startup_lines`, and the later ones in `log` when given."""
     # Never the developer's own model store.
     env = dict(os.environ, XDG_DATA_HOME=str(ROOT / "target" / "tmp" / "no-store"))
     proc = subprocess.Popen(
@@ -65,13 +65,14 @@ def start_server(*args: str, listen: str = "127.0.0.1:0"):
     # The log it writes from now on is read and dropped: a pipe nobody reads
     # fills up (64 KiB, a few hundred requests' log lines) and the server's
     # next write to it blocks.
-    threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
+    threading.Thread(target=_drain, args=(proc.stderr, log), daemon=True).start()
     return proc, base
 
 
-def _drain(stream) -> None:
-    for _ in stream:
-        pass
+def _drain(stream, log: list | None = None) -> None:
+    for line in stream:
+        if log is not None:
+            log.append(line)
 
 
 def stop_server(proc) -> None:

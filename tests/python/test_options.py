@@ -10,15 +10,12 @@ Effects of the options that change an answer are checked here where the
 mock can show them, and elsewhere for the rest (named in the docs)."""
 
 import json
-import os
 import re
-import subprocess
-import threading
 
 import httpx
 import pytest
 
-from conftest import ROOT, server_binary
+from conftest import ROOT, start_server, stop_server
 
 DOC = ROOT / "docs" / "options.md"
 
@@ -106,27 +103,11 @@ def names(option: str):
 
 @pytest.fixture(scope="module")
 def server():
-    env = dict(os.environ, XDG_DATA_HOME=str(ROOT / "target" / "tmp" / "no-store"))
-    proc = subprocess.Popen(
-        [server_binary(), "--listen", "127.0.0.1:0", "--mock-tokens-per-second", "0"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = None
-    for line in proc.stderr:
-        if line.startswith("rkllm-server listening on http://"):
-            base = line.strip().removeprefix("rkllm-server listening on ")
-            break
-    assert base, "the server did not start"
     log: list[str] = []
-    threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
+    proc, base = start_server("--mock-tokens-per-second", "0", log=log)
     with httpx.Client(base_url=base, timeout=60) as client:
         yield client, log
-    proc.terminate()
-    assert proc.wait(timeout=10) == 0
+    stop_server(proc)
 
 
 def test_the_doc_has_a_row_for_every_option_asked_for():
@@ -223,8 +204,6 @@ max_context_len = 120
 
 
 def test_responses_truncation_auto_drops_the_oldest_messages_to_fit(tmp_path):
-    from conftest import start_server, stop_server
-
     config = tmp_path / "rkllm-server.toml"
     config.write_text(SMALL)
     proc, base = start_server("--config", str(config))
