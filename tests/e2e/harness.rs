@@ -424,6 +424,19 @@ impl Server {
         request.send().await.expect("HTTP request")
     }
 
+    /// Sends `body` as JSON to `path`, waiting up to `wait` for the answer
+    /// instead of [`LIVENESS`]: for a request that is expected to wait for
+    /// many others queued before it.
+    pub async fn send_waiting(&self, path: &str, body: Value, wait: Duration) -> reqwest::Response {
+        self.http
+            .post(format!("http://{}{path}", self.addr))
+            .json(&body)
+            .timeout(wait)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("HTTP request to {path} (waited up to {wait:?}): {e}"))
+    }
+
     /// `GET path` (with the API key `key`, if any) as JSON.
     pub async fn get_json(&self, path: &str, key: Option<&str>) -> Value {
         self.send(reqwest::Method::GET, path, None, key)
