@@ -80,6 +80,12 @@ pub fn app(state: Arc<AppState>) -> Router {
             openai::shape,
             true,
         ))
+        .merge(with_layers(
+            transport::api::text::routes(),
+            &state,
+            openai::shape,
+            true,
+        ))
         .merge(v1)
         .merge(with_layers(
             transport::api::anthropic::routes(),

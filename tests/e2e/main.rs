@@ -11,6 +11,7 @@ mod cluster;
 mod connections;
 mod embeddings;
 mod errors;
+mod fim;
 mod first_hour;
 mod first_pull;
 mod history;

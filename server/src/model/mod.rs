@@ -2,7 +2,7 @@
 //! is asked to sample and who speaks ([`Sampling`], [`Role`]), the
 //! messages and tool calls of a conversation, its chat templates (the
 //! runtime's, ChatML, Llama 3, custom, Jinja), its tokenizer and
-//! vocabulary, the shape of its reasoning, its images' types and the check
+//! vocabulary, the shape of its reasoning, its way of filling in the middle, its images' types and the check
 //! of their headers, and the constraint compiler that holds an answer to a
 //! grammar over its vocabulary. [`prompt::build`] is the one place a
 //! conversation becomes this model's input.
@@ -12,6 +12,7 @@
 //! `engine`, `service`) and hands this room text and values.
 
 pub mod constraint;
+pub mod fim;
 pub mod image;
 pub mod message;
 pub mod prompt;
@@ -21,6 +22,7 @@ mod spec;
 pub mod template;
 pub mod tokenizer;
 
+pub use fim::Fim;
 pub use message::{ImageSource, Message, Part, Speaker, ToolCall};
 pub use prompt::{Chat, Input, Prompt, Turn};
 pub use reasoning::ReasoningMode;

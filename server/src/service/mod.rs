@@ -23,8 +23,10 @@ mod models;
 mod parse;
 mod refs;
 mod request;
+mod rerank;
 mod running;
 pub mod streams;
+mod tokens;
 mod tools;
 
 use std::sync::Arc;
@@ -35,7 +37,9 @@ pub use event::Event;
 pub use images::{RemoteImages, parse_source};
 pub use parse::parse_body;
 pub use request::{Generate, OutputFormat, ToolChoice};
+pub use rerank::{Ranked, Reranked};
 pub use running::{Batch, Completed, Ending, Finish, Running};
+pub use tokens::{MAX_DETOKENIZE, Tokenized};
 
 /// What the APIs say of models and requests (the engine's own types).
 pub use crate::engine::{ALL_OVERRIDES, KeepAlive, ModelInfo, ModelState, Priority, RequestLimits};
@@ -184,17 +188,25 @@ impl Service {
             Priority::Interactive => request.thinking,
         };
         let template = self.engine.chat_template(request.model.as_deref());
-        let (prompt, sources) = prompt::build(
-            &template,
-            request.input,
-            Options {
-                tools: offered,
-                thinking,
-            },
-            self.sandbox.as_ref(),
-        )
-        .await
-        .map_err(|e| ServiceError::invalid(e.field, e.message))?;
+        let (prompt, sources) = match request.suffix {
+            Some(suffix) => {
+                let prompt = self
+                    .fill_in(request.model.as_deref(), &template, request.input, &suffix)
+                    .await?;
+                (prompt, Vec::new())
+            }
+            None => prompt::build(
+                &template,
+                request.input,
+                Options {
+                    tools: offered,
+                    thinking,
+                },
+                self.sandbox.as_ref(),
+            )
+            .await
+            .map_err(|e| ServiceError::invalid(e.field, e.message))?,
+        };
         let prompt = self.counted(request.model.as_deref(), prompt).await;
         let images = if sources.is_empty() {
             Vec::new()
@@ -224,6 +236,55 @@ impl Service {
             max_tool_calls: request.max_tool_calls,
             reservation,
         })
+    }
+
+    /// The prompt of a fill-in-the-middle request: `input` (a prompt, the
+    /// text before the gap) and `suffix` (the text after it) arranged as
+    /// the model's FIM tokens say, sent without a chat template.
+    ///
+    /// # Errors
+    /// A model without FIM tokens, or one whose runtime template would
+    /// wrap the text (naming `suffix`); a conversation, images or a system
+    /// text with a suffix.
+    async fn fill_in(
+        &self,
+        model: Option<&str>,
+        template: &crate::model::ChatTemplate,
+        input: Input,
+        suffix: &str,
+    ) -> Result<crate::model::Prompt, ServiceError> {
+        let Input::Prompt {
+            text,
+            system,
+            images,
+            ..
+        } = input
+        else {
+            return Err(ServiceError::invalid(
+                "suffix",
+                "`suffix` goes with a prompt (the text before the gap), not a conversation",
+            ));
+        };
+        if system.as_deref().is_some_and(|s| !s.is_empty()) || !images.is_empty() {
+            return Err(ServiceError::invalid(
+                "suffix",
+                "`suffix` fills the gap between the prompt and it: a system text or images \
+                 cannot go with it",
+            ));
+        }
+        let fim = self.fim(model).await?;
+        if *template == crate::model::ChatTemplate::Builtin {
+            let name = self.engine.model(model)?.name;
+            return Err(ServiceError::invalid(
+                "suffix",
+                format!(
+                    "`suffix`: model `{name}` has the runtime's built-in chat template, which \
+                     would wrap the fill-in-the-middle text as a chat turn; give it its own \
+                     (`chat_template` in its [[models]] entry; a pulled model has one)"
+                ),
+            ));
+        }
+        Ok(fim.prompt(&text, suffix))
     }
 
     /// `prompt` with its count by the model's tokenizer; as it was when the

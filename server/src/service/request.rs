@@ -77,6 +77,9 @@ pub struct Generate {
     /// The most tool calls the answer may make (`Some(1)`: OpenAI's
     /// `parallel_tool_calls: false`); calls after them are dropped.
     pub max_tool_calls: Option<usize>,
+    /// The text after the gap the answer fills (fill-in-the-middle; the
+    /// input is then a prompt: the text before it).
+    pub suffix: Option<String>,
 }
 
 impl Generate {

@@ -11,6 +11,12 @@ use super::TokenizerError;
 /// A tokenizer that turns text into a model's token ids.
 pub struct Encoder {
     inner: tokenizers::Tokenizer,
+    /// Whether its pieces are written in byte-level BPE's characters (one
+    /// character a byte); otherwise SentencePiece's (`▁` a space,
+    /// `<0xNN>` a byte).
+    byte_level: bool,
+    /// The ids of its added tokens, whose text is their own.
+    added: std::collections::HashSet<u32>,
 }
 
 impl std::fmt::Debug for Encoder {
@@ -33,7 +39,16 @@ impl Encoder {
         super::bounds::check(&json).map_err(TokenizerError::Bounds)?;
         let read = std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>());
         match read {
-            Ok(Ok(inner)) => Ok(Self { inner }),
+            Ok(Ok(inner)) => Ok(Self {
+                inner,
+                byte_level: is_byte_level(&json["decoder"]),
+                added: json["added_tokens"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| t["id"].as_u64().and_then(|id| u32::try_from(id).ok()))
+                    .collect(),
+            }),
             Ok(Err(e)) => Err(TokenizerError::Unsupported(format!(
                 "not a tokenizer the tokenizer library reads: {e}"
             ))),
@@ -49,8 +64,17 @@ impl Encoder {
     /// # Errors
     /// What the library could not encode.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.encode_with(text, false)
+    }
+
+    /// The tokens of `text`, with the ones the model's tokenizer adds
+    /// around a text (a BOS token, for some) when `add_special`.
+    ///
+    /// # Errors
+    /// What the library could not encode.
+    pub fn encode_with(&self, text: &str, add_special: bool) -> Result<Vec<u32>, String> {
         self.inner
-            .encode(text, false)
+            .encode(text, add_special)
             .map(|encoding| encoding.get_ids().to_vec())
             .map_err(|e| e.to_string())
     }
@@ -67,6 +91,46 @@ impl Encoder {
             .map_err(|e| e.to_string())
     }
 
+    /// Whether `token` is one token of the vocabulary (an added token, or
+    /// a piece of the model's).
+    pub fn has_token(&self, token: &str) -> bool {
+        self.inner.token_to_id(token).is_some()
+    }
+
+    /// The model's way of filling in the middle, when its tokenizer has
+    /// one family's FIM tokens.
+    pub fn fim(&self) -> Option<crate::model::Fim> {
+        crate::model::Fim::find(|t| self.has_token(t))
+    }
+
+    /// The text of each of `ids` on its own, as bytes (a token may be part
+    /// of a character), special tokens kept.
+    ///
+    /// # Errors
+    /// An id outside the vocabulary.
+    pub fn pieces(&self, ids: &[u32]) -> Result<Vec<Vec<u8>>, String> {
+        ids.iter()
+            .map(|&id| {
+                let token = self
+                    .inner
+                    .id_to_token(id)
+                    .ok_or_else(|| format!("token {id} is not in the vocabulary"))?;
+                Ok(if self.added.contains(&id) {
+                    token.into_bytes()
+                } else if self.byte_level {
+                    byte_level_bytes(&token)
+                } else {
+                    sentencepiece_bytes(&token)
+                })
+            })
+            .collect()
+    }
+
+    /// The vocabulary's size, added tokens included.
+    pub fn vocabulary_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
     /// The text of `ids` (special tokens kept).
     ///
     /// # Errors
@@ -74,6 +138,54 @@ impl Encoder {
     pub fn decode(&self, ids: &[u32]) -> Result<String, String> {
         self.inner.decode(ids, false).map_err(|e| e.to_string())
     }
+}
+
+/// Whether a `tokenizer.json`'s decoder is byte-level BPE's (alone or in
+/// a sequence).
+fn is_byte_level(decoder: &Value) -> bool {
+    decoder["type"] == "ByteLevel"
+        || decoder["decoders"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(is_byte_level))
+}
+
+/// The byte byte-level BPE writes as `c`: the printable bytes stand for
+/// themselves, the others were moved to U+0100 on, in order.
+fn byte_of(c: char) -> Option<u8> {
+    let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+    let code = u32::from(c);
+    if code < 0x100 {
+        return printable(code).then(|| u8::try_from(code).ok()).flatten();
+    }
+    let moved = (0u32..0x100).filter(|&b| !printable(b));
+    moved
+        .zip(0x100u32..)
+        .find(|&(_, written)| written == code)
+        .and_then(|(b, _)| u8::try_from(b).ok())
+}
+
+/// A byte-level piece's bytes (a character outside the map stays as its
+/// UTF-8).
+fn byte_level_bytes(piece: &str) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(piece.len());
+    for c in piece.chars() {
+        match byte_of(c) {
+            Some(b) => bytes.push(b),
+            None => bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+    bytes
+}
+
+/// A SentencePiece piece's bytes: `<0xNN>` is that byte, `▁` a space.
+fn sentencepiece_bytes(piece: &str) -> Vec<u8> {
+    if let Some(hex) = piece.strip_prefix("<0x").and_then(|p| p.strip_suffix('>'))
+        && hex.len() == 2
+        && let Ok(b) = u8::from_str_radix(hex, 16)
+    {
+        return vec![b];
+    }
+    piece.replace('\u{2581}', " ").into_bytes()
 }
 
 #[cfg(test)]
@@ -90,6 +202,30 @@ mod tests {
         }
         // The end-of-text token written in the text is one token.
         assert_eq!(encoder.count("<|endoftext|>").unwrap(), 1);
+    }
+
+    #[test]
+    fn pieces_are_each_tokens_bytes_and_join_to_the_text() {
+        let encoder = Encoder::parse(super::super::MOCK_TOKENIZER).unwrap();
+        for text in ["hello world", "日本語 and émoji 👋🏽", "x<|endoftext|>"] {
+            let ids = encoder.encode(text).unwrap();
+            let pieces = encoder.pieces(&ids).unwrap();
+            assert_eq!(pieces.concat(), text.as_bytes(), "{text}");
+        }
+        // A multi-byte character spread over byte tokens: each piece is
+        // part of it.
+        let ids = encoder.encode("é").unwrap();
+        assert_eq!(encoder.pieces(&ids).unwrap(), [vec![0xC3], vec![0xA9]]);
+        assert!(encoder.pieces(&[9_999_999]).is_err());
+        assert!(encoder.fim().is_none());
+    }
+
+    #[test]
+    fn sentencepiece_pieces_are_spaces_and_bytes() {
+        assert_eq!(sentencepiece_bytes("▁hello"), b" hello");
+        assert_eq!(sentencepiece_bytes("<0xE6>"), [0xE6]);
+        assert_eq!(byte_level_bytes("Ġhi"), b" hi");
+        assert_eq!(byte_level_bytes("Ã©"), "é".as_bytes());
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod error;
 pub mod ollama;
 pub mod openai;
 pub mod responses;
+pub mod text;
 
 use std::sync::Arc;
 

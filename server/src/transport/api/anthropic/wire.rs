@@ -266,6 +266,7 @@ impl Request {
             format_field: "output_config.format",
             context: None,
             max_tool_calls: one_call.then_some(1),
+            suffix: None,
         })
     }
 }

@@ -287,21 +287,37 @@ async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Respons
     if info.capabilities.contains(&"thinking") {
         capabilities.push("thinking");
     }
-    if info.capabilities.contains(&"embedding") {
+    // A model that fills in the middle: Ollama's `insert`, and a template
+    // that takes `.Suffix` (which editors such as Continue look for).
+    let fim = if info.capabilities.contains(&"embedding") {
         capabilities = vec!["embedding"];
+        None
+    } else {
+        state.service.fim(Some(&name)).await.ok()
+    };
+    if fim.is_some() {
+        capabilities.push("insert");
     }
     let arch = architecture(&name);
     let mut model_info = json!({"general.architecture": arch, "general.basename": name});
     if let Some(length) = info.context_length {
         model_info[format!("{arch}.context_length")] = json!(length);
     }
+    // The model's context as `num_ctx` (clients such as Continue send it
+    // back as `options.num_ctx`, which must not exceed it), and its stops.
     let parameters: Vec<String> = info
-        .stop_strings
-        .iter()
-        .map(|s| format!("stop {}", json!(s)))
+        .context_length
+        .map(|n| format!("num_ctx {n}"))
+        .into_iter()
+        .chain(
+            info.stop_strings
+                .iter()
+                .map(|s| format!("stop {}", json!(s))),
+        )
         .collect();
     let mut shown = json!({
-        "modelfile": "", "parameters": parameters.join("\n"), "template": "",
+        "modelfile": "", "parameters": parameters.join("\n"),
+        "template": fim.map(|f| f.ollama_template()).unwrap_or_default(),
         "details": details(&info), "model_info": model_info,
         "capabilities": capabilities, "modified_at": entry["modified_at"],
         "tokenizer": info.tokenizer

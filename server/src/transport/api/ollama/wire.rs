@@ -301,10 +301,10 @@ impl GenerateRequest {
     /// A malformed field, or an option this server does not implement.
     pub fn generate(self, model: Option<String>) -> Result<Generate, ServiceError> {
         for (field, given) in [
-            ("raw", self.raw == Some(true)),
+            // A fill-in-the-middle prompt is sent raw, as Ollama sends it.
             (
-                "suffix",
-                self.suffix.as_deref().is_some_and(|s| !s.is_empty()),
+                "raw",
+                self.raw == Some(true) && self.suffix.as_deref().is_none_or(str::is_empty),
             ),
             (
                 "template",
@@ -352,6 +352,7 @@ impl GenerateRequest {
             format: format(self.format)?,
             format_field: "format",
             context: self.options.num_ctx,
+            suffix: self.suffix.filter(|s| !s.is_empty()),
             ..Generate::default()
         })
     }
@@ -435,6 +436,7 @@ impl ChatRequest {
             format_field: "format",
             context: self.options.num_ctx,
             max_tool_calls: None,
+            suffix: None,
         })
     }
 }

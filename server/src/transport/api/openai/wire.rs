@@ -356,8 +356,9 @@ impl Request {
             ),
             (
                 "suffix",
-                self.suffix.as_deref().is_some_and(|s| !s.is_empty()),
-                "text is not inserted between a prompt and a suffix",
+                chat && self.suffix.as_deref().is_some_and(|s| !s.is_empty()),
+                "a chat has no gap to fill; fill-in-the-middle is `/v1/completions` with \
+                 `prompt` and `suffix`",
             ),
             (
                 "best_of",
@@ -428,6 +429,7 @@ impl Request {
             format_field: "response_format",
             context: None,
             max_tool_calls,
+            suffix: self.suffix.filter(|s| !s.is_empty()),
         })
     }
 

@@ -584,6 +584,7 @@ impl Request {
                 format_field: "text.format",
                 context: None,
                 max_tool_calls: (self.parallel_tool_calls == Some(false)).then_some(1),
+                suffix: None,
             },
             instructions: self.instructions.filter(|i| !i.is_empty()),
             input,
