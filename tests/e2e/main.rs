@@ -36,6 +36,7 @@ mod store_hostile;
 mod streaming;
 mod structured_npu;
 mod systemd;
+mod thinking_budget;
 mod tokenizers;
 mod ui;
 mod untrusted_input;

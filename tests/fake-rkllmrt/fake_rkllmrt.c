@@ -866,6 +866,16 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
         a->text_len = h->paused_text_len;
         h->paused_text = NULL;
         h->paused = 0;
+        /* Fed the end of a thinking block while thinking: the model
+         * answers, so the rest of its thinking is not said. */
+        char *close = token_prompt && strstr(token_prompt, "</think>") ? strstr(a->text, "</think>") : NULL;
+        if (close) {
+            size_t skip = (size_t)(close - a->text) + strlen("</think>");
+            while (skip < a->text_len && (a->text[skip] == '\n' || a->text[skip] == ' ')) skip++;
+            memmove(a->text, a->text + skip, a->text_len - skip + 1);
+            a->text_len -= skip;
+            fake_log(h, "run-thinking-closed skipped=%zu", skip);
+        }
     } else if (images) {
         size_t n = strlen(images);
         a->text = malloc(n + h->text_len + 1);

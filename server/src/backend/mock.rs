@@ -17,7 +17,9 @@
 //!   `@mock(echo=1)` repeats the text after the directive,
 //!   `@mock(think=1)` opens the reply with a `<think>` block and
 //!   `@mock(think=2)` thinks without the opening tag (a template opened
-//!   it), both honouring the thinking switch; in a runner
+//!   it), both honouring the thinking switch, and `@mock(think_words=N)`
+//!   makes that block N words long; a request's thinking budget closes
+//!   the block when its tokens are spent, as the runner does; in a runner
 //!   process only, `@mock(crash_after=N)` aborts the process and
 //!   `@mock(stall_after=N)` stops producing (ignoring aborts) after N tokens.
 //! - Under a constraint it proposes the reply it would give without one and
@@ -33,8 +35,8 @@ use crate::backend::{
     ValidRunRequest,
 };
 
-use crate::model::ModelSpec;
 use crate::model::tokenizer::TokenizerSource;
+use crate::model::{ModelSpec, ReasoningMode};
 use crate::vocab::{FinishReason, Usage};
 
 /// Settings of the mock backend (config section `[mock]`).
@@ -191,7 +193,12 @@ struct Directives {
     /// `think=1`: the reply opens a `<think>` block; `think=2`: the
     /// template opened it, the reply only closes it (`</think>`).
     think: Option<u64>,
+    /// `think_words=N`: the thinking block's words (6 to 11 otherwise).
+    think_words: Option<u64>,
 }
+
+/// The most words `think_words` may ask for.
+const MAX_THINK_WORDS: u64 = 100_000;
 
 fn parse_directives(prompt: &str) -> Result<Directives, String> {
     let mut found = Directives::default();
@@ -228,6 +235,12 @@ fn parse_directives(prompt: &str) -> Result<Directives, String> {
                 "echo" => found.echo_from = (value != 0).then_some(closed),
                 "think" if value <= 2 => found.think = (value != 0).then_some(value),
                 "think" => return Err("mock directive `think` must be 0, 1 or 2".into()),
+                "think_words" if value <= MAX_THINK_WORDS => found.think_words = Some(value),
+                "think_words" => {
+                    return Err(format!(
+                        "mock directive `think_words` must be at most {MAX_THINK_WORDS}"
+                    ));
+                }
                 other => return Err(format!("unknown mock directive `{other}`")),
             }
         }
@@ -398,7 +411,14 @@ impl<'a> Reply<'a> {
         let mut rng = Rng::new(seed);
         let thinking = directives
             .think
-            .map(|shape| thinking_words(&mut rng, shape, request.prompt.thinking))
+            .map(|shape| {
+                thinking_words(
+                    &mut rng,
+                    shape,
+                    request.prompt.thinking,
+                    directives.think_words,
+                )
+            })
             .unwrap_or_default()
             .into_iter();
         Self {
@@ -419,6 +439,15 @@ impl<'a> Reply<'a> {
     /// Whether the thinking block is still to come.
     fn thinking(&self) -> bool {
         !self.thinking.as_slice().is_empty()
+    }
+
+    /// Ends the thinking block now (its budget is spent): the closing tag
+    /// is all that is left of it. Returns its tokens.
+    fn close_thinking(&mut self) -> u64 {
+        let close = self.thinking.as_slice().last().cloned().unwrap_or_default();
+        let tokens = close.len() as u64;
+        self.thinking = vec![close].into_iter();
+        tokens
     }
 
     /// The next word's pieces, into `out`; false at the end of an echo.
@@ -598,9 +627,32 @@ impl MockRunner {
         // A thinking block before the answer, in pieces as a model's
         // tokens would cut it; its tokens count against the cap.
         let thinking_tokens = reply.thinking_tokens();
-        let limit = natural.saturating_add(thinking_tokens).min(cap);
+        let mut limit = natural.saturating_add(thinking_tokens).min(cap);
+        let budget = request
+            .sampling
+            .thinking_budget
+            .map(|b| u64::from(b.tokens));
+        if budget.is_some() {
+            // Its reply's shape (in a runner process the sink does not
+            // separate thinking; the engine's does).
+            sink.watch_thinking(match directives.think {
+                Some(2) => ReasoningMode::Implicit,
+                _ => ReasoningMode::Opened,
+            });
+        }
         let mut cut = false;
+        let spent = |sink: &TokenSink<'_>| {
+            budget.is_some_and(|b| sink.thinking() && u64::from(sink.thought()) >= b)
+        };
         loop {
+            if spent(sink) && reply.thinking_tokens() > 0 {
+                // The budget is spent: close the block; the answer follows.
+                let close = reply.close_thinking();
+                limit = emitted
+                    .saturating_add(close)
+                    .saturating_add(natural)
+                    .min(cap);
+            }
             if !reply.next_word(&mut pieces) {
                 break;
             }
@@ -634,6 +686,10 @@ impl MockRunner {
                 emitted += 1;
                 if !sink.token_bytes(piece) {
                     return Ok(Generation::ended(FinishReason::Abort));
+                }
+                if spent(sink) && reply.thinking() {
+                    // The rest of this word is not thought.
+                    break;
                 }
             }
             if cut || emitted == limit {
@@ -706,7 +762,12 @@ fn placeholder(schema: &serde_json::Value) -> serde_json::Value {
 /// The pieces of a thinking block's words: `shape` 1 opens it with
 /// `<think>`, 2 (the template opened it) only closes it. With thinking
 /// off, the block is empty, as a model emits it then.
-fn thinking_words(rng: &mut Rng, shape: u64, enabled: bool) -> Vec<Vec<Vec<u8>>> {
+fn thinking_words(
+    rng: &mut Rng,
+    shape: u64,
+    enabled: bool,
+    length: Option<u64>,
+) -> Vec<Vec<Vec<u8>>> {
     const THOUGHTS: &[&str] = &[
         "Let",
         "me",
@@ -734,7 +795,7 @@ fn thinking_words(rng: &mut Rng, shape: u64, enabled: bool) -> Vec<Vec<Vec<u8>>>
         say("<think>\n", rng);
     }
     if enabled {
-        let count = 6 + rng.below(6);
+        let count = length.unwrap_or_else(|| 6 + rng.below(6));
         for i in 0..count {
             let word = THOUGHTS[rng.below(THOUGHTS.len() as u64) as usize];
             let text = if i == 0 {
@@ -926,9 +987,17 @@ mod tests {
                 stall_after: None,
                 echo_from: None,
                 think: None,
+                think_words: None,
             }
         );
         assert_eq!(parse_directives("@mock(think=2)").unwrap().think, Some(2));
+        assert_eq!(
+            parse_directives("@mock(think=1,think_words=900)")
+                .unwrap()
+                .think_words,
+            Some(900)
+        );
+        assert!(parse_directives("@mock(think_words=100001)").is_err());
         let schema = serde_json::json!({"type": "object", "required": ["cmd", "mode", "args", "opts"],
             "properties": {"cmd": {"type": "string"}, "mode": {"enum": ["fast", "slow"]},
                            "args": {"type": "array"}, "timeout": {"type": "integer"},

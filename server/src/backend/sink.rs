@@ -114,6 +114,11 @@ pub struct TokenSink<'a> {
     splitter: Option<ThinkSplitter>,
     /// The request's stop strings, on the answer.
     answer_stop: StopFilter,
+    /// Tokens counted inside the thinking block so far.
+    thought: u32,
+    /// Follows the thinking block, for counting only, where the sink does
+    /// not split (a runner process's: the engine's sink splits).
+    watcher: Option<ThinkSplitter>,
 }
 
 impl<'a> TokenSink<'a> {
@@ -129,7 +134,31 @@ impl<'a> TokenSink<'a> {
             template_stop: StopFilter::default(),
             splitter: None,
             answer_stop: StopFilter::default(),
+            thought: 0,
+            watcher: None,
         }
+    }
+
+    /// Follows a thinking block shaped as `mode` says, to count its tokens
+    /// ([`Self::thought`]), when this sink does not separate thinking
+    /// itself.
+    pub fn watch_thinking(&mut self, mode: ReasoningMode) {
+        if self.splitter.is_none() && mode != ReasoningMode::Off {
+            self.watcher = Some(ThinkSplitter::new(mode));
+        }
+    }
+
+    /// Whether the text so far ends inside a thinking block.
+    pub fn thinking(&self) -> bool {
+        self.splitter
+            .as_ref()
+            .or(self.watcher.as_ref())
+            .is_some_and(ThinkSplitter::thinking)
+    }
+
+    /// Tokens reported inside the thinking block so far.
+    pub fn thought(&self) -> u32 {
+        self.thought
     }
 
     /// Ends the generation at any of `stop` (a server-side template's,
@@ -213,6 +242,12 @@ impl<'a> TokenSink<'a> {
     /// output; `tokens` are counted with it (as thinking when the splitter
     /// was inside the block).
     fn emit(&mut self, text: &str, tokens: u32, produced_ns: Option<u64>) {
+        if let Some(watcher) = &mut self.watcher {
+            if watcher.thinking() {
+                self.thought = self.thought.saturating_add(tokens);
+            }
+            watcher.push(text, &mut Split::default());
+        }
         // The token path of most requests: no stop string held back, no
         // thinking left to separate. The text goes out as it is.
         let plain = self.template_stop.is_idle()
@@ -233,6 +268,9 @@ impl<'a> TokenSink<'a> {
             produced.push_str(&text);
         }
         let thinking_tokens = self.splitter.as_ref().is_some_and(ThinkSplitter::thinking);
+        if thinking_tokens {
+            self.thought = self.thought.saturating_add(tokens);
+        }
         let split = match &mut self.splitter {
             Some(splitter) => {
                 let mut split = Split::default();

@@ -737,6 +737,23 @@ impl Engine {
                 tokenizer,
             });
         }
+        if let Some(budget) = request.sampling.thinking_budget
+            && slot.spec.reasoning.thinks(slot.name())
+            && self.shared.backend.tokenizer(&slot.spec).is_none()
+        {
+            // The runner closes the block in the model's own tokens;
+            // without them the model thinks to its end. Refusing instead
+            // would refuse every request of clients that always send a
+            // budget (Claude Code).
+            tracing::warn!(
+                model = slot.name(),
+                tokens = budget.tokens,
+                named = budget.named,
+                "the request's thinking budget is not kept: the model has no tokenizer (set \
+                 `tokenizer` in its [[models]] entry)"
+            );
+            request.sampling.thinking_budget = None;
+        }
         super::check_images(&request, slot.spec.vision.as_ref())?;
         let request = super::check_embedding(request, slot.spec.embedding, wants_embedding)?;
         super::check_lora(&request, &slot.spec.lora)?;

@@ -26,7 +26,7 @@ pub use fim::Fim;
 pub use message::{ImageSource, Message, Part, Speaker, ToolCall};
 pub use prompt::{Chat, Input, Prompt, Turn};
 pub use reasoning::ReasoningMode;
-pub use sampling::{Role, Sampling};
+pub use sampling::{Role, Sampling, ThinkingBudget};
 pub use spec::{
     EmbeddingSpec, HistoryReuse, LoraAdapter, ModelSettings, ModelSpec, Pooling, PromptCacheSpec,
     VISION_FAMILIES, VisionSpec,

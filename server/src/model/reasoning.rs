@@ -16,6 +16,21 @@
 //! emits with thinking switched off) shows nothing at all. An unterminated
 //! block (the token cap reached while thinking) is all thinking.
 
+/// The thinking budget, in tokens, that an API's effort level stands for
+/// (OpenAI's `reasoning_effort` and `reasoning.effort`, Ollama's `think`
+/// levels): `minimal` 256, `low` 1,024, `medium` 4,096, `high` 16,384,
+/// `xhigh` 32,768; `max` (and any other level) has none.
+pub fn effort_budget(level: &str) -> Option<u32> {
+    match level {
+        "minimal" => Some(256),
+        "low" => Some(1024),
+        "medium" => Some(4096),
+        "high" => Some(16_384),
+        "xhigh" => Some(32_768),
+        _ => None,
+    }
+}
+
 use serde::{Deserialize, Serialize};
 
 const OPEN: &str = "<think>";

@@ -44,6 +44,40 @@ pub struct Sampling {
     pub mirostat_tau: Option<f64>,
     /// Mirostat's learning rate, above 0 up to 1.
     pub mirostat_eta: Option<f64>,
+    /// The most tokens a reasoning model may think: when its thinking
+    /// block has taken them, the runner closes the block and the answer
+    /// follows. `None`: no limit but the request's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_budget: Option<ThinkingBudget>,
+}
+
+/// A thinking budget and how it was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThinkingBudget {
+    /// The most tokens the thinking block may take.
+    pub tokens: u32,
+    /// Named in tokens by the client (Anthropic's `budget_tokens`): a
+    /// model that cannot keep it refuses the request. Otherwise it stands
+    /// for an effort level, which such a model runs without.
+    pub named: bool,
+}
+
+impl ThinkingBudget {
+    /// A budget the client named in tokens.
+    pub fn named(tokens: u32) -> Self {
+        Self {
+            tokens,
+            named: true,
+        }
+    }
+
+    /// The budget an effort level stands for, if any.
+    pub fn of_effort(level: &str) -> Option<Self> {
+        super::reasoning::effort_budget(level).map(|tokens| Self {
+            tokens,
+            named: false,
+        })
+    }
 }
 
 impl Sampling {

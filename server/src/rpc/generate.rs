@@ -82,6 +82,7 @@ pub(super) async fn prepare(state: &Services, p: &mut Params) -> Result<Prepared
             mirostat: p.opt_int("mirostat", 0, 2)?.map(|m| m as u8),
             mirostat_tau: p.opt_f64("mirostat_tau")?,
             mirostat_eta: p.opt_f64("mirostat_eta")?,
+            thinking_budget: None,
         },
         stop,
         thinking: p.opt_bool("enable_thinking")?,

@@ -47,7 +47,9 @@ pub use crate::engine::{ALL_OVERRIDES, KeepAlive, ModelInfo, ModelState, Priorit
 pub use crate::model::image::{IMAGE_TAG, decode_base64_image};
 /// What a model is given, as the APIs write it (the model's own types).
 pub use crate::model::prompt::{prompt_of, system_first, turns};
-pub use crate::model::{ImageSource, Input, Message, Part, Role, Sampling, Speaker, ToolCall};
+pub use crate::model::{
+    ImageSource, Input, Message, Part, Role, Sampling, Speaker, ThinkingBudget, ToolCall,
+};
 
 use crate::engine::{Engine, Reservation, RunRequest};
 use crate::model::constraint::Constraint;

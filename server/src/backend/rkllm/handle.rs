@@ -112,6 +112,13 @@ pub(super) struct ActiveRun {
     /// A logits run of a constrained answer: what answers each row,
     /// borrowed for the duration of `rkllm_run` like the sink.
     steering: Option<NonNull<Steering>>,
+    /// The thinking budget, in tokens: once the thinking block has taken
+    /// them, the run is paused for the runner to close the block.
+    pub budget: Option<u32>,
+    /// Whether the run was paused for that.
+    pub budget_paused: bool,
+    /// Whether the runtime went on after that pause (it was aborted).
+    pub pause_ignored: bool,
 }
 
 // SAFETY: `sink` points at a `TokenSink` and `steering` at a `Steering` on
@@ -172,7 +179,17 @@ impl CallbackSlot {
             hidden_mode,
             hidden: None,
             steering,
+            budget: None,
+            budget_paused: false,
+            pause_ignored: false,
         });
+    }
+
+    /// Sets the installed run's thinking budget.
+    pub(super) fn set_budget(&self, budget: Option<u32>) {
+        if let Some(run) = self.run.lock().as_mut() {
+            run.budget = budget;
+        }
     }
 
     /// Removes the run; later callbacks are ignored.
@@ -182,7 +199,8 @@ impl CallbackSlot {
 
     /// Handles one callback. Returns the callback's return value: 0
     /// (continue), except in a logits run, where 1 pauses it for the
-    /// runner to feed its own tokens. Stopping is done with `rkllm_abort`.
+    /// runner to feed its own tokens, and when the thinking budget is
+    /// spent. Stopping is done with `rkllm_abort`.
     pub(super) fn on_result(&self, report: Report<'_>) -> i32 {
         use rkllm_sys::v1_3_0::{
             RKLLM_RUN_ERROR, RKLLM_RUN_FINISH, RKLLM_RUN_NORMAL, RKLLM_RUN_WAITING,
@@ -224,8 +242,14 @@ impl CallbackSlot {
                 }
             }
             RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING => {
-                if run.capped {
+                if run.capped || run.pause_ignored {
                     return 0;
+                }
+                if run.budget_paused {
+                    // The runtime went on after the pause: stop it.
+                    run.pause_ignored = true;
+                    run.abort.abort(run.run_id);
+                    return 1;
                 }
                 run.tokens += 1;
                 // WAITING text is never used: the runtime carries the bytes
@@ -248,6 +272,14 @@ impl CallbackSlot {
                 } else if run.cap.is_some_and(|cap| run.tokens >= cap) {
                     run.capped = true;
                     run.abort.abort(run.run_id);
+                } else if run
+                    .budget
+                    .is_some_and(|budget| sink.thinking() && sink.thought() >= budget)
+                {
+                    // The thinking took its budget: pause, for the runner
+                    // to feed the block's end (RKLLM_ABI.md §3.5c).
+                    run.budget_paused = true;
+                    return 1;
                 }
             }
             RKLLM_RUN_FINISH => run.finished = Some(perf.unwrap_or_default()),

@@ -8,6 +8,7 @@
 //! half a character whatever pieces the runtime sends.
 
 mod abi;
+mod budget;
 mod constrained;
 mod encoder;
 mod handle;
@@ -350,6 +351,7 @@ impl Backend for RkllmBackend {
             reasoning: model.reasoning,
             constrained: constrained::ConstrainedState::default(),
             snapshots: None,
+            tokenizer: model.tokenizer.clone(),
         };
         runner.snapshots = Snapshots::open(model, &self.snapshots, &runner.handle.runtime);
         if let Some(spec) = &model.prompt_cache {
@@ -442,6 +444,9 @@ struct RkllmRunner {
     constrained: constrained::ConstrainedState,
     /// Its conversation snapshots, when it keeps them.
     snapshots: Option<Snapshots>,
+    /// Its tokenizer, when it has one (to close a thinking block whose
+    /// budget is spent).
+    tokenizer: Option<crate::model::tokenizer::TokenizerSource>,
 }
 
 impl RkllmRunner {
@@ -539,10 +544,12 @@ impl RkllmRunner {
             let (prompt, role) = (request.prompt.text.clone(), request.prompt.role.as_str());
             return self.run_once(request, sink, &prompt, role, false, None);
         }
+        // A budgeted run may pause, which the runtime documents for
+        // single-turn runs: its chat is sent whole.
         let mut plan = request
             .prompt
             .turns()
-            .filter(|_| self.history.reuses())
+            .filter(|_| self.history.reuses() && request.sampling.thinking_budget.is_none())
             .map(|c| self.conversation.plan(c));
         if matches!(plan, Some(Plan::Continue(_))) && !self.history.still_held(self.kv_cache_size())
         {
@@ -729,9 +736,13 @@ impl RkllmRunner {
             )
         })?;
         let role = CString::new(role).map_err(|_| runtime_error(None, "bad role"))?;
-        let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
-        let abi = self.handle.runtime.abi();
-        let cap = (abi == Abi::V1_2).then_some(request.max_tokens);
+        // Owned here: the run borrows them while the runner runs it.
+        let save_cache = self.save_cache_to.clone();
+        let lora = request
+            .lora
+            .as_deref()
+            .and_then(|wanted| self.lora.iter().find(|(name, ..)| name == wanted))
+            .map(|(_, name, _)| name.clone());
         let settings = RunSettings {
             prompt: &prompt,
             role: &role,
@@ -743,13 +754,23 @@ impl RkllmRunner {
             hidden_layer: request.embed.is_some(),
             logits: false,
             tokens: None,
-            save_cache: self.save_cache_to.as_deref(),
-            lora: request
-                .lora
-                .as_deref()
-                .and_then(|wanted| self.lora.iter().find(|(name, ..)| name == wanted))
-                .map(|(_, name, _)| name.as_c_str()),
+            save_cache: save_cache.as_deref(),
+            lora: lora.as_deref(),
         };
+        self.execute(request, sink, &settings)
+    }
+
+    /// Runs `settings` once, reporting to `sink`, and reads how it ended;
+    /// a run paused at the thinking budget goes on with the block closed.
+    fn execute(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+        settings: &RunSettings<'_>,
+    ) -> Result<Generation, BackendError> {
+        let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
+        let abi = self.handle.runtime.abi();
+        let cap = (abi == Abi::V1_2).then(|| u32::try_from(settings.max_new_tokens).unwrap_or(0));
         let abort = Arc::clone(&self.handle.abort);
         abort.set_running(run_id);
         let hook_abort = Arc::clone(&abort);
@@ -759,6 +780,14 @@ impl RkllmRunner {
             abort.set_running(0);
             return Ok(Generation::ended(FinishReason::Abort));
         }
+        let budget = request
+            .sampling
+            .thinking_budget
+            .filter(|_| settings.tokens.is_none())
+            .map(|b| b.tokens);
+        if budget.is_some() {
+            sink.watch_thinking(self.reasoning);
+        }
         self.handle.slot.install(
             sink,
             run_id,
@@ -767,10 +796,11 @@ impl RkllmRunner {
             request.embed.is_some(),
             None,
         );
+        self.handle.slot.set_budget(budget);
         let userdata = self.handle.userdata();
         let rc = match &self.handle.runtime.api {
-            Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, &settings, userdata),
-            Api::V1_2(api) => abi::run_v1_2(api, self.handle.handle, &settings, userdata),
+            Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, settings, userdata),
+            Api::V1_2(api) => abi::run_v1_2(api, self.handle.handle, settings, userdata),
         };
         abort.set_running(0);
         let run = self.handle.slot.remove();
@@ -793,6 +823,9 @@ impl RkllmRunner {
         }
         if run.capped {
             return Ok(Generation::ended(FinishReason::Length));
+        }
+        if run.budget_paused {
+            return self.after_budget(request, sink, settings, &run);
         }
         if rc != 0 || run.failed {
             return Err(runtime_error(

@@ -90,7 +90,7 @@ impl WireToolChoice {
 }
 
 /// `thinking` (`display` is ignored; `budget_tokens` is checked as
-/// Anthropic checks it, and does not cut the thinking short).
+/// Anthropic checks it, and ends the thinking once spent).
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WireThinking {
@@ -121,9 +121,9 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> ServiceError
 }
 
 /// `thinking.budget_tokens`: at least 1024, as Anthropic requires. The
-/// budget does not end the thinking (the model thinks until it ends its
-/// thinking itself, within `max_tokens`), so how it compares with
-/// `max_tokens` is not checked.
+/// runner closes the thinking block once it has taken the budget; the
+/// thinking and the answer together stay within `max_tokens`, so how the
+/// budget compares with `max_tokens` is not checked.
 fn check_budget(budget: Option<i64>) -> Result<(), ServiceError> {
     match budget {
         Some(budget) if budget < MIN_THINKING_BUDGET => Err(invalid(
@@ -227,16 +227,21 @@ impl Request {
                 format!("`service_tier` must be \"auto\" or \"standard_only\", got {tier:?}"),
             ));
         }
-        let thinking = match self.thinking {
-            None | Some(WireThinking::Adaptive) => None,
+        let (thinking, budget) = match self.thinking {
+            None | Some(WireThinking::Adaptive) => (None, None),
             Some(
                 WireThinking::Enabled { budget_tokens }
                 | WireThinking::BetweenTools { budget_tokens },
             ) => {
                 check_budget(budget_tokens)?;
-                Some(true)
+                (
+                    Some(true),
+                    budget_tokens.map(|b| {
+                        crate::service::ThinkingBudget::named(u32::try_from(b).unwrap_or(u32::MAX))
+                    }),
+                )
             }
-            Some(WireThinking::Disabled) => Some(false),
+            Some(WireThinking::Disabled) => (Some(false), None),
         };
         let format = match self.output_config.and_then(|c| c.format) {
             None => OutputFormat::Text,
@@ -253,6 +258,7 @@ impl Request {
                 temperature: self.temperature,
                 top_p: self.top_p,
                 top_k: self.top_k,
+                thinking_budget: budget,
                 ..Sampling::default()
             },
             max_tokens,

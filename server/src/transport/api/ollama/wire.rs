@@ -151,6 +151,14 @@ pub fn think(value: Option<&Value>) -> Result<Option<bool>, ServiceError> {
     }
 }
 
+/// The thinking budget of a `think` level (`"low"`, `"medium"`, `"high"`;
+/// `"max"` and `true` have none).
+fn think_budget(value: Option<&Value>) -> Option<crate::service::ThinkingBudget> {
+    value
+        .and_then(Value::as_str)
+        .and_then(crate::service::ThinkingBudget::of_effort)
+}
+
 /// `format`: `""`/absent (text), `"json"`, or a JSON schema.
 fn format(value: Option<Value>) -> Result<OutputFormat, ServiceError> {
     match value {
@@ -209,6 +217,7 @@ impl Options {
             mirostat,
             mirostat_tau: self.mirostat_tau.filter(|_| mirostat.is_some()),
             mirostat_eta: self.mirostat_eta.filter(|_| mirostat.is_some()),
+            thinking_budget: None,
         }
     }
 
@@ -343,7 +352,10 @@ impl GenerateRequest {
                 role: Role::User,
                 images,
             },
-            sampling: self.options.sampling(),
+            sampling: Sampling {
+                thinking_budget: think_budget(self.think.as_ref()),
+                ..self.options.sampling()
+            },
             max_tokens: self.options.max_tokens(),
             stop: self.options.stop.clone().unwrap_or_default(),
             lora: self.options.lora.clone(),
@@ -424,7 +436,10 @@ impl ChatRequest {
         Ok(Generate {
             model,
             input: Input::Chat(messages),
-            sampling: self.options.sampling(),
+            sampling: Sampling {
+                thinking_budget: think_budget(self.think.as_ref()),
+                ..self.options.sampling()
+            },
             max_tokens: self.options.max_tokens(),
             stop: self.options.stop.clone().unwrap_or_default(),
             tools: self.tools.unwrap_or_default(),

@@ -413,6 +413,10 @@ impl Request {
                 repeat_penalty: self.repeat_penalty,
                 frequency_penalty: self.frequency_penalty,
                 presence_penalty: self.presence_penalty,
+                thinking_budget: self
+                    .reasoning_effort
+                    .as_deref()
+                    .and_then(crate::service::ThinkingBudget::of_effort),
                 ..Sampling::default()
             },
             max_tokens: self.max_completion_tokens.or(self.max_tokens),

@@ -563,6 +563,10 @@ impl Request {
         let output_format = options::format(text.format.as_ref(), &RESPONSES)?;
         let reasoning = self.reasoning.take().unwrap_or_default();
         let enable_thinking = options::thinking(reasoning.effort.as_deref(), &RESPONSES)?;
+        let budget = reasoning
+            .effort
+            .as_deref()
+            .and_then(crate::service::ThinkingBudget::of_effort);
         let echo = self.echo(echoed_tools, text, reasoning);
         Ok(Translated {
             generate: Generate {
@@ -571,6 +575,7 @@ impl Request {
                 sampling: Sampling {
                     temperature: self.temperature,
                     top_p: self.top_p,
+                    thinking_budget: budget,
                     ..Sampling::default()
                 },
                 max_tokens: self.max_output_tokens,
