@@ -324,9 +324,10 @@ int rkllm_init(LLMHandle *handle, RKLLMParam *param, LLMResultCallback callback)
         free(h);
         return -1;
     }
-    fake_log(h, "init model=%s max_context_len=%d max_new_tokens=%d top_k=%d n_keep=%d cpus=%d mask=0x%x",
+    fake_log(h, "init model=%s max_context_len=%d max_new_tokens=%d top_k=%d n_keep=%d cpus=%d mask=0x%x domain=%d",
              param->model_path, param->max_context_len, param->max_new_tokens, param->top_k, param->n_keep,
-             param->extend_param.enabled_cpus_num, param->extend_param.enabled_cpus_mask);
+             param->extend_param.enabled_cpus_num, param->extend_param.enabled_cpus_mask,
+             param->extend_param.base_domain_id);
     *handle = h;
     return 0;
 }

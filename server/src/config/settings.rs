@@ -299,6 +299,7 @@ impl Config {
                 load_timeout: Duration::from_secs(self.engine.load_timeout_secs),
                 max_crashes: self.engine.max_crashes,
                 crash_window: Duration::from_secs(self.engine.crash_window_secs),
+                first_domain: self.rkllm.base_domain_id,
             },
         }
     }

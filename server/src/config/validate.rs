@@ -519,6 +519,15 @@ impl Config {
             ));
         }
         in_range("rkllm.top_k", u64::from(r.top_k), 0..=1000)?;
+        if !(0..=MAX_DOMAIN).contains(&r.base_domain_id) {
+            return Err(invalid(
+                "rkllm.base_domain_id",
+                format!(
+                    "must be between 0 and {MAX_DOMAIN}, got {}",
+                    r.base_domain_id
+                ),
+            ));
+        }
         let ranges: [(&'static str, f64, f64, f64); 7] = [
             ("rkllm.snapshot_max_mb", r.snapshot_max_mb, 0.0, 1.0e9),
             (
@@ -603,6 +612,10 @@ fn validate_lora(entry: &ModelEntry) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The highest NPU memory domain a setting may name: 4 GiB each, 16 cover
+/// the largest boards' 64 GiB.
+const MAX_DOMAIN: i32 = 15;
+
 /// A model's own sampling and context settings. Their messages name the
 /// model and not the value, unlike the [`in_range`] ones.
 fn validate_entry_settings(entry: &ModelEntry) -> Result<(), ConfigError> {
@@ -619,6 +632,14 @@ fn validate_entry_settings(entry: &ModelEntry) -> Result<(), ConfigError> {
         return Err(invalid(
             "models.top_k",
             format!("model `{}`: must be between 0 and 1000", entry.name),
+        ));
+    }
+    if m.base_domain_id
+        .is_some_and(|d| !(0..=MAX_DOMAIN).contains(&d))
+    {
+        return Err(invalid(
+            "models.base_domain_id",
+            format!("model `{}`: must be between 0 and {MAX_DOMAIN}", entry.name),
         ));
     }
     let ranges: [(&'static str, Option<f64>, f64, f64); 5] = [

@@ -41,6 +41,8 @@ pub struct Lifecycle {
     pub max_crashes: u32,
     /// The window for `max_crashes`.
     pub crash_window: Duration,
+    /// The lowest NPU memory domain models are given (`rkllm.base_domain_id`).
+    pub first_domain: i32,
 }
 
 /// A model's state, as `models` and `/api/ps` report it.
@@ -298,6 +300,8 @@ pub(super) struct Shared {
     pub backend: Arc<dyn Backend>,
     pub lifecycle: Lifecycle,
     gate: Gate,
+    /// The NPU memory domains the loaded models hold.
+    domains: super::domains::Domains,
     pub threads: Threads,
 }
 
@@ -318,6 +322,7 @@ impl Shared {
             backend,
             lifecycle,
             gate: Gate::new(lifecycle.max_loaded_models),
+            domains: super::domains::Domains::new(lifecycle.first_domain),
             threads: Threads::default(),
         }
     }
@@ -621,9 +626,14 @@ fn ensure_loaded(
         slot.publish();
     }
     let started = Instant::now();
-    tracing::info!(model = slot.name(), "loading");
+    let spec = shared.domains.assign(&slot.spec);
+    tracing::info!(
+        model = slot.name(),
+        npu_domain = spec.settings.base_domain_id,
+        "loading"
+    );
     let loaded =
-        catch_unwind(AssertUnwindSafe(|| shared.backend.load(&slot.spec))).unwrap_or_else(|_| {
+        catch_unwind(AssertUnwindSafe(|| shared.backend.load(&spec))).unwrap_or_else(|_| {
             Err(BackendError::Load {
                 model: slot.name().to_owned(),
                 message: "internal error while loading".into(),
@@ -670,6 +680,7 @@ fn ensure_loaded(
             drop(life);
             if release {
                 shared.gate.release(slot);
+                shared.domains.give_back(slot.name());
             }
             slot.publish();
             Err(message)
@@ -724,6 +735,7 @@ fn unload(
         tracing::info!(model = slot.name(), reason, "model unloaded");
         crate::metrics::model_unloaded(slot.name(), reason);
         shared.gate.release(slot);
+        shared.domains.give_back(slot.name());
     }
     slot.publish();
 }

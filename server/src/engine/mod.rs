@@ -6,6 +6,7 @@
 //! nothing of JSON or transports; it drives a [`Backend`] and the stream
 //! manager, both below it.
 
+mod domains;
 mod job;
 mod keep_alive;
 mod lifecycle;

@@ -56,6 +56,7 @@ fn engine(
             load_timeout: Duration::from_secs(10),
             max_crashes: 2,
             crash_window: Duration::from_secs(60),
+            first_domain: 0,
         },
     };
     let specs: Vec<ModelSpec> = names.iter().map(|n| spec(n)).collect();

@@ -40,6 +40,10 @@ pub struct ModelSettings {
     /// snapshot_dir` and `snapshot_max_mb` say where and how much).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshots: Option<bool>,
+    /// The NPU memory domain the model starts in (`base_domain_id`);
+    /// `None`: the engine gives it one no other loaded model holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_domain_id: Option<i32>,
 }
 
 /// Whether a chat's next turn sends only its new message, reusing the
