@@ -624,7 +624,7 @@ OPENAI_REFUSED = [
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
     ({"n": 2}, "n"),
-    ({"logprobs": True}, "logprobs"),
+    ({"logprobs": True, "response_format": {"type": "json_object"}}, "logprobs"),
     ({"top_logprobs": 3}, "top_logprobs"),
     ({"seed": "x"}, "seed"),
     ({"user": 5}, "user"),
@@ -658,7 +658,7 @@ def test_openai_refused_options_name_their_field(base, extra, field, stream):
 
 @pytest.mark.parametrize("extra,field", [
     ({"n": 2}, "n"),
-    ({"logprobs": 2}, "logprobs"),
+    ({"logprobs": 6}, "logprobs"),
     ({"echo": True}, "echo"),
     ({"suffix": "and then"}, "suffix"),
     ({"best_of": 3}, "best_of"),

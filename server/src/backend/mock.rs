@@ -29,6 +29,7 @@
 use std::time::{Duration, Instant};
 
 mod constrained;
+mod logprobs;
 
 use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, Plan, Runner, TokenSink,
@@ -682,6 +683,9 @@ impl MockRunner {
                     if !wait.is_zero() && cancel.wait_timeout(wait) {
                         return Ok(Generation::ended(FinishReason::Abort));
                     }
+                }
+                if let Some(top) = request.sampling.logprobs {
+                    sink.logprob(logprobs::of(piece, top, seed, emitted));
                 }
                 emitted += 1;
                 if !sink.token_bytes(piece) {

@@ -21,6 +21,9 @@ pub trait TokenOutput: Sync {
     fn stamp_now(&self) -> Option<u64>;
     /// Records the prompt's token count.
     fn set_prompt_tokens(&self, tokens: u32);
+    /// The log probabilities of the tokens whose text the next `push`
+    /// carries (or an earlier one's, when a character was held back).
+    fn logprobs(&self, _entries: Vec<crate::vocab::TokenLogprob>) {}
     /// The token that says the generation should stop.
     fn cancel_token(&self) -> &CancelToken;
 }
@@ -119,6 +122,8 @@ pub struct TokenSink<'a> {
     /// Follows the thinking block, for counting only, where the sink does
     /// not split (a runner process's: the engine's sink splits).
     watcher: Option<ThinkSplitter>,
+    /// Log probabilities of tokens whose text is not written yet.
+    logprobs: Vec<crate::vocab::TokenLogprob>,
 }
 
 impl<'a> TokenSink<'a> {
@@ -136,7 +141,15 @@ impl<'a> TokenSink<'a> {
             answer_stop: StopFilter::default(),
             thought: 0,
             watcher: None,
+            logprobs: Vec::new(),
         }
+    }
+
+    /// The log probability of the token whose bytes come next: it goes
+    /// out with the answer text they become (thinking has none; a token a
+    /// stop string takes has none).
+    pub fn logprob(&mut self, entry: crate::vocab::TokenLogprob) {
+        self.logprobs.push(entry);
     }
 
     /// Follows a thinking block shaped as `mode` says, to count its tokens
@@ -317,6 +330,13 @@ impl<'a> TokenSink<'a> {
     }
 
     fn write(&mut self, text: &str, thinking: bool, tokens: u32, produced_ns: Option<u64>) {
+        if !self.logprobs.is_empty() {
+            if thinking {
+                self.logprobs.clear();
+            } else if !text.is_empty() && self.open {
+                self.output.logprobs(std::mem::take(&mut self.logprobs));
+            }
+        }
         if self.open && !self.output.push(text, thinking, tokens, produced_ns) {
             self.open = false;
         }

@@ -10,6 +10,10 @@ impl TokenOutput for Stream {
         self.push_stamped(text, thinking, tokens, produced_ns)
     }
 
+    fn logprobs(&self, entries: Vec<crate::vocab::TokenLogprob>) {
+        self.add_logprobs(entries);
+    }
+
     fn stamp_now(&self) -> Option<u64> {
         Stream::stamp_now(self)
     }

@@ -737,6 +737,30 @@ impl Engine {
                 tokenizer,
             });
         }
+        if request.sampling.logprobs.is_some() {
+            let refused = |message: String| -> EngineError {
+                ValidationError::Invalid {
+                    field: "logprobs",
+                    message,
+                }
+                .into()
+            };
+            if request.constraint.is_some() {
+                return Err(refused(
+                    "`logprobs` cannot go with a format or a forced tool call: the answer's \
+                     tokens are chosen under the constraint, not as the model ranks them"
+                        .into(),
+                ));
+            }
+            if self.shared.backend.tokenizer(&slot.spec).is_none() {
+                return Err(refused(format!(
+                    "model `{}` cannot report log probabilities: its logits rows are read with its \
+                     tokenizer; set `tokenizer` (a tokenizer.json file, or a Hugging Face \
+                     repository owner/repo holding one) in its [[models]] entry",
+                    slot.name()
+                )));
+            }
+        }
         if let Some(budget) = request.sampling.thinking_budget
             && slot.spec.reasoning.thinks(slot.name())
             && self.shared.backend.tokenizer(&slot.spec).is_none()

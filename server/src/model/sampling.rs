@@ -49,6 +49,11 @@ pub struct Sampling {
     /// follows. `None`: no limit but the request's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking_budget: Option<ThinkingBudget>,
+    /// Report each answer token's log probability, with this many of the
+    /// likeliest tokens at its place (0: the token's own only); `None`:
+    /// none are read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<u8>,
 }
 
 /// A thinking budget and how it was asked for.

@@ -83,6 +83,7 @@ pub(super) async fn prepare(state: &Services, p: &mut Params) -> Result<Prepared
             mirostat_tau: p.opt_f64("mirostat_tau")?,
             mirostat_eta: p.opt_f64("mirostat_eta")?,
             thinking_budget: None,
+            logprobs: None,
         },
         stop,
         thinking: p.opt_bool("enable_thinking")?,

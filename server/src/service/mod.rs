@@ -50,6 +50,8 @@ pub use crate::model::prompt::{prompt_of, system_first, turns};
 pub use crate::model::{
     ImageSource, Input, Message, Part, Role, Sampling, Speaker, ThinkingBudget, ToolCall,
 };
+/// A token's log probability, and its text as OpenAI writes it.
+pub use crate::vocab::{TokenLogprob, token_text};
 
 use crate::engine::{Engine, Reservation, RunRequest};
 use crate::model::constraint::Constraint;

@@ -57,6 +57,9 @@ pub struct Batch {
     pub tokens: u32,
     /// The end, on the last batch.
     pub end: Option<Ending>,
+    /// The log probabilities of the answer's tokens in this batch, for a
+    /// request that asked for them.
+    pub logprobs: Vec<crate::vocab::TokenLogprob>,
 }
 
 /// A generation whose stream only this request reads. Dropping it (the
@@ -81,6 +84,8 @@ pub struct Completed {
     pub calls: Vec<ToolCall>,
     /// How it ended.
     pub ending: Ending,
+    /// The log probabilities of the answer's tokens, when asked for.
+    pub logprobs: Vec<crate::vocab::TokenLogprob>,
 }
 
 impl Completed {
@@ -155,6 +160,9 @@ impl Running {
         }
         for chunk in chunks {
             batch.tokens = batch.tokens.max(chunk.tokens);
+            if let Some(entries) = &chunk.logprobs {
+                batch.logprobs.extend(entries.iter().cloned());
+            }
             if !chunk.delta.is_empty() {
                 batch.produced_ns = batch.produced_ns.or(chunk.produced_ns);
                 if chunk.thinking {
@@ -215,9 +223,11 @@ impl Running {
                 expired: false,
                 stop_sequence: None,
             },
+            logprobs: Vec::new(),
         };
-        while let Some(batch) = self.next().await {
+        while let Some(mut batch) = self.next().await {
             each(&batch).await?;
+            completed.logprobs.append(&mut batch.logprobs);
             for event in batch.events {
                 match event {
                     Event::Thinking(text) => completed.thinking.push_str(&text),

@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::{Chunk, StreamLimits, StreamState};
-use crate::vocab::{CancelToken, EndErrorKind, EndInfo, FinishReason, Usage};
+use crate::vocab::{CancelToken, EndErrorKind, EndInfo, FinishReason, TokenLogprob, Usage};
 
 /// Bookkeeping bytes counted per chunk on top of its text, so that many
 /// tiny chunks cannot dodge the memory limits.
@@ -100,6 +100,11 @@ struct Inner {
     text_start: usize,
     /// Benchmark mode only: each buffered chunk's production time.
     stamps: VecDeque<u64>,
+    /// The log probabilities of the buffered chunks that carry some (a
+    /// request that asked for them): seq, entries, bytes counted.
+    logprobs: VecDeque<(u64, Arc<[TokenLogprob]>, usize)>,
+    /// Log probabilities waiting for the next text chunk.
+    pending_logprobs: Vec<TokenLogprob>,
     /// The end chunk's information, once it exists.
     end: Option<Arc<EndInfo>>,
     next_seq: u64,
@@ -146,6 +151,11 @@ impl Inner {
                 },
                 tokens: entry.tokens,
                 produced_ns: self.stamps.get(i).copied(),
+                logprobs: self
+                    .logprobs
+                    .iter()
+                    .find(|(at, ..)| *at == seq)
+                    .map(|(_, entries, _)| Arc::clone(entries)),
             });
             offset += len;
         }
@@ -182,6 +192,15 @@ impl Inner {
             self.text_start += entry.len();
             freed += entry.len() + CHUNK_OVERHEAD;
         }
+        while self
+            .logprobs
+            .front()
+            .is_some_and(|(at, ..)| *at < self.first_seq)
+        {
+            if let Some((_, _, bytes)) = self.logprobs.pop_front() {
+                freed += bytes;
+            }
+        }
         if self.chunks.is_empty() {
             self.first_seq = self.next_seq;
             self.text.clear();
@@ -205,10 +224,25 @@ impl Inner {
     fn clear(&mut self) {
         self.chunks = VecDeque::new();
         self.stamps = VecDeque::new();
+        self.logprobs = VecDeque::new();
         self.text = String::new();
         self.text_start = 0;
         self.first_seq = self.next_seq;
     }
+}
+
+/// Bytes `entries` are counted at against the buffer limits.
+fn logprobs_bytes(entries: &[TokenLogprob]) -> usize {
+    entries
+        .iter()
+        .map(|e| {
+            48 + e.bytes.len()
+                + e.top
+                    .iter()
+                    .map(|(bytes, _)| 32 + bytes.len())
+                    .sum::<usize>()
+        })
+        .sum()
 }
 
 /// What one poll returns.
@@ -247,6 +281,8 @@ impl Stream {
                 text: String::new(),
                 text_start: 0,
                 stamps: VecDeque::new(),
+                logprobs: VecDeque::new(),
+                pending_logprobs: Vec::new(),
                 end: None,
                 next_seq: 0,
                 end_seq: None,
@@ -351,7 +387,9 @@ impl Stream {
             if delta.is_empty() {
                 return true;
             }
-            let cost = delta.len() + CHUNK_OVERHEAD;
+            // The log probabilities of its tokens go with it.
+            let logprob_bytes = logprobs_bytes(&inner.pending_logprobs);
+            let cost = delta.len() + CHUNK_OVERHEAD + logprob_bytes;
             let limits = &self.shared.limits;
             if inner.bytes + cost > limits.max_stream_bytes {
                 over_limit = Some(format!(
@@ -370,6 +408,12 @@ impl Stream {
                 inner.bytes += cost;
                 let tokens = inner.usage.completion_tokens;
                 inner.append(delta, thinking, tokens, produced_ns);
+                if !inner.pending_logprobs.is_empty() {
+                    let seq = inner.next_seq - 1;
+                    let entries: Arc<[TokenLogprob]> =
+                        std::mem::take(&mut inner.pending_logprobs).into();
+                    inner.logprobs.push_back((seq, entries, logprob_bytes));
+                }
             }
             if let Some(message) = &over_limit {
                 let usage = inner.usage;
@@ -386,6 +430,14 @@ impl Stream {
             return false;
         }
         true
+    }
+
+    /// Log probabilities of the tokens whose text the next push carries.
+    pub fn add_logprobs(&self, entries: Vec<TokenLogprob>) {
+        let mut inner = self.inner.lock();
+        if inner.end_seq.is_none() {
+            inner.pending_logprobs.extend(entries);
+        }
     }
 
     /// Appends the end chunk, built from the usage counted so far. Only

@@ -37,6 +37,9 @@ pub struct Chunk {
     /// Benchmark mode only: when the backend produced the token that
     /// completed this chunk ([`monotonic_ns`]).
     pub produced_ns: Option<u64>,
+    /// The log probabilities of the tokens of `delta`, for a request that
+    /// asked for them.
+    pub logprobs: Option<Arc<[crate::vocab::TokenLogprob]>>,
 }
 
 pub use crate::vocab::monotonic_ns;

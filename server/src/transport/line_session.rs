@@ -94,7 +94,16 @@ pub async fn serve_lines<R>(
     loop {
         tokio::select! {
             read = input.read(&mut buf) => {
-                let n = read.unwrap_or(0);
+                let n = match read {
+                    Ok(n) => n,
+                    // A signal (a child process ending) interrupted the
+                    // read: the input goes on.
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the input cannot be read: it is treated as ended");
+                        0
+                    }
+                };
                 if n == 0 {
                     decoder.finish(&mut events);
                     handle(&mut session, &mut frames, options, &mut events).await;

@@ -3,9 +3,11 @@
 //! nothing from the rest of the server, and anything may import it.
 
 mod cancel;
+mod logprob;
 mod outcome;
 
 pub use cancel::CancelToken;
+pub use logprob::{TokenLogprob, token_text};
 
 /// Nanoseconds of the system-wide monotonic clock (`CLOCK_MONOTONIC`),
 /// comparable between processes on one machine.

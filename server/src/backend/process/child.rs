@@ -176,6 +176,10 @@ impl TokenOutput for RunOutput<'_> {
         self.stamp.then(monotonic_ns)
     }
 
+    fn logprobs(&self, entries: Vec<crate::vocab::TokenLogprob>) {
+        self.outbox.json(frame::LOGPROBS, Some(self.id), &entries);
+    }
+
     fn set_prompt_tokens(&self, tokens: u32) {
         self.outbox
             .frame(|buf| frame::prompt_frame(buf, self.id, tokens));

@@ -26,6 +26,9 @@ pub const TOKENS: u8 = 11;
 pub const PROMPT: u8 = 12;
 /// Runner → server: `id: u64 | JSON outcome`, the run is over.
 pub const DONE: u8 = 13;
+/// Runner → server: `id: u64 | JSON log probabilities` of the tokens whose
+/// text the next `TOKENS` frame of the run carries.
+pub const LOGPROBS: u8 = 14;
 
 /// Largest frame either side accepts (a run order holds the prompt).
 pub const MAX_FRAME: usize = 256 << 20;

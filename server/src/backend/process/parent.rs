@@ -405,6 +405,13 @@ impl Runner for ProcessRunner {
                         send_abort(&orders, id);
                     }
                 }
+                frame::LOGPROBS if frame::id_of(body) == Some(id) => {
+                    let entries: Vec<crate::vocab::TokenLogprob> =
+                        serde_json::from_slice(&body[8..]).unwrap_or_default();
+                    for entry in entries {
+                        sink.logprob(entry);
+                    }
+                }
                 frame::PROMPT => {
                     if let Some((run, tokens)) = frame::prompt_of(body)
                         && run == id

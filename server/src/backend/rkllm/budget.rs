@@ -65,7 +65,8 @@ impl RkllmRunner {
             keep_history: false,
             images: None,
             hidden_layer: false,
-            logits: false,
+            // Log probabilities go on being read after the block.
+            logits: first.logits,
             tokens: Some(&ids),
             lora: first.lora,
             save_cache: None,

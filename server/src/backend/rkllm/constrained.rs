@@ -50,7 +50,10 @@ fn describe(source: &TokenizerSource) -> String {
 
 impl RkllmRunner {
     /// The model's vocabulary, loaded once per runner.
-    fn vocabulary(&mut self, source: &TokenizerSource) -> Result<Arc<Vocabulary>, BackendError> {
+    pub(super) fn vocabulary(
+        &mut self,
+        source: &TokenizerSource,
+    ) -> Result<Arc<Vocabulary>, BackendError> {
         if let Some((loaded, vocabulary)) = &self.constrained.vocabulary
             && loaded == source
         {

@@ -20,6 +20,7 @@ use super::runtime::Runtime;
 use super::runtime::shared_call;
 use super::steer::{Logits, RowAnswer, Steering};
 use crate::backend::TokenSink;
+use crate::model::tokenizer::Vocabulary;
 
 /// A runtime handle (`LLMHandle`).
 #[derive(Debug, Clone, Copy)]
@@ -119,6 +120,9 @@ pub(super) struct ActiveRun {
     pub budget_paused: bool,
     /// Whether the runtime went on after that pause (it was aborted).
     pub pause_ignored: bool,
+    /// A logits run for log probabilities: the vocabulary, and how many
+    /// of the likeliest tokens to report with each.
+    pub logprobs: Option<(Arc<Vocabulary>, usize)>,
 }
 
 // SAFETY: `sink` points at a `TokenSink` and `steering` at a `Steering` on
@@ -182,7 +186,15 @@ impl CallbackSlot {
             budget: None,
             budget_paused: false,
             pause_ignored: false,
+            logprobs: None,
         });
+    }
+
+    /// Sets the installed run's log probabilities (a logits run).
+    pub(super) fn set_logprobs(&self, logprobs: Option<(Arc<Vocabulary>, usize)>) {
+        if let Some(run) = self.run.lock().as_mut() {
+            run.logprobs = logprobs;
+        }
     }
 
     /// Sets the installed run's thinking budget.
@@ -262,6 +274,14 @@ impl CallbackSlot {
                 // SAFETY: see `ActiveRun`: the sink is alive while installed,
                 // and the slot's lock makes this the only access.
                 let sink = unsafe { run.sink.as_mut() };
+                if let (Some((vocabulary, top)), Some(logits)) = (&run.logprobs, &logits) {
+                    let row = logits.last_row();
+                    let pick =
+                        usize::try_from(token).unwrap_or_else(|_| super::logprobs::argmax(row));
+                    if let Some(entry) = super::logprobs::entry(row, pick, *top, vocabulary) {
+                        sink.logprob(entry);
+                    }
+                }
                 if !sink.tokens_bytes(bytes, 1) {
                     // The request is gone: ask once more, in case the first
                     // abort reached the runtime before this run began.

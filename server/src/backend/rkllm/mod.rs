@@ -13,6 +13,7 @@ mod constrained;
 mod encoder;
 mod handle;
 mod history;
+mod logprobs;
 mod prompt_cache;
 mod runtime;
 mod snapshots;
@@ -164,6 +165,7 @@ impl RkllmBackend {
             .frequency_penalty
             .map_or(s.frequency_penalty, |v| v as f32);
         s.presence_penalty = m.presence_penalty.map_or(s.presence_penalty, |v| v as f32);
+        init.base_domain_id = m.base_domain_id.unwrap_or(init.base_domain_id);
         init
     }
 
@@ -264,6 +266,7 @@ impl Backend for RkllmBackend {
         let c_path = CString::new(path.to_string_lossy().into_owned()).map_err(|_| {
             load_error(format!("model path {} contains a NUL byte", path.display()))
         })?;
+        fits_in_memory(path).map_err(load_error)?;
         let vision = match &model.vision {
             Some(spec) => Some(self.open_vision(spec).map_err(load_error)?),
             None => None,
@@ -468,6 +471,39 @@ impl RkllmRunner {
             mirostat_eta: s.mirostat_eta.map_or(d.mirostat_eta, |v| v as f32),
         }
     }
+}
+
+/// That the model file at `path` can be loaded in the memory the board
+/// has available (`MemAvailable`): a file larger than that cannot, and
+/// runtime 1.3.0 may crash in `rkllm_init` when it runs out instead of
+/// failing (RKLLM_ABI.md §7). When the memory cannot be read, the load is
+/// left to the runtime.
+///
+/// # Errors
+/// The sizes, and what to do.
+fn fits_in_memory(path: &std::path::Path) -> Result<(), String> {
+    use std::io::Read;
+    let size = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut text = String::new();
+    let read = std::fs::File::open("/proc/meminfo")
+        .and_then(|f| f.take(64 << 10).read_to_string(&mut text));
+    let Some(memory) = read.ok().and_then(|_| crate::board::parse_meminfo(&text)) else {
+        return Ok(());
+    };
+    let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
+    if size.len() > memory.available_bytes {
+        return Err(format!(
+            "its file {} is {:.1} GiB, more than the {:.1} GiB of memory the board has available \
+             (MemAvailable; {:.1} GiB in all): it cannot be loaded. Unload other models \
+             (engine.max_loaded_models), stop what else uses the memory, or use a smaller \
+             quantization of the model",
+            path.display(),
+            gib(size.len()),
+            gib(memory.available_bytes),
+            gib(memory.total_bytes)
+        ));
+    }
+    Ok(())
 }
 
 fn runtime_error(code: Option<i32>, message: impl Into<String>) -> BackendError {
@@ -752,7 +788,8 @@ impl RkllmRunner {
             keep_history,
             images,
             hidden_layer: request.embed.is_some(),
-            logits: false,
+            // Log probabilities are read from the logits rows.
+            logits: request.sampling.logprobs.is_some() && request.embed.is_none(),
             tokens: None,
             save_cache: save_cache.as_deref(),
             lora: lora.as_deref(),
@@ -768,6 +805,12 @@ impl RkllmRunner {
         sink: &mut TokenSink<'_>,
         settings: &RunSettings<'_>,
     ) -> Result<Generation, BackendError> {
+        let logprobs = if settings.logits {
+            let top = usize::from(request.sampling.logprobs.unwrap_or(0));
+            Some((self.logprob_vocabulary()?, top))
+        } else {
+            None
+        };
         let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
         let abi = self.handle.runtime.abi();
         let cap = (abi == Abi::V1_2).then(|| u32::try_from(settings.max_new_tokens).unwrap_or(0));
@@ -797,6 +840,7 @@ impl RkllmRunner {
             None,
         );
         self.handle.slot.set_budget(budget);
+        self.handle.slot.set_logprobs(logprobs);
         let userdata = self.handle.userdata();
         let rc = match &self.handle.runtime.api {
             Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, settings, userdata),

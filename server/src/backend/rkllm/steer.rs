@@ -73,7 +73,7 @@ pub(super) struct Logits<'a> {
 
 impl Logits<'_> {
     /// The last row: the next token's distribution.
-    fn last_row(&self) -> &[f32] {
+    pub(super) fn last_row(&self) -> &[f32] {
         let start = self.width * (self.count - 1);
         &self.rows[start..start + self.width]
     }

@@ -6,6 +6,7 @@
 pub mod anthropic;
 mod drive;
 mod error;
+mod logprobs;
 pub mod ollama;
 pub mod openai;
 pub mod responses;

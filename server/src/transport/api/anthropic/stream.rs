@@ -318,6 +318,7 @@ mod tests {
                 produced_ns: None,
                 tokens: 0,
                 end,
+                logprobs: Vec::new(),
             };
             blocks.batch(&batch, &mut out);
         }
@@ -495,6 +496,7 @@ mod tests {
             thinking: "hm".into(),
             calls: vec![call(3)],
             ending: ending(Finish::ToolCalls, None),
+            logprobs: Vec::new(),
         };
         assert_eq!(
             message(&ids(), &done),

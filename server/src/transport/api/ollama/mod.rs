@@ -428,6 +428,9 @@ async fn respond(
     if api == Api::Chat && !done.calls.is_empty() {
         last["message"]["tool_calls"] = done.calls.iter().map(call_value).collect();
     }
+    if !done.logprobs.is_empty() {
+        last["logprobs"] = super::logprobs::entries(&done.logprobs);
+    }
     Ok(Json(last).into_response())
 }
 

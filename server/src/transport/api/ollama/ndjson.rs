@@ -49,6 +49,18 @@ impl Lines {
         thinking: bool,
         produced_ns: Option<u64>,
     ) {
+        self.text_line_with(out, text, thinking, produced_ns, None);
+    }
+
+    /// [`Lines::text_line`] with the log probabilities of its tokens.
+    fn text_line_with(
+        &self,
+        out: &mut Vec<u8>,
+        text: &str,
+        thinking: bool,
+        produced_ns: Option<u64>,
+        logprobs: Option<Value>,
+    ) {
         #[derive(Serialize)]
         struct Line<'a> {
             model: &'a str,
@@ -60,6 +72,8 @@ impl Lines {
             #[serde(skip_serializing_if = "Option::is_none")]
             message: Option<Message<'a>>,
             done: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            logprobs: Option<Value>,
             #[serde(skip_serializing_if = "Option::is_none")]
             produced_ns: Option<u64>,
         }
@@ -90,6 +104,7 @@ impl Lines {
                 thinking: thought,
             }),
             done: false,
+            logprobs,
             produced_ns,
         };
         if serde_json::to_writer(&mut *out, &line).is_ok() {
@@ -140,10 +155,14 @@ impl Lines {
     /// The lines of one batch.
     pub fn batch_lines(&self, batch: &Batch, out: &mut Vec<u8>) {
         let mut produced_ns = batch.produced_ns;
+        let mut logprobs =
+            (!batch.logprobs.is_empty()).then(|| super::super::logprobs::entries(&batch.logprobs));
         for event in &batch.events {
             match event {
                 Event::Thinking(text) => self.text_line(out, text, true, produced_ns.take()),
-                Event::Text(text) => self.text_line(out, text, false, produced_ns.take()),
+                Event::Text(text) => {
+                    self.text_line_with(out, text, false, produced_ns.take(), logprobs.take());
+                }
                 Event::CallEnd(_, call) => {
                     let mut line = self.line("", None);
                     line["message"]["tool_calls"] = json!([call_value(call)]);

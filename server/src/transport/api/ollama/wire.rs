@@ -185,20 +185,25 @@ pub fn keep_alive(value: Option<&Value>) -> Result<Option<KeepAlive>, ServiceErr
         .transpose()
 }
 
-/// `logprobs` and `top_logprobs`: refused until the runtime's token
-/// probabilities are read.
-fn logprobs(logprobs: Option<bool>, top: Option<u32>) -> Result<(), ServiceError> {
-    let field = if logprobs == Some(true) {
-        "logprobs"
-    } else if top.is_some_and(|n| n > 0) {
-        "top_logprobs"
-    } else {
-        return Ok(());
-    };
-    Err(ServiceError::no_token_probabilities(
-        field,
-        &format!("`{field}`"),
-    ))
+/// `logprobs` and `top_logprobs` (0 to 20 alternatives per token): the
+/// log probabilities asked for.
+fn logprobs(logprobs: Option<bool>, top: Option<u32>) -> Result<Option<u8>, ServiceError> {
+    if top.is_some_and(|n| n > 20) {
+        return Err(invalid(
+            "top_logprobs",
+            "`top_logprobs` must be between 0 and 20",
+        ));
+    }
+    if logprobs != Some(true) {
+        if top.is_some_and(|n| n > 0) {
+            return Err(invalid(
+                "top_logprobs",
+                "`top_logprobs` needs `logprobs: true`",
+            ));
+        }
+        return Ok(None);
+    }
+    Ok(Some(top.map_or(0, |n| u8::try_from(n).unwrap_or(20))))
 }
 
 impl Options {
@@ -218,6 +223,7 @@ impl Options {
             mirostat_tau: self.mirostat_tau.filter(|_| mirostat.is_some()),
             mirostat_eta: self.mirostat_eta.filter(|_| mirostat.is_some()),
             thinking_budget: None,
+            logprobs: None,
         }
     }
 
@@ -342,7 +348,7 @@ impl GenerateRequest {
             })
             .collect();
         self.options.check()?;
-        logprobs(self.logprobs, self.top_logprobs)?;
+        let logprobs = logprobs(self.logprobs, self.top_logprobs)?;
         let _ = self.options.seed;
         Ok(Generate {
             model,
@@ -354,6 +360,7 @@ impl GenerateRequest {
             },
             sampling: Sampling {
                 thinking_budget: think_budget(self.think.as_ref()),
+                logprobs,
                 ..self.options.sampling()
             },
             max_tokens: self.options.max_tokens(),
@@ -431,13 +438,14 @@ impl ChatRequest {
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.options.check()?;
-        logprobs(self.logprobs, self.top_logprobs)?;
+        let logprobs = logprobs(self.logprobs, self.top_logprobs)?;
         let _ = self.options.seed;
         Ok(Generate {
             model,
             input: Input::Chat(messages),
             sampling: Sampling {
                 thinking_budget: think_budget(self.think.as_ref()),
+                logprobs,
                 ..self.options.sampling()
             },
             max_tokens: self.options.max_tokens(),
@@ -516,7 +524,10 @@ mod tests {
             (json!({"options": {"num_gpu": 1}}), "options.num_gpu"),
             (json!({"options": {"num_thread": 4}}), "options.num_thread"),
             (json!({"options": {"use_mmap": false}}), "options.use_mmap"),
-            (json!({"logprobs": true}), "logprobs"),
+            (
+                json!({"logprobs": true, "top_logprobs": 21}),
+                "top_logprobs",
+            ),
             (json!({"top_logprobs": 3}), "top_logprobs"),
         ] {
             let err = chat(base(extra.clone())).unwrap_err();

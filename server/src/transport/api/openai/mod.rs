@@ -123,6 +123,14 @@ async fn whole_response(running: Running, ids: &Ids) -> Result<Response> {
     let done = running.collect().await?.ok()?;
     let thinking = (!done.thinking.is_empty()).then_some(done.thinking.as_str());
     let reason = finish_reason(done.ending.finish);
+    let logprobs = if done.logprobs.is_empty() {
+        Value::Null
+    } else {
+        match ids.kind {
+            Kind::Chat => super::logprobs::chat(&done.logprobs),
+            Kind::Completion => super::logprobs::completion(&done.logprobs, 0),
+        }
+    };
     let choice = match ids.kind {
         Kind::Chat => {
             let content = if done.calls.is_empty() || !done.text.trim().is_empty() {
@@ -137,11 +145,11 @@ async fn whole_response(running: Running, ids: &Ids) -> Result<Response> {
             if !done.calls.is_empty() {
                 message["tool_calls"] = done.calls.iter().map(call_value).collect();
             }
-            json!({"index": 0, "message": message, "logprobs": null, "finish_reason": reason})
+            json!({"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason})
         }
         Kind::Completion => {
-            let mut choice =
-                json!({"index": 0, "text": done.text, "logprobs": null, "finish_reason": reason});
+            let mut choice = json!({"index": 0, "text": done.text, "logprobs": logprobs,
+                                    "finish_reason": reason});
             if let Some(thinking) = thinking {
                 choice["reasoning_content"] = json!(thinking);
             }
@@ -156,7 +164,11 @@ async fn whole_response(running: Running, ids: &Ids) -> Result<Response> {
 /// Streams the generation as SSE (see [`drive`](super::drive)), with
 /// keep-alive comments during a long prefill.
 fn stream_response(running: Running, ids: Ids, include_usage: bool) -> Response {
-    let chunks = Chunks { ids, include_usage };
+    let chunks = Chunks {
+        ids,
+        include_usage,
+        offset: 0,
+    };
     let keep_alive = KeepAlive::new()
         .interval(Duration::from_secs(15))
         .text("keep-alive");

@@ -93,6 +93,17 @@ impl Ids {
     /// A chunk of text (or thinking), serialised directly: the token
     /// path builds no `Value`. `produced_ns` only in benchmark mode.
     pub fn text_event(&self, text: &str, thinking: bool, produced_ns: Option<u64>) -> String {
+        self.text_event_with(text, thinking, produced_ns, None)
+    }
+
+    /// [`Ids::text_event`] with the log probabilities of its tokens.
+    fn text_event_with(
+        &self,
+        text: &str,
+        thinking: bool,
+        produced_ns: Option<u64>,
+        logprobs: Option<Value>,
+    ) -> String {
         #[derive(Serialize)]
         struct Chunk<'a> {
             id: &'a str,
@@ -113,7 +124,7 @@ impl Ids {
             text: Option<&'a str>,
             #[serde(skip_serializing_if = "Option::is_none")]
             reasoning_content: Option<&'a str>,
-            logprobs: (),
+            logprobs: Option<Value>,
             finish_reason: (),
         }
         #[derive(Serialize)]
@@ -143,7 +154,7 @@ impl Ids {
                 }),
                 text: (!chat).then_some(content.unwrap_or_default()),
                 reasoning_content: if chat { None } else { reasoning },
-                logprobs: (),
+                logprobs,
                 finish_reason: (),
             }],
             produced_ns,
@@ -156,13 +167,22 @@ impl Ids {
         self.chunk(json!({"role": "assistant", "content": ""}), None)
     }
 
-    /// The events of one batch, in order.
-    pub fn batch_events(&self, batch: &Batch, include_usage: bool, out: &mut Vec<String>) {
+    /// The events of one batch, in order; its answer's first text carries
+    /// `logprobs`, those of the batch's tokens.
+    pub fn batch_events(
+        &self,
+        batch: &Batch,
+        include_usage: bool,
+        mut logprobs: Option<Value>,
+        out: &mut Vec<String>,
+    ) {
         let mut produced_ns = batch.produced_ns;
         for event in &batch.events {
             match event {
                 Event::Thinking(text) => out.push(self.text_event(text, true, produced_ns.take())),
-                Event::Text(text) => out.push(self.text_event(text, false, produced_ns.take())),
+                Event::Text(text) => {
+                    out.push(self.text_event_with(text, false, produced_ns.take(), logprobs.take()))
+                }
                 Event::CallStart { index, id, name } => out.push(self.chunk(
                     json!({"tool_calls": [{"index": index, "id": id, "type": "function",
                                            "function": {"name": name, "arguments": ""}}]}),
@@ -206,6 +226,8 @@ pub struct Chunks {
     pub ids: Ids,
     /// A usage chunk before `[DONE]`.
     pub include_usage: bool,
+    /// Bytes of the completion so far (text completions' `text_offset`).
+    pub offset: usize,
 }
 
 impl Framer for Chunks {
@@ -218,7 +240,13 @@ impl Framer for Chunks {
     }
 
     fn batch(&mut self, batch: &Batch, out: &mut Vec<String>) {
-        self.ids.batch_events(batch, self.include_usage, out);
+        let logprobs = (!batch.logprobs.is_empty()).then(|| match self.ids.kind {
+            Kind::Chat => super::super::logprobs::chat(&batch.logprobs),
+            Kind::Completion => super::super::logprobs::completion(&batch.logprobs, self.offset),
+        });
+        self.offset += batch.logprobs.iter().map(|e| e.bytes.len()).sum::<usize>();
+        self.ids
+            .batch_events(batch, self.include_usage, logprobs, out);
     }
 }
 

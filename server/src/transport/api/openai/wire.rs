@@ -330,24 +330,7 @@ impl Request {
                 "only `n: 1` is supported: one answer per request",
             ));
         }
-        let logprobs = match &self.logprobs {
-            None | Some(Value::Null | Value::Bool(false)) => false,
-            Some(Value::Bool(true)) => true,
-            Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64() != Some(0),
-            Some(_) => {
-                return Err(invalid(
-                    "logprobs",
-                    "`logprobs` must be a boolean (chat) or a number (text completions)",
-                ));
-            }
-        };
-        if logprobs || self.top_logprobs.is_some_and(|n| n > 0) {
-            let field = if logprobs { "logprobs" } else { "top_logprobs" };
-            return Err(ServiceError::no_token_probabilities(
-                field,
-                &format!("`{field}`"),
-            ));
-        }
+        let logprobs = self.logprobs(chat)?;
         for (field, given, why) in [
             (
                 "echo",
@@ -413,6 +396,7 @@ impl Request {
                 repeat_penalty: self.repeat_penalty,
                 frequency_penalty: self.frequency_penalty,
                 presence_penalty: self.presence_penalty,
+                logprobs,
                 thinking_budget: self
                     .reasoning_effort
                     .as_deref()
@@ -435,6 +419,46 @@ impl Request {
             max_tool_calls,
             suffix: self.suffix.filter(|s| !s.is_empty()),
         })
+    }
+
+    /// The log probabilities asked for: chat's `logprobs: true` with
+    /// `top_logprobs` (0 to 20) alternatives, or text completions'
+    /// `logprobs: N` (0 to 5).
+    ///
+    /// # Errors
+    /// A value of the wrong type or out of range; `top_logprobs` without
+    /// `logprobs: true`.
+    fn logprobs(&self, chat: bool) -> Result<Option<u8>, ServiceError> {
+        let top = self.top_logprobs.filter(|_| chat);
+        let asked = match (&self.logprobs, chat) {
+            (None | Some(Value::Null | Value::Bool(false)), _) => None,
+            (Some(Value::Bool(true)), true) => Some(top.unwrap_or(0)),
+            (Some(Value::Number(n)), false) if n.as_u64().is_some_and(|n| n <= 5) => {
+                n.as_u64().and_then(|n| u32::try_from(n).ok())
+            }
+            (Some(_), true) => {
+                return Err(invalid("logprobs", "`logprobs` must be true or false"));
+            }
+            (Some(_), false) => {
+                return Err(invalid(
+                    "logprobs",
+                    "`logprobs` must be a number of alternatives from 0 to 5",
+                ));
+            }
+        };
+        if asked.is_none() && top.is_some_and(|n| n > 0) {
+            return Err(invalid(
+                "top_logprobs",
+                "`top_logprobs` needs `logprobs: true`",
+            ));
+        }
+        if top.is_some_and(|n| n > 20) {
+            return Err(invalid(
+                "top_logprobs",
+                "`top_logprobs` must be between 0 and 20",
+            ));
+        }
+        Ok(asked.map(|n| u8::try_from(n).unwrap_or(20)))
     }
 
     /// Refuses the options of OpenAI's own service this server cannot
@@ -534,7 +558,12 @@ mod tests {
             (json!({"stop": ["a", "b", "c", "d", "e"]}), "stop"),
             (json!({"user": 5}), "user"),
             (json!({"n": 2}), "n"),
-            (json!({"logprobs": true}), "logprobs"),
+            (json!({"logprobs": "yes"}), "logprobs"),
+            (json!({"top_logprobs": 2}), "top_logprobs"),
+            (
+                json!({"logprobs": true, "top_logprobs": 21}),
+                "top_logprobs",
+            ),
             (json!({"reasoning_effort": "maximal"}), "reasoning_effort"),
             (json!({"temperature": "hot"}), "temperature"),
             (json!({"tools": [{"type": "function"}]}), "tools[0]"),

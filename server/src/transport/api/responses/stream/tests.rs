@@ -42,6 +42,7 @@ fn batch(events: Vec<Event>, end: Option<Ending>) -> Batch {
         produced_ns: None,
         tokens: 0,
         end,
+        logprobs: Vec::new(),
     }
 }
 

@@ -1,0 +1,123 @@
+"""Token log probabilities through the official openai and ollama clients,
+streamed and not, on the mock (its own plausible values): each token's
+bytes, joined, are the answer's; every logprob is at most 0; the
+alternatives come sorted, at most as many as asked, with probabilities that
+sum to at most 1; a token that is only part of a character is written as
+OpenAI writes it (`bytes:\\xNN`). A request that asks for more than 20
+alternatives, or for log probabilities under a format, is refused naming
+the field."""
+
+import math
+
+import httpx
+import ollama
+import openai
+import pytest
+
+from conftest import start_server, stop_server
+
+PROMPT = "Say something @mock(length=24)"
+
+
+@pytest.fixture(scope="module")
+def base():
+    proc, url = start_server("--mock-tokens-per-second", "0")
+    yield url
+    stop_server(proc)
+
+
+def token_bytes(entry) -> bytes:
+    """A token's bytes: its `bytes` where the client keeps them (openai),
+    else read back from its text (the ollama client keeps `token` only)."""
+    raw = getattr(entry, "bytes", None)
+    if raw is not None:
+        return bytes(raw)
+    token = entry.token
+    if token.startswith("bytes:"):
+        return bytes(int(h, 16) for h in token[len("bytes:"):].split("\\x")[1:])
+    return token.encode()
+
+
+def check_entries(entries, text: str, top: int):
+    assert entries, "no log probabilities"
+    assert b"".join(token_bytes(e) for e in entries) == text.encode()
+    for e in entries:
+        assert e.logprob <= 0
+        raw = token_bytes(e)
+        try:
+            assert e.token == raw.decode()
+        except UnicodeDecodeError:
+            assert e.token == "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+        values = [a.logprob for a in (e.top_logprobs or [])]
+        assert len(values) <= top and values == sorted(values, reverse=True)
+        assert sum(math.exp(v) for v in values) <= 1 + 1e-6
+
+
+def test_openai_chat_logprobs_whole_and_streamed(base):
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    messages = [{"role": "user", "content": PROMPT}]
+    whole = client.chat.completions.create(model="mock", messages=messages, logprobs=True, top_logprobs=3)
+    text = whole.choices[0].message.content
+    check_entries(whole.choices[0].logprobs.content, text, 3)
+    assert all(len(e.top_logprobs) == 3 for e in whole.choices[0].logprobs.content)
+    entries, streamed = [], ""
+    for chunk in client.chat.completions.create(model="mock", messages=messages, logprobs=True,
+                                                top_logprobs=2, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            streamed += chunk.choices[0].delta.content
+        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+            entries += chunk.choices[0].logprobs.content
+    assert streamed == text
+    check_entries(entries, streamed, 2)
+    # The same request gives the same values (the mock is deterministic).
+    again = client.chat.completions.create(model="mock", messages=messages, logprobs=True, top_logprobs=3)
+    assert [e.logprob for e in again.choices[0].logprobs.content] == \
+        [e.logprob for e in whole.choices[0].logprobs.content]
+    # Without `logprobs`, none.
+    plain = client.chat.completions.create(model="mock", messages=messages)
+    assert plain.choices[0].logprobs is None
+
+
+def test_openai_completions_logprobs(base):
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    done = client.completions.create(model="mock", prompt=PROMPT, logprobs=2, max_tokens=16)
+    lp = done.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 16
+    assert all(v <= 0 for v in lp.token_logprobs)
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+    assert all(len(alternatives) <= 2 for alternatives in lp.top_logprobs)
+    offsets = []
+    for chunk in client.completions.create(model="mock", prompt=PROMPT, logprobs=2, max_tokens=16, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs:
+            offsets += chunk.choices[0].logprobs.text_offset
+    assert offsets == lp.text_offset
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_ollama_logprobs_on_chat_and_generate(base, stream):
+    client = ollama.Client(host=base)
+    replies = client.chat(model="mock", messages=[{"role": "user", "content": PROMPT}], logprobs=True,
+                          top_logprobs=2, stream=stream)
+    replies = list(replies) if stream else [replies]
+    text = "".join(r.message.content for r in replies)
+    entries = [e for r in replies for e in (r.logprobs or [])]
+    check_entries(entries, text, 2)
+    replies = client.generate(model="mock", prompt=PROMPT, logprobs=True, stream=stream)
+    replies = list(replies) if stream else [replies]
+    text = "".join(r.response for r in replies)
+    entries = [e for r in replies for e in (r.logprobs or [])]
+    check_entries(entries, text, 0)
+
+
+def test_what_cannot_be_given_is_refused_naming_the_field(base):
+    with httpx.Client(base_url=base, timeout=30) as http:
+        too_many = http.post("/v1/chat/completions", json={
+            "model": "mock", "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21})
+        assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "top_logprobs"
+        formatted = http.post("/v1/chat/completions", json={
+            "model": "mock", "messages": [{"role": "user", "content": "hi"}], "logprobs": True,
+            "response_format": {"type": "json_object"}})
+        assert formatted.status_code == 400 and formatted.json()["error"]["param"] == "logprobs"
+        ollama_top = http.post("/api/chat", json={
+            "model": "mock", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2, "stream": False})
+        assert ollama_top.status_code == 400 and "top_logprobs" in ollama_top.json()["error"]
