@@ -269,6 +269,63 @@ impl Engine {
             })
     }
 
+    /// What the runner reads beyond the text, checked against `slot`'s
+    /// model: log probabilities need its tokenizer (its logits rows are
+    /// read with it) and no constraint; a thinking budget of a model that
+    /// thinks needs its tokenizer too, without which it is not kept (and
+    /// the log says so).
+    ///
+    /// # Errors
+    /// A [`ValidationError::Invalid`] on `logprobs`.
+    fn check_reading(
+        &self,
+        slot: &ModelSlot,
+        request: &mut crate::backend::ValidRunRequest,
+    ) -> Result<(), EngineError> {
+        if request.sampling.logprobs.is_some() {
+            let refused = |message: String| -> EngineError {
+                ValidationError::Invalid {
+                    field: "logprobs",
+                    message,
+                }
+                .into()
+            };
+            if request.constraint.is_some() {
+                return Err(refused(
+                    "`logprobs` cannot go with a format or a forced tool call: the answer's \
+                     tokens are chosen under the constraint, not as the model ranks them"
+                        .into(),
+                ));
+            }
+            if self.shared.backend.tokenizer(&slot.spec).is_none() {
+                return Err(refused(format!(
+                    "model `{}` cannot report log probabilities: its logits rows are read with its \
+                     tokenizer; set `tokenizer` (a tokenizer.json file, or a Hugging Face \
+                     repository owner/repo holding one) in its [[models]] entry",
+                    slot.name()
+                )));
+            }
+        }
+        if let Some(budget) = request.sampling.thinking_budget
+            && slot.spec.reasoning.thinks(slot.name())
+            && self.shared.backend.tokenizer(&slot.spec).is_none()
+        {
+            // The runner closes the block in the model's own tokens;
+            // without them the model thinks to its end. Refusing instead
+            // would refuse every request of clients that always send a
+            // budget (Claude Code).
+            tracing::warn!(
+                model = slot.name(),
+                tokens = budget.tokens,
+                named = budget.named,
+                "the request's thinking budget is not kept: the model has no tokenizer (set \
+                 `tokenizer` in its [[models]] entry)"
+            );
+            request.sampling.thinking_budget = None;
+        }
+        Ok(())
+    }
+
     /// Where `model`'s tokenizer comes from (`None`: an unknown model, or
     /// one without a tokenizer).
     pub fn tokenizer_source(
@@ -737,47 +794,7 @@ impl Engine {
                 tokenizer,
             });
         }
-        if request.sampling.logprobs.is_some() {
-            let refused = |message: String| -> EngineError {
-                ValidationError::Invalid {
-                    field: "logprobs",
-                    message,
-                }
-                .into()
-            };
-            if request.constraint.is_some() {
-                return Err(refused(
-                    "`logprobs` cannot go with a format or a forced tool call: the answer's \
-                     tokens are chosen under the constraint, not as the model ranks them"
-                        .into(),
-                ));
-            }
-            if self.shared.backend.tokenizer(&slot.spec).is_none() {
-                return Err(refused(format!(
-                    "model `{}` cannot report log probabilities: its logits rows are read with its \
-                     tokenizer; set `tokenizer` (a tokenizer.json file, or a Hugging Face \
-                     repository owner/repo holding one) in its [[models]] entry",
-                    slot.name()
-                )));
-            }
-        }
-        if let Some(budget) = request.sampling.thinking_budget
-            && slot.spec.reasoning.thinks(slot.name())
-            && self.shared.backend.tokenizer(&slot.spec).is_none()
-        {
-            // The runner closes the block in the model's own tokens;
-            // without them the model thinks to its end. Refusing instead
-            // would refuse every request of clients that always send a
-            // budget (Claude Code).
-            tracing::warn!(
-                model = slot.name(),
-                tokens = budget.tokens,
-                named = budget.named,
-                "the request's thinking budget is not kept: the model has no tokenizer (set \
-                 `tokenizer` in its [[models]] entry)"
-            );
-            request.sampling.thinking_budget = None;
-        }
+        self.check_reading(&slot, &mut request)?;
         super::check_images(&request, slot.spec.vision.as_ref())?;
         let request = super::check_embedding(request, slot.spec.embedding, wants_embedding)?;
         super::check_lora(&request, &slot.spec.lora)?;
