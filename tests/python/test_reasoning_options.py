@@ -339,9 +339,11 @@ async def test_openai_agents_sdk_yields_a_reasoning_item(base, streamed):
     import gc
 
     del result, agent
-    gc.collect()
-    for _ in range(3):
-        await asyncio.sleep(0)
+    # Their close runs in callbacks of its own: a few turns of the loop,
+    # with time for the sockets' shutdown, let it finish.
+    for _ in range(5):
+        gc.collect()
+        await asyncio.sleep(0.02)
 
 
 # ----------------------------------------------------- reasoning details
