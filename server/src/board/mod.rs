@@ -206,6 +206,15 @@ pub fn read(root: &Path, scope: Scope) -> Snapshot {
     snapshot.into_inner()
 }
 
+/// The memory under `root` (`proc/meminfo`), read as every board file is
+/// (bounded, regular files only); `None` when it cannot be read.
+pub fn memory(root: &Path) -> Option<Memory> {
+    file::Tree::new(root)
+        .read_text("proc/meminfo")
+        .ok()
+        .and_then(|text| read::parse_meminfo(&text))
+}
+
 /// Logs each missing source's reason the first time it is seen in this
 /// process (at info: a board without a source is normal).
 pub fn log_missing_once(snapshot: &Snapshot) {

@@ -151,15 +151,20 @@ impl Inner {
                 },
                 tokens: entry.tokens,
                 produced_ns: self.stamps.get(i).copied(),
-                logprobs: self
-                    .logprobs
-                    .iter()
-                    .find(|(at, ..)| *at == seq)
-                    .map(|(_, entries, _)| Arc::clone(entries)),
+                logprobs: self.logprobs_of(seq),
             });
             offset += len;
         }
         batch
+    }
+
+    /// The log probabilities chunk `seq` carries (the list is in seq order).
+    fn logprobs_of(&self, seq: u64) -> Option<Arc<[TokenLogprob]>> {
+        let at = self.logprobs.partition_point(|(s, ..)| *s < seq);
+        self.logprobs
+            .get(at)
+            .filter(|(s, ..)| *s == seq)
+            .map(|(_, entries, _)| Arc::clone(entries))
     }
 
     /// Appends a chunk: its text, entry and (in benchmark mode) stamp.

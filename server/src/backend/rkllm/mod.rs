@@ -482,12 +482,8 @@ impl RkllmRunner {
 /// # Errors
 /// The sizes, and what to do.
 fn fits_in_memory(path: &std::path::Path) -> Result<(), String> {
-    use std::io::Read;
     let size = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut text = String::new();
-    let read = std::fs::File::open("/proc/meminfo")
-        .and_then(|f| f.take(64 << 10).read_to_string(&mut text));
-    let Some(memory) = read.ok().and_then(|_| crate::board::parse_meminfo(&text)) else {
+    let Some(memory) = crate::board::memory(std::path::Path::new("/")) else {
         return Ok(());
     };
     let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
