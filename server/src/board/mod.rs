@@ -207,10 +207,13 @@ pub fn read(root: &Path, scope: Scope) -> Snapshot {
 }
 
 /// The memory under `root` (`proc/meminfo`), read as every board file is
-/// (bounded, regular files only); `None` when it cannot be read.
+/// (bounded, regular files only); `None` when it cannot be read. The tree
+/// starts at `proc`, not at `root`: under qemu-user with a sysroot (`-L`),
+/// opening `/` itself as a directory gives the sysroot, which has no
+/// `proc`, while `/proc` falls through to the host's.
 pub fn memory(root: &Path) -> Option<Memory> {
-    file::Tree::new(root)
-        .read_text("proc/meminfo")
+    file::Tree::new(&root.join("proc"))
+        .read_text("meminfo")
         .ok()
         .and_then(|text| read::parse_meminfo(&text))
 }
