@@ -93,6 +93,31 @@ def test_openai_completions_logprobs(base):
     assert offsets == lp.text_offset
 
 
+def test_responses_logprobs_in_the_text_part_and_its_deltas(base):
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    include = ["message.output_text.logprobs"]
+    whole = client.responses.create(model="mock", input=PROMPT, include=include, top_logprobs=3)
+    part = whole.output[0].content[0]
+    assert part.text == whole.output_text
+    check_entries(part.logprobs, part.text, 3)
+    assert all(len(e.top_logprobs) == 3 for e in part.logprobs)
+    deltas, done, streamed = [], None, ""
+    with client.responses.stream(model="mock", input=PROMPT, include=include, top_logprobs=2) as events:
+        for event in events:
+            if event.type == "response.output_text.delta":
+                streamed += event.delta
+                deltas += event.logprobs
+            elif event.type == "response.output_text.done":
+                done = event
+    check_entries(deltas, streamed, 2)
+    assert [e.logprob for e in done.logprobs] == [e.logprob for e in deltas]
+    final = events.get_final_response()
+    assert [e.token for e in final.output[0].content[0].logprobs] == [e.token for e in deltas]
+    # Without the `include` value, none: the part has no `logprobs`, the deltas an empty list.
+    plain = client.responses.create(model="mock", input=PROMPT)
+    assert plain.output[0].content[0].logprobs is None
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_ollama_logprobs_on_chat_and_generate(base, stream):
     client = ollama.Client(host=base)
@@ -118,6 +143,12 @@ def test_what_cannot_be_given_is_refused_naming_the_field(base):
             "model": "mock", "messages": [{"role": "user", "content": "hi"}], "logprobs": True,
             "response_format": {"type": "json_object"}})
         assert formatted.status_code == 400 and formatted.json()["error"]["param"] == "logprobs"
+        responses_top = http.post("/v1/responses", json={"model": "mock", "input": "hi", "top_logprobs": 2})
+        assert responses_top.status_code == 400 and responses_top.json()["error"]["param"] == "top_logprobs"
+        responses_format = http.post("/v1/responses", json={
+            "model": "mock", "input": "hi", "include": ["message.output_text.logprobs"],
+            "text": {"format": {"type": "json_object"}}})
+        assert responses_format.status_code == 400 and responses_format.json()["error"]["param"] == "include"
         ollama_top = http.post("/api/chat", json={
             "model": "mock", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2, "stream": False})
         assert ollama_top.status_code == 400 and "top_logprobs" in ollama_top.json()["error"]

@@ -127,6 +127,10 @@ fn renamed(err: ServiceError) -> ServiceError {
             field: "input".into(),
             message: message.replace("`messages`", "`input`"),
         },
+        ServiceError::Invalid { field, message } if field == "logprobs" => ServiceError::Invalid {
+            field: "include".into(),
+            message: message.replace("`logprobs`", "`include` \"message.output_text.logprobs\""),
+        },
         other => other.renamed("prompt", "input"),
     }
 }
@@ -251,6 +255,7 @@ async fn create(
         generate,
         store,
         stream,
+        logprobs,
         mut echo,
         ..
     } = translated;
@@ -279,9 +284,11 @@ async fn create(
     };
     echo.insert("model".into(), json!(running.model()));
     if stream {
-        return stream_response(running, Output::new(id, echo, true), keep);
+        let output = Output::new(id, echo, true).with_logprobs(logprobs);
+        return stream_response(running, output, keep);
     }
-    match whole_response(running, Output::new(id, echo, false), keep).await {
+    let output = Output::new(id, echo, false).with_logprobs(logprobs);
+    match whole_response(running, output, keep).await {
         Ok(response) => response,
         Err(err) => err.into_response(),
     }

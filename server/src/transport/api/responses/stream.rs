@@ -18,7 +18,9 @@
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::service::{Batch, Ending, Event, Finish, Message, Part, Speaker, ToolCall};
+use crate::service::{
+    Batch, Ending, Event, Finish, Message, Part, Speaker, TokenLogprob, ToolCall,
+};
 use crate::vocab::Usage;
 
 /// One server-sent event: its name (= the payload's `type`) and JSON.
@@ -64,6 +66,8 @@ enum Open {
         index: usize,
         id: String,
         text: String,
+        /// Its tokens' log probabilities, when asked.
+        logprobs: Vec<Value>,
     },
     Call {
         index: usize,
@@ -89,6 +93,10 @@ pub struct Output {
     text: String,
     calls: Vec<ToolCall>,
     status: Option<Status>,
+    /// Whether text parts and deltas carry log probabilities.
+    logprobs: bool,
+    /// Log probabilities of answer tokens not yet given to a delta.
+    pending: Vec<TokenLogprob>,
 }
 
 /// `usage` in the Responses shape.
@@ -114,7 +122,7 @@ struct Delta<'a> {
     content_index: Option<usize>,
     delta: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    logprobs: Option<[(); 0]>,
+    logprobs: Option<&'a [Value]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     produced_ns: Option<u64>,
 }
@@ -137,7 +145,17 @@ impl Output {
             text: String::new(),
             calls: Vec::new(),
             status: None,
+            logprobs: false,
+            pending: Vec::new(),
         }
+    }
+
+    /// Text parts and `output_text` deltas carry each answer token's log
+    /// probability (`include: ["message.output_text.logprobs"]`).
+    #[must_use]
+    pub fn with_logprobs(mut self, on: bool) -> Self {
+        self.logprobs = on;
+        self
     }
 
     /// The response's id.
@@ -175,6 +193,7 @@ impl Output {
         kind: &'static str,
         delta: &str,
         produced_ns: Option<u64>,
+        logprobs: &[Value],
     ) {
         if !self.emit {
             return;
@@ -194,7 +213,7 @@ impl Output {
             output_index,
             content_index: (!call).then_some(0),
             delta,
-            logprobs: (kind == "response.output_text.delta").then_some([]),
+            logprobs: (kind == "response.output_text.delta").then_some(logprobs),
             produced_ns,
         })
         .unwrap_or_default();
@@ -249,11 +268,19 @@ impl Output {
                                   "content": [part], "status": status});
                 self.done(index, item, out);
             }
-            Open::Message { index, id, text } => {
-                let part = json!({"type": "output_text", "text": text, "annotations": []});
+            Open::Message {
+                index,
+                id,
+                text,
+                logprobs,
+            } => {
+                let mut part = json!({"type": "output_text", "text": text, "annotations": []});
+                if self.logprobs {
+                    part["logprobs"] = Value::Array(logprobs.clone());
+                }
                 self.event(out, "response.output_text.done", || {
                     json!({"item_id": id, "output_index": index, "content_index": 0,
-                           "text": text, "logprobs": []})
+                           "text": text, "logprobs": logprobs})
                 });
                 self.event(out, "response.content_part.done", || {
                     json!({"item_id": id, "output_index": index, "content_index": 0, "part": part})
@@ -320,6 +347,7 @@ impl Output {
             index,
             id,
             text: String::new(),
+            logprobs: Vec::new(),
         };
     }
 
@@ -331,7 +359,7 @@ impl Output {
         if let Open::Reasoning { text: all, .. } = &mut self.open {
             all.push_str(text);
         }
-        self.delta(out, "response.reasoning_text.delta", text, produced_ns);
+        self.delta(out, "response.reasoning_text.delta", text, produced_ns, &[]);
     }
 
     fn answer(&mut self, text: &str, produced_ns: Option<u64>, out: &mut Vec<Frame>) {
@@ -348,11 +376,30 @@ impl Output {
         self.message_delta(text, produced_ns, out);
     }
 
+    /// Text of the open message; it carries the log probabilities of the
+    /// tokens read since the last delta.
     fn message_delta(&mut self, text: &str, produced_ns: Option<u64>, out: &mut Vec<Frame>) {
-        if let Open::Message { text: all, .. } = &mut self.open {
+        let entries: Vec<Value> = self
+            .pending
+            .drain(..)
+            .map(|e| super::super::logprobs::entry(&e))
+            .collect();
+        if let Open::Message {
+            text: all,
+            logprobs,
+            ..
+        } = &mut self.open
+        {
             all.push_str(text);
+            logprobs.extend(entries.iter().cloned());
         }
-        self.delta(out, "response.output_text.delta", text, produced_ns);
+        self.delta(
+            out,
+            "response.output_text.delta",
+            text,
+            produced_ns,
+            &entries,
+        );
     }
 
     fn call_start(&mut self, call_id: &str, name: &str, out: &mut Vec<Frame>) {
@@ -389,6 +436,9 @@ impl Output {
     /// The events of one batch, in order; the last batch also ends the
     /// response (see [`Output::end`]).
     pub fn batch(&mut self, batch: &Batch, out: &mut Vec<Frame>) {
+        if self.logprobs {
+            self.pending.extend(batch.logprobs.iter().cloned());
+        }
         let mut produced_ns = batch.produced_ns;
         for event in &batch.events {
             match event {
@@ -401,6 +451,7 @@ impl Output {
                         "response.function_call_arguments.delta",
                         fragment,
                         None,
+                        &[],
                     );
                 }
                 Event::CallEnd(_, call) => self.call_end(call, out),

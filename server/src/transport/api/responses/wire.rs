@@ -98,6 +98,8 @@ pub struct Translated {
     /// `truncation: "auto"`: the oldest messages are dropped until the
     /// conversation fits the model's context.
     pub truncate: bool,
+    /// Whether the answer's text parts and deltas carry log probabilities.
+    pub logprobs: bool,
     /// The response object's fields that repeat the request.
     pub echo: Map<String, Value>,
 }
@@ -380,11 +382,15 @@ fn tool_choice(value: Option<&Value>) -> Result<ToolChoice, ServiceError> {
     }
 }
 
+/// What `include` asks for beyond the answer: each answer token's log
+/// probability.
+const LOGPROBS: &str = "message.output_text.logprobs";
+
 /// One `include` value: the reasoning's encrypted content (nothing is
 /// encrypted: a reasoning item carries its thinking as text), and the
 /// results of hosted tools, which are never called (only function tools
-/// are offered), are accepted; log probabilities are refused; anything
-/// else is not a value OpenAI takes.
+/// are offered), are accepted; so are log probabilities (see
+/// [`Request::logprobs`]); anything else is not a value OpenAI takes.
 fn check_include(value: &str) -> Result<(), ServiceError> {
     const ACCEPTED: &[&str] = &[
         "reasoning.encrypted_content",
@@ -394,15 +400,10 @@ fn check_include(value: &str) -> Result<(), ServiceError> {
         "message.input_image.image_url",
         "computer_call_output.output.image_url",
         "code_interpreter_call.outputs",
+        LOGPROBS,
     ];
     if ACCEPTED.contains(&value) {
         return Ok(());
-    }
-    if value == "message.output_text.logprobs" {
-        return Err(ServiceError::no_token_probabilities(
-            "include",
-            "`include` \"message.output_text.logprobs\"",
-        ));
     }
     Err(invalid(
         "include",
@@ -410,7 +411,6 @@ fn check_include(value: &str) -> Result<(), ServiceError> {
             "`include` takes {}; got {value:?}",
             ACCEPTED
                 .iter()
-                .chain(&["message.output_text.logprobs"])
                 .map(|v| format!("{v:?}"))
                 .collect::<Vec<_>>()
                 .join(", ")
@@ -419,8 +419,32 @@ fn check_include(value: &str) -> Result<(), ServiceError> {
 }
 
 impl Request {
+    /// The log probabilities asked for: `include` with
+    /// `"message.output_text.logprobs"`, with `top_logprobs` (0 to 20)
+    /// alternatives at each token.
+    ///
+    /// # Errors
+    /// `top_logprobs` over 20, or above 0 without the `include` value.
+    fn logprobs(&self) -> Result<Option<u8>, ServiceError> {
+        let asked = self.include.iter().flatten().any(|v| v == LOGPROBS);
+        let top = self.top_logprobs.unwrap_or(0);
+        if top > 20 {
+            return Err(invalid(
+                "top_logprobs",
+                "`top_logprobs` must be between 0 and 20",
+            ));
+        }
+        if top > 0 && !asked {
+            return Err(invalid(
+                "top_logprobs",
+                format!("`top_logprobs` needs `include: [\"{LOGPROBS}\"]`"),
+            ));
+        }
+        Ok(asked.then_some(top as u8))
+    }
+
     /// Refuses the options no backend honours (`background`, a stored
-    /// `prompt` template, a `conversation`, log probabilities) and a
+    /// `prompt` template, a `conversation`) and a
     /// malformed `truncation`; the fields that describe the caller are
     /// read for their types only.
     fn refuse_unsupported(&self) -> Result<(), ServiceError> {
@@ -444,12 +468,6 @@ impl Request {
                 "`conversation` is not supported (this server keeps no conversation objects): \
                  send the whole conversation in `input`, or continue a response with \
                  `previous_response_id`",
-            ));
-        }
-        if self.top_logprobs.is_some_and(|n| n > 0) {
-            return Err(ServiceError::no_token_probabilities(
-                "top_logprobs",
-                "`top_logprobs`",
             ));
         }
         if let Some(tier) = self
@@ -553,9 +571,10 @@ impl Request {
     ///
     /// # Errors
     /// A malformed field, or an option no backend honours (`background`,
-    /// a stored `prompt` template, a `conversation`, log probabilities).
+    /// a stored `prompt` template, a `conversation`).
     pub fn translate(mut self) -> Result<Translated, ServiceError> {
         self.refuse_unsupported()?;
+        let logprobs = self.logprobs()?;
         let input = input_messages(self.input.as_ref())?;
         let (offered, echoed_tools) = tools(self.tools.take())?;
         let choice = tool_choice(self.tool_choice.as_ref())?;
@@ -576,6 +595,7 @@ impl Request {
                     temperature: self.temperature,
                     top_p: self.top_p,
                     thinking_budget: budget,
+                    logprobs,
                     ..Sampling::default()
                 },
                 max_tokens: self.max_output_tokens,
@@ -597,6 +617,7 @@ impl Request {
             store: self.store.unwrap_or(true),
             stream: self.stream,
             truncate: self.truncation.as_deref() == Some("auto"),
+            logprobs: logprobs.is_some(),
             echo,
         })
     }

@@ -176,13 +176,13 @@ fn options_reach_the_service_and_the_echo() {
 }
 
 #[test]
-fn include_values_are_checked_and_log_probabilities_refused() {
+fn include_values_are_checked_and_log_probabilities_asked_through_them() {
     for (include, refused) in [
         (
             json!(["reasoning.encrypted_content", "web_search_call.results"]),
             None,
         ),
-        (json!(["message.output_text.logprobs"]), Some("include")),
+        (json!(["message.output_text.logprobs"]), None),
         (json!(["everything"]), Some("include")),
     ] {
         let result = translate(json!({"input": "x", "include": include}));
@@ -193,6 +193,22 @@ fn include_values_are_checked_and_log_probabilities_refused() {
                 .as_deref(),
             refused
         );
+    }
+    let asked = translate(
+        json!({"input": "x", "include": ["message.output_text.logprobs"], "top_logprobs": 3}),
+    )
+    .unwrap();
+    assert_eq!(asked.generate.sampling.logprobs, Some(3));
+    assert!(asked.logprobs);
+    let plain = translate(json!({"input": "x"})).unwrap();
+    assert_eq!(plain.generate.sampling.logprobs, None);
+    assert!(!plain.logprobs);
+    for body in [
+        json!({"input": "x", "top_logprobs": 2}),
+        json!({"input": "x", "include": ["message.output_text.logprobs"], "top_logprobs": 21}),
+    ] {
+        let err = translate(body).unwrap_err();
+        assert_eq!(err.field(), Some("top_logprobs"), "{err}");
     }
     let err = translate(json!({"input": "x", "service_tier": "flex"})).unwrap_err();
     assert_eq!(err.field(), Some("service_tier"));
