@@ -395,6 +395,10 @@ pub struct ModelEntry {
     /// An embedding model: runs in hidden-layer mode and makes vectors.
     #[serde(default)]
     pub embedding: bool,
+    /// A reranker (Qwen3-Reranker's kind): judges a query and a document
+    /// "yes" or "no", read from the logits row of its first token.
+    #[serde(default)]
+    pub reranker: bool,
     /// How an embedding model pools its hidden rows: `last` (default) or `mean`.
     #[serde(default)]
     pub pooling: Option<crate::model::Pooling>,

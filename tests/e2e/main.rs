@@ -27,6 +27,7 @@ mod pulled_templates;
 mod queueing;
 mod reasoning;
 mod remote_images;
+mod rerank;
 mod responses_hostile;
 mod rkllm;
 mod runners;

@@ -2,12 +2,14 @@
 the clients that ask for them: /tokenize and /detokenize (llama.cpp's
 shape) round trips of CJK and emoji checked against Hugging Face's own
 `tokenizers`; /v1/rerank as Open WebUI's external reranker calls it, its
-scores checked against the cosine of the mock's known embeddings; and
+scores checked against the cosine of the mock's known embeddings, and by a
+mock reranker model against the "yes" it gives by shared words; and
 `suffix` through the official openai and ollama clients on a mock model
 whose tokenizer has FIM tokens, refused for one without."""
 
 import json
 import math
+import re
 
 import httpx
 import ollama
@@ -44,6 +46,7 @@ def server(tmp_path_factory):
         '[[models]]\nname = "mock"\n'
         f'[[models]]\nname = "coder"\nchat_template = "chatml"\ntokenizer = "{tokenizer}"\n'
         '[[models]]\nname = "emb"\nembedding = true\n'
+        '[[models]]\nname = "judge"\nreranker = true\nchat_template = "chatml"\n'
     )
     proc, base = start_server("--config", str(config), "--mock-tokens-per-second", "0", "--api-key", KEY)
     with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {KEY}"}) as client:
@@ -124,6 +127,38 @@ def test_open_webuis_external_reranker_gets_the_cosine_of_each_document(server):
                      headers={"Authorization": f"Bearer {KEY}"}).json()
     assert [r["index"] for r in top["results"]] == [r["index"] for r in data["results"]][:2]
     assert all(r["document"]["text"] == docs[r["index"]] for r in top["results"])
+
+
+def mock_relevance(query: str, document: str) -> float:
+    """The mock reranker's "yes" against "no": its "yes" is 0.05 + 0.9 times
+    the share of the query's words (letters and digits, any case) the
+    document has, its "no" 0.98 of the rest."""
+    words = lambda text: {w.lower() for w in re.split(r"[^\w]|_", text) if w}
+    asked = words(query)
+    share = len(asked & words(document)) / len(asked)
+    yes = 0.05 + 0.9 * share
+    no = (1 - yes) * 0.98
+    return yes / (yes + no)
+
+
+def test_open_webuis_external_reranker_with_a_reranker_model(server):
+    base, client, _ = server
+    query = "which board has an NPU?"
+    docs = ["The Rock 5B board has an NPU.", "Bananas are yellow.", "An NPU on a board.", "日本語の文書"]
+    response = httpx.post(base + "/v1/rerank", json={"model": "judge", "query": query, "documents": docs,
+                                                     "top_n": len(docs)},
+                          headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    response.raise_for_status()
+    data = response.json()
+    scores = [r["relevance_score"] for r in sorted(data["results"], key=lambda r: r["index"])]
+    expected = [mock_relevance(query, d) for d in docs]
+    assert all(abs(s - e) < 1e-5 for s, e in zip(scores, expected)), (scores, expected)
+    assert [r["index"] for r in data["results"]] == [0, 2, 1, 3]
+    assert data["model"] == "judge" and data["usage"]["prompt_tokens"] > 0
+    # The reranker still generates as any model does.
+    said = client.post("/v1/chat/completions", json={"model": "judge", "max_tokens": 3,
+                                                     "messages": [{"role": "user", "content": "hi"}]})
+    assert said.status_code == 200
 
 
 PREFIX = "def add(a, b):\n    "

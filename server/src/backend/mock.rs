@@ -116,6 +116,7 @@ impl Backend for MockBackend {
             vocabulary: None,
             tokenizer: self.tokenizer(model).unwrap_or(TokenizerSource::Mock),
             encoder: None,
+            reranker: model.reranker,
         }))
     }
 }
@@ -134,6 +135,8 @@ struct MockRunner {
     tokenizer: TokenizerSource,
     /// Its encoder, once loaded (held while the model is).
     encoder: Option<std::sync::Arc<crate::model::tokenizer::Encoder>>,
+    /// A reranker: a judgement's answer is "yes" or "no".
+    reranker: bool,
 }
 
 /// The mock model's context, in tokens, unless a `[[models]]` entry sets
@@ -503,6 +506,11 @@ impl Runner for MockRunner {
         if let Some(spec) = request.embed {
             return Ok(mock_embedding(&request.prompt.text, spec));
         }
+        if self.reranker
+            && let Some((query, document)) = crate::model::rerank::parts(&request.prompt.text)
+        {
+            return Ok(self.judge(query, document, request, sink));
+        }
         if request.clear_cache {
             self.conversation.reset();
             return Ok(Generation {
@@ -576,6 +584,37 @@ fn mock_embedding(text: &str, spec: crate::model::EmbeddingSpec) -> Generation {
 }
 
 impl MockRunner {
+    /// A reranker's answer to a judgement: one token, "yes" or "no"
+    /// ([`logprobs::judgement`]), with its log probabilities when asked.
+    fn judge(
+        &mut self,
+        query: &str,
+        document: &str,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+    ) -> Generation {
+        let prefilled = request
+            .prompt
+            .tokens
+            .map_or_else(|| self.count(&request.prompt.text), |t| t as usize);
+        sink.set_prompt_tokens(u32::try_from(prefilled.max(1)).unwrap_or(u32::MAX));
+        let mut answer = logprobs::judgement(query, document);
+        let bytes = answer.bytes.clone();
+        if let Some(top) = request.sampling.logprobs {
+            answer.top.truncate(usize::from(top));
+            sink.logprob(answer);
+        }
+        if !sink.token_bytes(&bytes) {
+            return Generation::ended(FinishReason::Abort);
+        }
+        // A reranker goes on after its word; one token is all it is asked.
+        Generation::ended(if request.max_tokens <= 1 {
+            FinishReason::Length
+        } else {
+            FinishReason::Stop
+        })
+    }
+
     /// Tokens `text` is, by the model's tokenizer (an estimate of four
     /// bytes a token if it cannot be had).
     fn count(&mut self, text: &str) -> usize {
@@ -1097,6 +1136,7 @@ mod tests {
             settings: crate::model::ModelSettings::default(),
             vision: None,
             embedding: None,
+            reranker: false,
             lora: Vec::new(),
             prompt_cache: None,
             reasoning: Default::default(),

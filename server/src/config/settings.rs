@@ -42,6 +42,7 @@ impl Config {
                 settings: ModelSettings::default(),
                 vision: None,
                 embedding: None,
+                reranker: false,
                 lora: Vec::new(),
                 prompt_cache: None,
                 tokenizer: self.tokenizer.as_deref().map(|t| self.tokenizer_source(t)),
@@ -59,6 +60,7 @@ impl Config {
                 settings: ModelSettings::default(),
                 vision: None,
                 embedding: None,
+                reranker: false,
                 lora: Vec::new(),
                 prompt_cache: None,
                 reasoning: ReasoningMode::default(),
@@ -92,6 +94,7 @@ impl Config {
                     pooling: m.pooling.unwrap_or_default(),
                     normalize: m.normalize.unwrap_or(true),
                 }),
+                reranker: m.reranker,
                 vision: m.vision_encoder.as_ref().and_then(|encoder| {
                     m.vision
                         .clone()

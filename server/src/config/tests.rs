@@ -211,6 +211,7 @@ fn invalid_values_name_their_key() {
                         vision_encoder: None,
                         vision: None,
                         embedding: false,
+                        reranker: false,
                         pooling: None,
                         normalize: None,
                         lora: Vec::new(),
@@ -227,6 +228,7 @@ fn invalid_values_name_their_key() {
                         vision_encoder: None,
                         vision: None,
                         embedding: false,
+                        reranker: false,
                         pooling: None,
                         normalize: None,
                         lora: Vec::new(),
@@ -537,4 +539,26 @@ fn a_jinja_chat_template_is_read_as_text_or_from_a_file_and_a_broken_one_is_name
         ..Config::default()
     };
     assert_eq!(key_of(missing.validate().unwrap_err()), "chat_template");
+}
+
+#[test]
+fn a_reranker_is_not_an_embedding_model_and_needs_its_tokenizer_on_the_npu() {
+    let field = |text: &str| {
+        let config: Config = toml::from_str(text).unwrap();
+        config.validate().err().map(|e| e.to_string())
+    };
+    let both = field("[[models]]\nname = \"r\"\nreranker = true\nembedding = true\n").unwrap();
+    assert!(
+        both.contains("models.reranker") && both.contains("embedding"),
+        "{both}"
+    );
+    let npu = field(
+        "backend = \"rkllm\"\n[[models]]\nname = \"r\"\npath = \"/m/r.rkllm\"\nreranker = true\n",
+    )
+    .unwrap();
+    assert!(
+        npu.contains("models.reranker") && npu.contains("tokenizer"),
+        "{npu}"
+    );
+    assert_eq!(field("[[models]]\nname = \"r\"\nreranker = true\n"), None);
 }

@@ -219,6 +219,7 @@ impl Config {
             ));
         }
         for entry in &self.models {
+            self.validate_reranker(entry)?;
             self.validate_vision(entry)?;
             validate_prompt_cache(entry)?;
             validate_lora(entry)?;
@@ -557,6 +558,36 @@ impl Config {
         in_range("rkllm.cpu_threads", u64::from(r.cpu_threads), 1..=8)?;
         if self.limits.max_tokens > i32::MAX as u32 {
             return Err(invalid("limits.max_tokens", "too large for the runtime"));
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// A reranker generates (one token, whose logits row is read): not an
+    /// embedding or vision model, and on the NPU it needs its tokenizer to
+    /// find "yes" and "no" in the row.
+    fn validate_reranker(&self, entry: &ModelEntry) -> Result<(), ConfigError> {
+        if !entry.reranker {
+            return Ok(());
+        }
+        let refused = |what: &str| {
+            Err(invalid(
+                "models.reranker",
+                format!("model `{}`: a reranker {what}", entry.name),
+            ))
+        };
+        if entry.embedding {
+            return refused("is not an embedding model too (give one or the other)");
+        }
+        if entry.vision_encoder.is_some() {
+            return refused("takes no vision encoder");
+        }
+        if self.backend == BackendKind::Rkllm && entry.tokenizer.is_none() {
+            return refused(
+                "needs its `tokenizer` (the \"yes\" and \"no\" of its logits row are \
+                 found with it)",
+            );
         }
         Ok(())
     }

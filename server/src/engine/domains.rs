@@ -88,6 +88,7 @@ mod tests {
             settings: crate::model::ModelSettings::default(),
             vision: None,
             embedding: None,
+            reranker: false,
             lora: Vec::new(),
             prompt_cache: None,
             reasoning: crate::model::ReasoningMode::default(),

@@ -538,6 +538,9 @@ impl Engine {
                         if slot.spec.reasoning.thinks(slot.name()) {
                             takes.push("thinking");
                         }
+                        if slot.spec.reranker {
+                            takes.push("rerank");
+                        }
                         takes
                     },
                     error: matches!(state, ModelState::Failed | ModelState::Available)

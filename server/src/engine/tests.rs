@@ -18,6 +18,7 @@ fn spec(name: &str) -> ModelSpec {
         settings: ModelSettings::default(),
         vision: None,
         embedding: None,
+        reranker: false,
         lora: Vec::new(),
         prompt_cache: None,
         reasoning: Default::default(),

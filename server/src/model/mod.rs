@@ -2,7 +2,8 @@
 //! is asked to sample and who speaks ([`Sampling`], [`Role`]), the
 //! messages and tool calls of a conversation, its chat templates (the
 //! runtime's, ChatML, Llama 3, custom, Jinja), its tokenizer and
-//! vocabulary, the shape of its reasoning, its way of filling in the middle, its images' types and the check
+//! vocabulary, the shape of its reasoning, its way of filling in the middle,
+//! a reranker's judgement, its images' types and the check
 //! of their headers, and the constraint compiler that holds an answer to a
 //! grammar over its vocabulary. [`prompt::build`] is the one place a
 //! conversation becomes this model's input.
@@ -17,6 +18,7 @@ pub mod image;
 pub mod message;
 pub mod prompt;
 pub mod reasoning;
+pub mod rerank;
 mod sampling;
 mod spec;
 pub mod template;

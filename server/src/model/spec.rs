@@ -87,6 +87,10 @@ pub struct ModelSpec {
     /// How it embeds, for an embedding model (which generates no text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedding: Option<EmbeddingSpec>,
+    /// A reranker: it answers whether a document meets a query with "yes"
+    /// or "no" (see [`super::rerank`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reranker: bool,
     /// LoRA adapters loaded with it, which a request may select by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lora: Vec<LoraAdapter>,

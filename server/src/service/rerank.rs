@@ -1,17 +1,22 @@
 //! Rerank: how relevant each of a list of documents is to a query, by an
-//! embedding model: the cosine of the query's embedding and each
-//! document's, the documents then sorted by it.
+//! embedding model (the cosine of the query's embedding and each
+//! document's) or by a reranker model (its "yes" against "no" for each
+//! document, read from the logits row of its first token: see
+//! [`crate::model::rerank`]), the documents then sorted by it.
 
 use serde_json::Value;
 
-use super::{Service, ServiceError};
+use super::{PrivateStream, Running, Service, ServiceError};
+use crate::engine::RunRequest;
+use crate::model::rerank;
 
 /// One document's place and score.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ranked {
     /// Its index in the request's `documents`.
     pub index: usize,
-    /// The cosine of its embedding and the query's, in [-1, 1].
+    /// By an embedding model, the cosine of its embedding and the query's,
+    /// in [-1, 1]; by a reranker, the probability of its "yes", in [0, 1].
     pub score: f32,
 }
 
@@ -22,7 +27,8 @@ pub struct Reranked {
     pub model: String,
     /// The first `top_n` documents by score (ties in the request's order).
     pub results: Vec<Ranked>,
-    /// Tokens of the query and the documents together.
+    /// Tokens of the query and the documents together (by a reranker, of
+    /// every judgement it prefilled).
     pub prompt_tokens: u32,
 }
 
@@ -36,6 +42,14 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
     } else {
         (dot / (na * nb)).clamp(-1.0, 1.0)
     }
+}
+
+/// `results` most relevant first (ties in the request's order), the first
+/// `top_n` of them.
+fn ranked(mut results: Vec<Ranked>, top_n: Option<usize>) -> Vec<Ranked> {
+    results.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
+    results.truncate(top_n.unwrap_or(usize::MAX));
+    results
 }
 
 impl Service {
@@ -54,12 +68,14 @@ impl Service {
         top_n: Option<usize>,
     ) -> Result<Reranked, ServiceError> {
         let info = self.engine.model(model)?;
-        if !info.capabilities.contains(&"embedding") {
+        let judged = info.capabilities.contains(&"rerank");
+        if !judged && !info.capabilities.contains(&"embedding") {
             return Err(ServiceError::invalid(
                 "model",
                 format!(
                     "model `{}` cannot rerank: reranking scores documents by an embedding model \
-                     (`embedding = true` in its [[models]] entry), and this one generates text",
+                     (`embedding = true` in its [[models]] entry) or a reranker (`reranker = \
+                     true`), and this one is neither",
                     info.name
                 ),
             ));
@@ -90,6 +106,9 @@ impl Service {
                 ),
             ));
         }
+        if judged {
+            return self.judge(info.name, &query, documents, top_n).await;
+        }
         let texts: Vec<Value> = std::iter::once(query)
             .chain(documents)
             .map(Value::String)
@@ -104,7 +123,7 @@ impl Service {
                 .ok_or_else(|| ServiceError::Failed {
                     message: "the query was not embedded".into(),
                 })?;
-        let mut results: Vec<Ranked> = documents
+        let results: Vec<Ranked> = documents
             .iter()
             .enumerate()
             .map(|(index, d)| Ranked {
@@ -112,12 +131,76 @@ impl Service {
                 score: cosine(query, d),
             })
             .collect();
-        results.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
-        results.truncate(top_n.unwrap_or(usize::MAX));
         Ok(Reranked {
             model: embedded.model,
-            results,
+            results: ranked(results, top_n),
             prompt_tokens: embedded.prompt_tokens,
+        })
+    }
+
+    /// Ranks `documents` by reranker `model`: one judgement after another
+    /// in the model's queue (others' requests interleave), each a run of
+    /// one token whose logits row gives the relevance.
+    ///
+    /// # Errors
+    /// A model whose template would wrap the judgement (its runtime's
+    /// built-in one); a refusal or a failed run; an answer that is neither
+    /// "yes" nor "no".
+    async fn judge(
+        &self,
+        model: String,
+        query: &str,
+        documents: Vec<String>,
+        top_n: Option<usize>,
+    ) -> Result<Reranked, ServiceError> {
+        if self.engine.chat_template(Some(&model)) == crate::model::ChatTemplate::Builtin {
+            return Err(ServiceError::invalid(
+                "model",
+                format!(
+                    "model `{model}` has the runtime's built-in chat template, which would wrap \
+                     the reranker's judgement as a chat turn; give it its own (`chat_template` \
+                     in its [[models]] entry)"
+                ),
+            ));
+        }
+        let mut results = Vec::with_capacity(documents.len());
+        let mut prompt_tokens: u32 = 0;
+        for (index, document) in documents.iter().enumerate() {
+            let prompt = rerank::judgement(rerank::DEFAULT_INSTRUCTION, query, document);
+            let run = RunRequest {
+                prompt: self.counted(Some(&model), prompt).await,
+                model: Some(model.clone()),
+                max_tokens: Some(1),
+                sampling: crate::model::Sampling {
+                    logprobs: Some(rerank::CANDIDATES),
+                    ..crate::model::Sampling::default()
+                },
+                ..RunRequest::default()
+            };
+            let stream = self.engine.submit_with(run, false, None)?;
+            let running = Running::new(PrivateStream::new(self.engine.streams(), stream), false);
+            let done = running
+                .collect_with(|_| std::future::ready(Ok::<_, ServiceError>(())))
+                .await?
+                .ok()?;
+            prompt_tokens = prompt_tokens.saturating_add(done.ending.usage.prompt_tokens);
+            let score = done
+                .logprobs
+                .first()
+                .and_then(rerank::relevance)
+                .ok_or_else(|| ServiceError::Failed {
+                    message: format!(
+                        "model `{model}` answered {:?} to the judgement of `documents[{index}]`, \
+                         not \"yes\" or \"no\": is it a reranker?",
+                        done.text
+                    ),
+                })?;
+            results.push(Ranked { index, score });
+        }
+        Ok(Reranked {
+            model,
+            results: ranked(results, top_n),
+            prompt_tokens,
         })
     }
 }

@@ -318,6 +318,7 @@ impl Store {
             template: template::of(manifest),
             settings: manifest.settings.clone(),
             embedding: None,
+            reranker: false,
             lora: Vec::new(),
             prompt_cache: None,
             reasoning: crate::model::ReasoningMode::resolve("auto", &manifest.name)

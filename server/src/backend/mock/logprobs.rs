@@ -36,9 +36,65 @@ pub(super) fn of(piece: &[u8], top: u8, seed: u64, index: u64) -> TokenLogprob {
     }
 }
 
+/// The mock reranker's first token for a judgement of `document` against
+/// `query`: "yes" or "no", as a reranker answers, with both at the top of
+/// its distribution. Its probability of "yes" grows with the share of the
+/// query's words (letters and digits, any case) the document has, from
+/// 0.05 (none) to 0.95 (all): the same documents rank the same way each
+/// time, the one that shares the most first.
+pub(super) fn judgement(query: &str, document: &str) -> TokenLogprob {
+    let words = |text: &str| -> std::collections::BTreeSet<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let (asked, found) = (words(query), words(document));
+    let shared = asked.intersection(&found).count();
+    let share = if asked.is_empty() {
+        0.0
+    } else {
+        shared as f64 / asked.len() as f64
+    };
+    let yes = 0.05 + 0.9 * share;
+    // A little mass is left for other tokens, as a model's row leaves it.
+    let no = (1.0 - yes) * 0.98;
+    let mut top = vec![
+        (b"yes".to_vec(), yes.ln() as f32),
+        (b"no".to_vec(), no.ln() as f32),
+    ];
+    top.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let (bytes, logprob) = top[0].clone();
+    TokenLogprob {
+        bytes,
+        logprob,
+        top,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::of;
+    use super::{judgement, of};
+
+    #[test]
+    fn a_judgement_says_yes_for_a_document_with_the_querys_words() {
+        let relevant = judgement(
+            "What is the NPU of the RK3588?",
+            "The RK3588 has a 6 TOPS NPU.",
+        );
+        let unrelated = judgement("What is the NPU of the RK3588?", "Bread rises with yeast.");
+        assert_eq!(relevant.bytes, b"yes");
+        assert_eq!(unrelated.bytes, b"no");
+        let yes =
+            |e: &crate::vocab::TokenLogprob| e.top.iter().find(|(b, _)| b == b"yes").unwrap().1;
+        assert!(yes(&relevant) > yes(&unrelated));
+        let mass: f64 = relevant
+            .top
+            .iter()
+            .map(|(_, lp)| f64::from(*lp).exp())
+            .sum();
+        assert!(mass <= 1.0 + 1e-6);
+    }
 
     #[test]
     fn values_are_probabilities_sorted_and_the_same_each_time() {

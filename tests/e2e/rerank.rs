@@ -1,0 +1,127 @@
+//! A reranker model on the runtime test double: each document is judged
+//! in a run of its own, in Qwen3-Reranker's form (the query and the
+//! document in the user turn, the answer begun after an empty thinking
+//! block), in logits mode, one token long; the relevance is "yes" against
+//! "no" in that token's row. The double says its model file's text, so a
+//! model whose file says "yes" finds every document relevant and one whose
+//! file says "no" none; the runs, their prompts and their rows are in the
+//! runtime's log.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::harness::{Fake, ScratchDir, Server, fake_runtime};
+
+/// The mock's tokenizer with "yes" and "no" as tokens of their own.
+fn judge_tokenizer() -> String {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/mock-tokenizer.json"),
+    )
+    .unwrap();
+    let mut json: Value = serde_json::from_str(&text).unwrap();
+    let added = json["added_tokens"].as_array_mut().unwrap();
+    let next = added.iter().filter_map(|t| t["id"].as_u64()).max().unwrap() + 1;
+    for (i, token) in ["yes", "no"].iter().enumerate() {
+        added.push(
+            json!({"id": next + i as u64, "content": token, "single_word": false,
+            "lstrip": false, "rstrip": false, "normalized": false, "special": false}),
+        );
+    }
+    json.to_string()
+}
+
+#[tokio::test]
+async fn a_reranker_judges_each_document_from_its_first_logits_row() {
+    let dir = ScratchDir::new();
+    let tokenizer = dir.0.join("tokenizer.json");
+    std::fs::write(&tokenizer, judge_tokenizer()).unwrap();
+    let model = |name: &str, says: &str| {
+        let path = dir.0.join(format!("{name}.rkllm"));
+        std::fs::write(
+            &path,
+            format!("@fake-vocab={}\n{says}", tokenizer.display()),
+        )
+        .unwrap();
+        path
+    };
+    let (agrees, refuses) = (model("agrees", "yes"), model("refuses", "no"));
+    let copied = dir.0.join("copied.rkllm");
+    std::fs::write(&copied, "yes").unwrap();
+    let log = dir.0.join("fake.log");
+    let config = format!(
+        "[[models]]\nname = \"agrees\"\npath = {agrees:?}\ntokenizer = {tokenizer:?}\n\
+         reranker = true\nchat_template = \"chatml\"\n\
+         [[models]]\nname = \"refuses\"\npath = {refuses:?}\ntokenizer = {tokenizer:?}\n\
+         reranker = true\nchat_template = \"chatml\"\n\
+         [[models]]\nname = \"builtin\"\npath = {copied:?}\ntokenizer = {tokenizer:?}\n\
+         reranker = true\n\
+         [[models]]\nname = \"talker\"\npath = {copied:?}\n"
+    );
+    let runtime = fake_runtime(Fake::V1_3);
+    let server = Server::start_env(
+        &config,
+        &["--backend", "rkllm", "--runtime", runtime.to_str().unwrap()],
+        &[
+            ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
+            ("FAKE_RKLLM_TOKEN_MS", "0"),
+        ],
+    );
+    let documents = ["Bread rises with yeast.", "The RK3588 has a 6 TOPS NPU."];
+    let rerank = |model: &str| {
+        json!({"model": model, "query": "What NPU does the RK3588 have?",
+               "documents": documents, "return_documents": true})
+    };
+
+    let agreed = server.post_json("/v1/rerank", rerank("agrees")).await;
+    let results = agreed["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{agreed}");
+    for (i, result) in results.iter().enumerate() {
+        // Equal scores keep the request's order.
+        assert_eq!(result["index"], i, "{agreed}");
+        let score = result["relevance_score"].as_f64().unwrap();
+        assert!(score > 0.99 && score <= 1.0, "{agreed}");
+    }
+    let runs = std::fs::read_to_string(&log).unwrap();
+    for document in documents {
+        let judged = format!(
+            "<Query>: What NPU does the RK3588 have?\n<Document>: {document}<|im_end|>\n\
+             <|im_start|>assistant\n<think>\n\n</think>\n\n"
+        );
+        assert!(
+            runs.contains(&judged),
+            "each document is judged in a run of its own: {runs}"
+        );
+    }
+    assert_eq!(
+        runs.lines()
+            .filter(|l| l.starts_with("logits-run "))
+            .count(),
+        2,
+        "one run in logits mode per document: {runs}"
+    );
+    assert!(agreed["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+
+    let refused = server.post_json("/rerank", rerank("refuses")).await;
+    for result in refused["results"].as_array().unwrap() {
+        let score = result["relevance_score"].as_f64().unwrap();
+        assert!((0.0..0.01).contains(&score), "{refused}");
+    }
+
+    // The runtime's own template would wrap the judgement; a model that
+    // is no reranker cannot rerank.
+    for (model, named) in [("builtin", "built-in chat template"), ("talker", "neither")] {
+        let response = server
+            .send(
+                reqwest::Method::POST,
+                "/v1/rerank",
+                Some(rerank(model)),
+                None,
+            )
+            .await;
+        assert_eq!(response.status().as_u16(), 400);
+        let body: Value = response.json().await.unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(named) && message.contains(model), "{body}");
+    }
+}
