@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, ScratchDir, Server, fake_runtime, ndjson};
+use crate::harness::{Fake, ScratchDir, Server, fake_runtime, mock_tokenizer_with, ndjson};
 use crate::store::{FakeHf, cli_with};
 
 /// What the fake runtime "generates": the model file's text.
@@ -20,28 +20,12 @@ const MIDDLE: &str = "return a + b";
 
 /// The mock's tokenizer with Qwen2.5-Coder's FIM tokens added.
 fn fim_tokenizer() -> String {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/mock-tokenizer.json"),
-    )
-    .unwrap();
-    let mut json: Value = serde_json::from_str(&text).unwrap();
-    let added = json["added_tokens"].as_array_mut().unwrap();
-    let next = added.iter().filter_map(|t| t["id"].as_u64()).max().unwrap() + 1;
-    for (i, token) in [
-        "<|fim_prefix|>",
-        "<|fim_suffix|>",
-        "<|fim_middle|>",
-        "<|fim_pad|>",
-    ]
-    .iter()
-    .enumerate()
-    {
-        added.push(
-            json!({"id": next + i as u64, "content": token, "single_word": false,
-            "lstrip": false, "rstrip": false, "normalized": false, "special": true}),
-        );
-    }
-    json.to_string()
+    mock_tokenizer_with(&[
+        ("<|fim_prefix|>", true),
+        ("<|fim_suffix|>", true),
+        ("<|fim_middle|>", true),
+        ("<|fim_pad|>", true),
+    ])
 }
 
 fn repos() -> Value {

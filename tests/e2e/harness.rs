@@ -766,3 +766,21 @@ pub async fn ndjson(server: &Server, path: &str, body: Value) -> Vec<Value> {
     );
     lines
 }
+
+/// The mock's tokenizer (`server/assets/mock-tokenizer.json`) with
+/// `tokens` added after its own, each with whether it is special.
+pub fn mock_tokenizer_with(tokens: &[(&str, bool)]) -> String {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/mock-tokenizer.json"),
+    )
+    .unwrap();
+    let mut json: Value = serde_json::from_str(&text).unwrap();
+    let added = json["added_tokens"].as_array_mut().unwrap();
+    let next = added.iter().filter_map(|t| t["id"].as_u64()).max().unwrap() + 1;
+    for (i, (token, special)) in tokens.iter().enumerate() {
+        added.push(serde_json::json!({"id": next + i as u64, "content": token,
+            "single_word": false, "lstrip": false, "rstrip": false, "normalized": false,
+            "special": special}));
+    }
+    json.to_string()
+}

@@ -7,35 +7,19 @@
 //! file says "no" none; the runs, their prompts and their rows are in the
 //! runtime's log.
 
-use std::path::Path;
-
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, ScratchDir, Server, fake_runtime};
-
-/// The mock's tokenizer with "yes" and "no" as tokens of their own.
-fn judge_tokenizer() -> String {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/mock-tokenizer.json"),
-    )
-    .unwrap();
-    let mut json: Value = serde_json::from_str(&text).unwrap();
-    let added = json["added_tokens"].as_array_mut().unwrap();
-    let next = added.iter().filter_map(|t| t["id"].as_u64()).max().unwrap() + 1;
-    for (i, token) in ["yes", "no"].iter().enumerate() {
-        added.push(
-            json!({"id": next + i as u64, "content": token, "single_word": false,
-            "lstrip": false, "rstrip": false, "normalized": false, "special": false}),
-        );
-    }
-    json.to_string()
-}
+use crate::harness::{Fake, ScratchDir, Server, fake_runtime, mock_tokenizer_with};
 
 #[tokio::test]
 async fn a_reranker_judges_each_document_from_its_first_logits_row() {
     let dir = ScratchDir::new();
     let tokenizer = dir.0.join("tokenizer.json");
-    std::fs::write(&tokenizer, judge_tokenizer()).unwrap();
+    std::fs::write(
+        &tokenizer,
+        mock_tokenizer_with(&[("yes", false), ("no", false)]),
+    )
+    .unwrap();
     let model = |name: &str, says: &str| {
         let path = dir.0.join(format!("{name}.rkllm"));
         std::fs::write(

@@ -102,18 +102,23 @@ def cosine(a, b) -> float:
     return sum(x * y for x, y in zip(a, b)) / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 
-def test_open_webuis_external_reranker_gets_the_cosine_of_each_document(server):
-    base, _, _ = server
-    query = "which board has an NPU?"
-    docs = ["The Rock 5B has an RK3588.", "Bananas are yellow.", "Orange Pi 5 runs the NPU.", "日本語の文書"]
-    # Open WebUI's ExternalReranker.predict: this payload, a bearer key,
-    # the results sorted by index, their relevance scores read in order.
-    response = httpx.post(base + "/v1/rerank", json={"model": "emb", "query": query, "documents": docs,
+def open_webui_rerank(base: str, model: str, query: str, docs: list) -> tuple:
+    """Open WebUI's ExternalReranker.predict: this payload, a bearer key,
+    the results sorted by index, their relevance scores read in order.
+    Returns the answer and the scores in the documents' order."""
+    response = httpx.post(base + "/v1/rerank", json={"model": model, "query": query, "documents": docs,
                                                      "top_n": len(docs)},
                           headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
     response.raise_for_status()
     data = response.json()
-    scores = [r["relevance_score"] for r in sorted(data["results"], key=lambda r: r["index"])]
+    return data, [r["relevance_score"] for r in sorted(data["results"], key=lambda r: r["index"])]
+
+
+def test_open_webuis_external_reranker_gets_the_cosine_of_each_document(server):
+    base, _, _ = server
+    query = "which board has an NPU?"
+    docs = ["The Rock 5B has an RK3588.", "Bananas are yellow.", "Orange Pi 5 runs the NPU.", "日本語の文書"]
+    data, scores = open_webui_rerank(base, "emb", query, docs)
     expected = [cosine(unit_last_row(query), unit_last_row(d)) for d in docs]
     assert len(scores) == len(docs)
     assert all(abs(s - e) < 1e-5 for s, e in zip(scores, expected)), (scores, expected)
@@ -145,12 +150,7 @@ def test_open_webuis_external_reranker_with_a_reranker_model(server):
     base, client, _ = server
     query = "which board has an NPU?"
     docs = ["The Rock 5B board has an NPU.", "Bananas are yellow.", "An NPU on a board.", "日本語の文書"]
-    response = httpx.post(base + "/v1/rerank", json={"model": "judge", "query": query, "documents": docs,
-                                                     "top_n": len(docs)},
-                          headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
-    response.raise_for_status()
-    data = response.json()
-    scores = [r["relevance_score"] for r in sorted(data["results"], key=lambda r: r["index"])]
+    data, scores = open_webui_rerank(base, "judge", query, docs)
     expected = [mock_relevance(query, d) for d in docs]
     assert all(abs(s - e) < 1e-5 for s, e in zip(scores, expected)), (scores, expected)
     assert [r["index"] for r in data["results"]] == [0, 2, 1, 3]
