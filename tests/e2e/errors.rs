@@ -25,7 +25,7 @@ fn malformed_inputs() -> Vec<(String, Option<i64>, Value)> {
         (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#.into(), Some(-32600), Value::Null),
         (r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":"x"}"#.into(), Some(-32600), json!(3)),
         (r#"{"jsonrpc":"2.0","id":4,"method":"no_such_method"}"#.into(), Some(-32601), json!(4)),
-        (r#"{"jsonrpc":"2.0","id":"s","method":"server/discover"}"#.into(), Some(-32601), json!("s")),
+        (r#"{"jsonrpc":"2.0","id":"s","method":"resources/list"}"#.into(), Some(-32601), json!("s")),
         (r#"{"jsonrpc":"2.0","id":5,"method":"run","params":{}}"#.into(), Some(-32602), json!(5)),
         (r#"{"jsonrpc":"2.0","id":6,"method":"run","params":{"prompt":5}}"#.into(), Some(-32602), json!(6)),
         (r#"{"jsonrpc":"2.0","id":7,"method":"run","params":[1,2]}"#.into(), Some(-32602), json!(7)),

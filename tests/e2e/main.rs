@@ -21,6 +21,7 @@ mod lifecycle;
 mod logprobs;
 mod lora;
 mod mcp;
+mod mcp_stateless;
 mod production;
 mod prompt_cache;
 mod pulled_templates;

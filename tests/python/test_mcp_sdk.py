@@ -1,5 +1,8 @@
 """rkllm-server driven by the official MCP Python SDK over stdio and
-Streamable HTTP: tools, generation with progress, cancellation."""
+Streamable HTTP: tools, generation with progress, cancellation, in each
+era: `auto` (the client's default: its `server/discover` probe is answered,
+so it speaks the stateless revision 2026-07-28), pinned to 2026-07-28, and
+`legacy` (the `initialize` handshake, 2025-11-25)."""
 
 import pytest
 from mcp import Client, StdioServerParameters
@@ -11,9 +14,14 @@ def stdio(*args: str) -> StdioServerParameters:
     return StdioServerParameters(command=server_binary(), args=["--stdio", *args])
 
 
-async def generate_with_progress(target) -> None:
-    async with Client(target) as client:
-        assert client.protocol_version == "2025-11-25"
+# (the client's mode, the revision it ends up speaking)
+MODES = [("auto", "2026-07-28"), ("2026-07-28", "2026-07-28"), ("legacy", "2025-11-25")]
+MODE_IDS = [mode for mode, _ in MODES]
+
+
+async def generate_with_progress(target, mode: str, version: str) -> None:
+    async with Client(target, mode=mode) as client:
+        assert client.protocol_version == version
         tools = await client.list_tools()
         assert [tool.name for tool in tools.tools] == ["generate"]
         assert "prompt" in tools.tools[0].input_schema["required"]
@@ -42,8 +50,8 @@ async def generate_with_progress(target) -> None:
         assert "prompt" in bad.content[0].text
 
 
-async def cancel_a_long_generation(target) -> None:
-    async with Client(target) as client:
+async def cancel_a_long_generation(target, mode: str) -> None:
+    async with Client(target, mode=mode) as client:
         # The mock makes 20 tokens per second: 100000 tokens would take
         # more than an hour. The client times out, sends
         # notifications/cancelled, and the server aborts the generation.
@@ -57,20 +65,24 @@ async def cancel_a_long_generation(target) -> None:
 
 
 @pytest.mark.anyio
-async def test_stdio_lists_tools_and_streams_progress_that_joins_to_the_result():
-    await generate_with_progress(stdio("--mock-tokens-per-second", "200"))
+@pytest.mark.parametrize("mode,version", MODES, ids=MODE_IDS)
+async def test_stdio_lists_tools_and_streams_progress_that_joins_to_the_result(mode, version):
+    await generate_with_progress(stdio("--mock-tokens-per-second", "200"), mode, version)
 
 
 @pytest.mark.anyio
-async def test_http_lists_tools_and_streams_progress_that_joins_to_the_result(http_server):
-    await generate_with_progress(http_server)
+@pytest.mark.parametrize("mode,version", MODES, ids=MODE_IDS)
+async def test_http_lists_tools_and_streams_progress_that_joins_to_the_result(http_server, mode, version):
+    await generate_with_progress(http_server, mode, version)
 
 
 @pytest.mark.anyio
-async def test_stdio_cancellation_stops_the_generation():
-    await cancel_a_long_generation(stdio("--mock-tokens-per-second", "20"))
+@pytest.mark.parametrize("mode", MODE_IDS)
+async def test_stdio_cancellation_stops_the_generation(mode):
+    await cancel_a_long_generation(stdio("--mock-tokens-per-second", "20"), mode)
 
 
 @pytest.mark.anyio
-async def test_http_cancellation_stops_the_generation(http_server):
-    await cancel_a_long_generation(http_server)
+@pytest.mark.parametrize("mode", MODE_IDS)
+async def test_http_cancellation_stops_the_generation(http_server, mode):
+    await cancel_a_long_generation(http_server, mode)

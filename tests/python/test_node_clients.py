@@ -1,7 +1,8 @@
 """rkllm-server driven by Node.js clients from the npm registry, installed
 by scripts/test into tests/node/node_modules: the MCP TypeScript SDK's
 client (@modelcontextprotocol/client), which in its `auto` mode probes
-`server/discover` first and must fall back to `initialize` at once."""
+`server/discover` first: the server answers it, so the client speaks the
+stateless revision 2026-07-28."""
 
 import json
 import pathlib
@@ -41,11 +42,11 @@ def run_node(script: str, *args: str) -> dict:
 
 
 def check_generate(seen: dict) -> None:
-    # The probe was answered with an error, so the client fell back to the
-    # 2025 handshake (a silent server would have held it 10 minutes,
-    # beyond the time limit above).
-    assert seen["era"] == "legacy"
-    assert seen["protocolVersion"] == "2025-11-25"
+    # The probe was answered, so the client speaks the stateless revision
+    # (a silent server would have held it 10 minutes, beyond the time
+    # limit above).
+    assert seen["era"] == "modern"
+    assert seen["protocolVersion"] == "2026-07-28"
     assert seen["server"]["name"] == "rkllm-server"
     assert seen["tools"] == ["generate"]
     assert not seen["isError"]
@@ -58,16 +59,21 @@ def check_generate(seen: dict) -> None:
 def test_the_typescript_sdk_in_auto_mode_over_http():
     proc, base = start_server("--mock-tokens-per-second", "400")
     try:
-        # What the probe gets: method not found, at once, before any
+        # What the probe gets: the revisions, at once, before any
         # initialize — never a 5xx or a wait.
         probe = {"jsonrpc": "2.0", "id": "server-discover-probe-1", "method": "server/discover",
-                 "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}
+                 "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                      "io.modelcontextprotocol/clientCapabilities": {}}}}
         reply = httpx.post(base + "/mcp", json=probe, timeout=10,
                            headers={"accept": "application/json, text/event-stream",
+                                    "mcp-protocol-version": "2026-07-28",
                                     "mcp-method": "server/discover"})
         assert reply.status_code == 200
-        assert reply.json() == {"jsonrpc": "2.0", "id": "server-discover-probe-1",
-                                "error": {"code": -32601, "message": "Method not found: server/discover"}}
+        result = reply.json()["result"]
+        assert reply.json()["id"] == "server-discover-probe-1"
+        assert result["supportedVersions"][0] == "2026-07-28" and "2025-11-25" in result["supportedVersions"]
+        assert result["resultType"] == "complete"
+        assert "`generate` tool" in result["instructions"]
         check_generate(run_node("mcp_auto.mjs", "http", base + "/mcp"))
     finally:
         stop_server(proc)

@@ -25,12 +25,16 @@ pub struct Reply {
     /// The ids of the streams the message started (`run` with `stream:
     /// true`), for a transport that advertises them.
     pub started: Vec<String>,
+    /// The code of the error answered, for a transport whose status
+    /// follows it (MCP's stateless revision over HTTP).
+    pub error_code: Option<i64>,
 }
 
 impl Reply {
-    fn message(message: String) -> Self {
+    fn error(id: &Value, error: &RpcError) -> Self {
         Self {
-            message: Some(message),
+            message: Some(error_response(id, error)),
+            error_code: Some(error.code),
             ..Self::default()
         }
     }
@@ -113,7 +117,7 @@ impl Dispatcher {
                 crate::metrics::rejected("malformed");
                 tracing::debug!(preview = %super::message::preview(text.as_bytes()), error = %err, "invalid JSON");
                 let id = super::message::recover_id(text).unwrap_or(Value::Null);
-                Reply::message(error_response(&id, &RpcError::parse_error(err)))
+                Reply::error(&id, &RpcError::parse_error(err))
             }
         }
     }
@@ -134,13 +138,10 @@ impl Dispatcher {
             let error = RpcError::invalid_request(
                 "batches are accepted only on connections that negotiated MCP 2025-03-26",
             );
-            return Reply::message(error_response(&Value::Null, &error));
+            return Reply::error(&Value::Null, &error);
         }
         if items.is_empty() {
-            return Reply::message(error_response(
-                &Value::Null,
-                &RpcError::invalid_request("empty batch"),
-            ));
+            return Reply::error(&Value::Null, &RpcError::invalid_request("empty batch"));
         }
         let mut messages = Vec::new();
         let mut subscriptions = Vec::new();
@@ -155,6 +156,7 @@ impl Dispatcher {
             message: (!messages.is_empty()).then(|| format!("[{}]", messages.join(","))),
             subscriptions,
             started,
+            error_code: None,
         }
     }
 
@@ -195,8 +197,9 @@ impl Dispatcher {
                         message: Some(success_response(&id, &handled.result)),
                         subscriptions: handled.subscribe.into_iter().collect(),
                         started: handled.started.into_iter().collect(),
+                        error_code: None,
                     },
-                    Err(error) => Reply::message(error_response(&id, &error)),
+                    Err(error) => Reply::error(&id, &error),
                 }
             }
             Incoming::Notification { method, params } => {
@@ -207,7 +210,7 @@ impl Dispatcher {
             Incoming::Invalid { id, error, answer } => {
                 crate::metrics::rejected("malformed");
                 if answer {
-                    Reply::message(error_response(&id, &error))
+                    Reply::error(&id, &error)
                 } else {
                     Reply::default()
                 }

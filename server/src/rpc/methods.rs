@@ -23,8 +23,35 @@ use crate::vocab::{FinishReason, Timings, Usage};
 /// Longest long poll.
 pub const MAX_WAIT_MS: u64 = 30_000;
 
-/// Calls `method`; unknown methods are -32601.
+/// Calls `method`; unknown methods are -32601. A request of MCP's
+/// stateless revision (its `_meta` names a version) is served as that
+/// revision says ([`super::modern`]).
 pub(super) async fn call(
+    state: &Services,
+    conn: &Connection,
+    ctx: &RequestCtx<'_>,
+    method: &str,
+    params: Option<Value>,
+) -> Result<Handled, RpcError> {
+    use super::modern;
+    if modern::requested_version(params.as_ref()).is_none() {
+        if method == "server/discover" {
+            return modern::discover();
+        }
+        return call_legacy(state, conn, ctx, method, params).await;
+    }
+    modern::check_meta(params.as_ref())?;
+    match method {
+        "server/discover" => modern::discover(),
+        "tools/list" => modern::answer(call_legacy(state, conn, ctx, method, params).await?, true),
+        "tools/call" => modern::answer(call_legacy(state, conn, ctx, method, params).await?, false),
+        m if modern::removed(m) => Err(RpcError::method_not_found(m)),
+        _ => call_legacy(state, conn, ctx, method, params).await,
+    }
+}
+
+/// Calls `method` as the handshake revisions and JSON-RPC clients have it.
+async fn call_legacy(
     state: &Services,
     conn: &Connection,
     ctx: &RequestCtx<'_>,
@@ -159,8 +186,7 @@ fn initialize(conn: &Connection, params: Option<Value>) -> Result<Handled, RpcEr
         "protocolVersion": version,
         "capabilities": { "tools": { "listChanged": false }, "streaming": true },
         "serverInfo": { "name": "rkllm-server", "version": env!("CARGO_PKG_VERSION") },
-        "instructions": "Generates text on a Rockchip NPU. Call `run` with a prompt; \
-                         pass stream:true to stream chunks.",
+        "instructions": super::modern::INSTRUCTIONS,
     }))
 }
 

@@ -10,6 +10,7 @@ mod generate;
 mod mcp;
 mod message;
 mod methods;
+pub mod modern;
 mod params;
 mod wire;
 

@@ -140,12 +140,18 @@ pub async fn not_found(method: Method, uri: OriginalUri) -> Response {
     )
 }
 
-/// A JSON-RPC error in a non-200 response.
+/// A JSON-RPC error in a non-200 response, for no request the server
+/// could read: without an id (MCP allows no null id).
 pub fn failure(status: StatusCode, error: &RpcError) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        error_response(&Value::Null, error),
-    )
-        .into_response()
+    failure_for(status, None, error)
+}
+
+/// A JSON-RPC error in a non-200 response to the request with `id`, when
+/// it could be read (else without one).
+pub fn failure_for(status: StatusCode, id: Option<&Value>, error: &RpcError) -> Response {
+    let body = match id {
+        Some(id) => error_response(id, error),
+        None => serde_json::json!({"jsonrpc": "2.0", "error": error}).to_string(),
+    };
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }

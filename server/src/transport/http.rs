@@ -21,8 +21,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::errors::failure;
-use super::mcp_http::{SESSION_HEADER, accepts_sse, check_post_headers};
+use super::errors::{failure, failure_for};
+use super::mcp_http::{
+    SESSION_HEADER, VERSION_HEADER, accepts_sse, check_modern_headers, check_post_headers,
+    is_modern, modern_status, request_id,
+};
 use super::session::OUTBOUND_QUEUE;
 use super::state::AppState;
 use crate::rpc::{Connection, Dispatcher, Notifier, RpcError, codes, error_response, recover_id};
@@ -35,9 +38,10 @@ fn session_id(headers: &HeaderMap) -> Option<&str> {
     headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok())
 }
 
-fn unknown_session() -> Response {
-    failure(
+fn unknown_session(id: Option<&Value>) -> Response {
+    failure_for(
         StatusCode::NOT_FOUND,
+        id,
         &RpcError::invalid_request(
             "unknown or expired MCP session; initialize again without Mcp-Session-Id",
         ),
@@ -56,16 +60,6 @@ pub async fn post_mcp(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    if let Some(response) = check_post_headers(&headers) {
-        return response;
-    }
-    let session = match session_id(&headers) {
-        Some(id) => match state.mcp_sessions.get(id) {
-            Some(session) => Some(session),
-            None => return unknown_session(),
-        },
-        None => None,
-    };
     let body = match body {
         Ok(body) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
@@ -91,10 +85,18 @@ pub async fn post_mcp(
         );
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let value: Value = match serde_json::from_str(text) {
+    let parsed = serde_json::from_str::<Value>(text);
+    let id = match &parsed {
+        Ok(value) => request_id(value),
+        Err(_) => recover_id(text),
+    };
+    if let Some(response) = check_post_headers(&headers, id.as_ref()) {
+        return response;
+    }
+    let value: Value = match parsed {
         Ok(value) => value,
         Err(err) => {
-            let id = recover_id(text).unwrap_or(Value::Null);
+            let id = id.unwrap_or(Value::Null);
             let body = error_response(&id, &RpcError::parse_error(err));
             return (
                 StatusCode::BAD_REQUEST,
@@ -103,6 +105,16 @@ pub async fn post_mcp(
             )
                 .into_response();
         }
+    };
+    if is_modern(&headers, &value) {
+        return post_stateless(&state, &headers, value).await;
+    }
+    let session = match session_id(&headers) {
+        Some(session) => match state.mcp_sessions.get(session) {
+            Some(session) => Some(session),
+            None => return unknown_session(id.as_ref()),
+        },
+        None => None,
     };
     let opens_session = session.is_none()
         && value.get("method").and_then(Value::as_str) == Some("initialize")
@@ -134,6 +146,25 @@ pub async fn post_mcp(
     response
 }
 
+/// A request of MCP's stateless revision: its headers checked against its
+/// body, no session (an `Mcp-Session-Id` is not read), and the status
+/// following the answer's error.
+async fn post_stateless(state: &Arc<AppState>, headers: &HeaderMap, value: Value) -> Response {
+    if let Some(refusal) = check_modern_headers(headers, &value) {
+        return refusal;
+    }
+    let conn = Arc::new(Connection::new(false));
+    let dispatcher = state.dispatcher();
+    if wants_progress_stream(&value) && accepts_sse(headers) {
+        return sse_reply(dispatcher, conn, value);
+    }
+    let reply = dispatcher.handle_value(&conn, value, None).await;
+    match reply.message {
+        Some(message) => json_response(modern_status(reply.error_code), message),
+        None => StatusCode::ACCEPTED.into_response(),
+    }
+}
+
 /// Answers one request with an SSE stream: its notifications as they are
 /// sent, then its response. If the client disconnects, the request's next
 /// notification fails and its generation is aborted.
@@ -160,14 +191,22 @@ fn sse_reply(dispatcher: Dispatcher, conn: Arc<Connection>, value: Value) -> Res
     response
 }
 
-/// Handles `DELETE /mcp`: ends the session named by `Mcp-Session-Id`.
+/// Handles `DELETE /mcp`: ends the session named by `Mcp-Session-Id`. The
+/// stateless revision has no sessions: 405.
 pub async fn delete_mcp(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let version = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok());
+    if version.map(str::trim) == Some(crate::rpc::modern::MODERN) {
+        return failure(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &RpcError::invalid_request("MCP 2026-07-28 has no sessions to end"),
+        );
+    }
     match session_id(&headers) {
         None => failure(
             StatusCode::BAD_REQUEST,
             &RpcError::invalid_request("Mcp-Session-Id is required"),
         ),
         Some(id) if state.mcp_sessions.close(id) => StatusCode::NO_CONTENT.into_response(),
-        Some(_) => unknown_session(),
+        Some(_) => unknown_session(None),
     }
 }
