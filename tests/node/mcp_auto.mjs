@@ -1,14 +1,15 @@
 // Connects to rkllm-server with the MCP TypeScript SDK's client in its
-// `auto` negotiation mode (it first probes `server/discover`, the
-// 2026-07-28 era's handshake, and falls back to `initialize` on a legacy
-// server), lists the tools and calls `generate`; prints one JSON line of
-// what it saw for tests/python/test_node_clients.py to check.
+// `auto` negotiation mode (it first probes `server/discover`, which this
+// server answers, so it speaks the stateless revision 2026-07-28; on a
+// handshake-only server it would fall back to `initialize`), lists the
+// tools and calls `generate`; prints one JSON line of what it saw for
+// tests/python/test_node_clients.py to check.
 //
 //   node mcp_auto.mjs http <url>         Streamable HTTP
 //   node mcp_auto.mjs stdio <binary> ... stdio, the server started by the SDK
 //
 // The probe may wait 10 minutes: a server that never answered it would
-// outlast the test's own time limit rather than fall back quietly.
+// outlast the test's own time limit rather than go on quietly.
 
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
