@@ -34,13 +34,15 @@ async fn a_reranker_judges_each_document_from_its_first_logits_row() {
     std::fs::write(&copied, "yes").unwrap();
     let log = dir.0.join("fake.log");
     let config = format!(
-        "[[models]]\nname = \"agrees\"\npath = {agrees:?}\ntokenizer = {tokenizer:?}\n\
+        "[rkllm]\nsnapshot_dir = {:?}\n\
+         [[models]]\nname = \"agrees\"\npath = {agrees:?}\ntokenizer = {tokenizer:?}\n\
          reranker = true\nchat_template = \"chatml\"\n\
          [[models]]\nname = \"refuses\"\npath = {refuses:?}\ntokenizer = {tokenizer:?}\n\
          reranker = true\nchat_template = \"chatml\"\n\
          [[models]]\nname = \"builtin\"\npath = {copied:?}\ntokenizer = {tokenizer:?}\n\
          reranker = true\n\
-         [[models]]\nname = \"talker\"\npath = {copied:?}\n"
+         [[models]]\nname = \"talker\"\npath = {copied:?}\n",
+        dir.0.join("snapshots")
     );
     let runtime = fake_runtime(Fake::V1_3);
     let server = Server::start_env(
@@ -85,6 +87,18 @@ async fn a_reranker_judges_each_document_from_its_first_logits_row() {
         "one run in logits mode per document: {runs}"
     );
     assert!(agreed["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+    // The question is the same for every document: the second judgement
+    // starts from the snapshot of the first, which covers it.
+    let question = runs.find("<Document>: ").unwrap() - runs.find("prompt=").unwrap();
+    let cached: Vec<usize> = runs
+        .lines()
+        .filter_map(|l| l.strip_prefix("run-cached bytes="))
+        .map(|b| b.parse().unwrap())
+        .collect();
+    assert!(
+        cached.iter().any(|&bytes| bytes >= question),
+        "a snapshot served the question's part ({question} bytes): {runs}"
+    );
 
     let refused = server.post_json("/rerank", rerank("refuses")).await;
     for result in refused["results"].as_array().unwrap() {

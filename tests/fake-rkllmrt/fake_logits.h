@@ -68,6 +68,17 @@ static void *logits_generate(void *arg) {
     fake_handle *h = a->h;
     double start = now_ms();
     sleep_ms(h->prefill_ms);
+    {
+        /* As in text mode: prefill time grows with the prompt bytes a
+         * loaded prompt cache does not cover, and a run asked to save its
+         * prefill saves it once the prefill is done. */
+        long us = (long)(strlen(a->prompt) - a->cached) * h->prefill_us_per_byte;
+        if (us > 0) {
+            struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (a->save_cache) save_prompt_cache(h, a->save_cache, a->prompt);
     double first = now_ms();
     int width = h->logits_width;
     int rows_n = a->first_rows > 0 ? a->first_rows : 1;
