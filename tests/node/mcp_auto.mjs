@@ -8,6 +8,9 @@
 //   node mcp_auto.mjs http <url>         Streamable HTTP
 //   node mcp_auto.mjs stdio <binary> ... stdio, the server started by the SDK
 //
+// MCP_MODE=2026-07-28 pins the client to that revision instead (no probe:
+// anything else fails).
+//
 // The probe may wait 10 minutes: a server that never answered it would
 // outlast the test's own time limit rather than go on quietly.
 
@@ -20,9 +23,11 @@ const transport =
     ? new StreamableHTTPClientTransport(new URL(target))
     : new StdioClientTransport({ command: target, args });
 
+const pinned = process.env.MCP_MODE;
+const mode = pinned ? { pin: pinned } : "auto";
 const client = new Client(
   { name: "rkllm-server-tests", version: "1.0.0" },
-  { versionNegotiation: { mode: "auto", probe: { timeoutMs: 600000 } } },
+  { versionNegotiation: { mode, probe: { timeoutMs: 600000 } } },
 );
 const started = Date.now();
 await client.connect(transport);

@@ -5,6 +5,7 @@ client (@modelcontextprotocol/client), which in its `auto` mode probes
 stateless revision 2026-07-28."""
 
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -33,9 +34,10 @@ def node_ready() -> str | None:
 pytestmark = pytest.mark.skipif(node_ready() is not None, reason=str(node_ready()))
 
 
-def run_node(script: str, *args: str) -> dict:
+def run_node(script: str, *args: str, env: dict | None = None) -> dict:
     done = subprocess.run(
-        ["node", script, *args], cwd=NODE, capture_output=True, text=True, timeout=120
+        ["node", script, *args], cwd=NODE, capture_output=True, text=True, timeout=120,
+        env=None if env is None else dict(os.environ, **env),
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -81,3 +83,14 @@ def test_the_typescript_sdk_in_auto_mode_over_http():
 
 def test_the_typescript_sdk_in_auto_mode_over_stdio():
     check_generate(run_node("mcp_auto.mjs", "stdio", server_binary(), "--stdio", "--mock-tokens-per-second", "400"))
+
+
+def test_the_typescript_sdk_pinned_to_2026_07_28_over_http_and_stdio():
+    pinned = {"MCP_MODE": "2026-07-28"}
+    proc, base = start_server("--mock-tokens-per-second", "400")
+    try:
+        check_generate(run_node("mcp_auto.mjs", "http", base + "/mcp", env=pinned))
+    finally:
+        stop_server(proc)
+    check_generate(run_node("mcp_auto.mjs", "stdio", server_binary(), "--stdio", "--mock-tokens-per-second", "400",
+                            env=pinned))

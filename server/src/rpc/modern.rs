@@ -27,6 +27,13 @@ const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 /// `_meta` key of the server's name and version in a result.
 const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
+/// The server's own extension, as the stateless revision declares
+/// extensions (`capabilities.extensions`): JSON-RPC streaming, the
+/// methods that start and read a stream by its `stream_id` (docs/protocol.md).
+/// The handshake revisions' `initialize` says the same as
+/// `capabilities.streaming`.
+pub const STREAMING_EXTENSION: &str = "rkllm-server/streaming";
+
 /// How long a client may keep the tool list: the tools never change while
 /// the server runs.
 const LIST_TTL_MS: u64 = 3_600_000;
@@ -123,7 +130,12 @@ pub const INSTRUCTIONS: &str = "Generates text on a Rockchip NPU. Call the `gene
 pub(super) fn discover() -> Result<Handled, RpcError> {
     let mut result = json!({
         "supportedVersions": supported_versions(),
-        "capabilities": {"tools": {"listChanged": false}},
+        "capabilities": {
+            "tools": {"listChanged": false},
+            "extensions": {STREAMING_EXTENSION: {
+                "methods": ["run", "subscribe", "stream_status", "abort"],
+            }},
+        },
         "serverInfo": server_info(),
         "instructions": INSTRUCTIONS,
         "ttlMs": LIST_TTL_MS,
@@ -199,6 +211,15 @@ mod tests {
         assert_eq!(other.data.as_ref().unwrap()["supported"][0], MODERN);
         let bare = check_meta(meta(json!({META_VERSION: MODERN})).as_ref()).unwrap_err();
         assert_eq!(bare.code, super::super::codes::INVALID_PARAMS);
+    }
+
+    #[test]
+    fn discover_declares_the_streaming_extension() {
+        let handled = discover().unwrap();
+        let value: Value = serde_json::from_str(handled.result.get()).unwrap();
+        let methods = &value["capabilities"]["extensions"][STREAMING_EXTENSION]["methods"];
+        assert_eq!(methods[0], "run");
+        assert_eq!(value["supportedVersions"][0], MODERN);
     }
 
     #[test]
