@@ -191,9 +191,9 @@ impl Client {
             .exchange(&message, &mut on_notification)
             .await?;
         // An error the server could not tie to the request (a refused key,
-        // an oversized body over HTTP) comes with a null id.
-        let unattributed_error =
-            response.get("id") == Some(&Value::Null) && response.get("error").is_some();
+        // an oversized body over HTTP) comes without an id (or a null one).
+        let unattributed_error = matches!(response.get("id"), None | Some(Value::Null))
+            && response.get("error").is_some();
         if response.get("id") != Some(&json!(id)) && !unattributed_error {
             return Err(ClientError::Protocol(format!(
                 "expected the response to {id}, got {response}"
