@@ -184,11 +184,16 @@ fn ollama_error(answer: &Answer) -> &str {
 }
 
 /// A JSON-RPC error response's error object, checked for its shape: a
-/// 2.0 response with an `id` and an error with a numeric `code` and a
-/// `message`.
+/// 2.0 response whose `id` is the request's, or absent when the server
+/// answered before it could read the request (never null: MCP allows no
+/// null id), and an error with a numeric `code` and a `message`.
 fn rpc_error(answer: &Answer) -> &Value {
     assert_eq!(answer.body["jsonrpc"], "2.0", "{}", answer.body);
-    assert!(answer.body.get("id").is_some(), "{}", answer.body);
+    assert!(
+        answer.body.get("id").is_none_or(|id| !id.is_null()),
+        "{}",
+        answer.body
+    );
     assert!(answer.body.get("result").is_none(), "{}", answer.body);
     let error = &answer.body["error"];
     assert!(error["code"].is_i64(), "{}", answer.body);
@@ -669,6 +674,8 @@ async fn neutral_refusals_come_in_each_apis_own_shape() {
     let [no_key, cross_site, large, wrong_method, unknown] = &answers;
     assert_eq!(rpc_error(&no_key.0)["code"], -32008);
     assert_eq!(rpc_error(&cross_site.0)["code"], -32600);
+    // Refused before the body was read: no id to give.
+    assert!(no_key.0.body.get("id").is_none(), "{}", no_key.0.body);
     let error = rpc_error(&large.0);
     assert_eq!(error["code"], -32007, "{error}");
     assert!(says(error, "limits.max_request_bytes"), "{error}");
