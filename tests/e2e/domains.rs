@@ -7,7 +7,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, ScratchDir, Server, fake_rknn_runtime, fake_runtime};
+use crate::harness::{Fake, ScratchDir, Server, fake_rknn_runtime};
 use crate::vision::ENCODER;
 
 /// The domain of each `init` in the runtime's log, with the model file.
@@ -66,22 +66,13 @@ async fn co_resident_models_start_in_their_own_domains() {
          [[models]]\nname = \"huge\"\npath = {huge:?}\n"
     );
     let log = dir.0.join("fake.log");
-    let runtime = fake_runtime(Fake::V1_3);
     let rknn = fake_rknn_runtime();
-    let server = Server::start_env(
+    let server = Server::start_on_fake(
         &config,
-        &[
-            "--backend",
-            "rkllm",
-            "--runtime",
-            runtime.to_str().unwrap(),
-            "--rknn-runtime",
-            rknn.to_str().unwrap(),
-        ],
-        &[
-            ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
-            ("FAKE_RKLLM_EMBED_DIM", "12"),
-        ],
+        Fake::V1_3,
+        &log,
+        &["--rknn-runtime", rknn.to_str().unwrap()],
+        &[("FAKE_RKLLM_EMBED_DIM", "12")],
     );
     for model in ["a", "b", "pinned", "vl"] {
         let loaded = load(&server, model, 300).await;

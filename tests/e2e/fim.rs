@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, ScratchDir, Server, fake_runtime, mock_tokenizer_with, ndjson};
+use crate::harness::{Fake, ScratchDir, Server, mock_tokenizer_with, ndjson};
 use crate::store::{FakeHf, cli_with};
 
 /// What the fake runtime "generates": the model file's text.
@@ -76,26 +76,16 @@ async fn continues_fim_request_reaches_the_runtime_as_prefix_suffix_middle() {
     let copied = dir.0.join("copied.rkllm");
     std::fs::write(&copied, MIDDLE).unwrap();
     let log = dir.0.join("fake.log");
-    let runtime = fake_runtime(Fake::V1_3);
     let config = format!(
         "[rkllm]\nsnapshot_dir = {:?}\n[[models]]\nname = \"copied\"\npath = {copied:?}\n",
         dir.0.join("snapshots")
     );
-    let server = Server::start_env(
+    let server = Server::start_on_fake(
         &config,
-        &[
-            "--backend",
-            "rkllm",
-            "--runtime",
-            runtime.to_str().unwrap(),
-            "--models-dir",
-            store.to_str().unwrap(),
-        ],
-        &[
-            ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
-            ("FAKE_RKLLM_TOKEN_MS", "0"),
-            ("FAKE_RKLLM_PREFILL_US_PER_BYTE", "1"),
-        ],
+        Fake::V1_3,
+        &log,
+        &["--models-dir", store.to_str().unwrap()],
+        &[("FAKE_RKLLM_PREFILL_US_PER_BYTE", "1")],
     );
 
     // What Continue reads to turn FIM on, and the context it sends back.

@@ -265,6 +265,27 @@ impl Server {
         Self::start_prepared(config, args, env, |_| {})
     }
 
+    /// Starts the server on the rkllm backend over the runtime test double
+    /// of `fake`, which logs its events to `log` and gives its tokens at
+    /// once; `args` and `env` come on top.
+    pub fn start_on_fake(
+        config: &str,
+        fake: Fake,
+        log: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let runtime = fake_runtime(fake);
+        let mut all_args = vec!["--backend", "rkllm", "--runtime", runtime.to_str().unwrap()];
+        all_args.extend_from_slice(args);
+        let mut all_env = vec![
+            ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
+            ("FAKE_RKLLM_TOKEN_MS", "0"),
+        ];
+        all_env.extend_from_slice(env);
+        Self::start_env(config, &all_args, &all_env)
+    }
+
     /// Starts the server like [`Server::start_env`], with `prepare` applied
     /// to its command first (to set a resource limit, say).
     pub fn start_prepared(
@@ -767,13 +788,16 @@ pub async fn ndjson(server: &Server, path: &str, body: Value) -> Vec<Value> {
     lines
 }
 
-/// The mock's tokenizer (`server/assets/mock-tokenizer.json`) with
-/// `tokens` added after its own, each with whether it is special.
+/// The mock's tokenizer, `server/assets/mock-tokenizer.json` (the runtime
+/// test double's vocabulary in logits mode).
+pub fn mock_tokenizer() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/mock-tokenizer.json")
+}
+
+/// The mock's tokenizer ([`mock_tokenizer`]) with `tokens` added after its
+/// own, each with whether it is special.
 pub fn mock_tokenizer_with(tokens: &[(&str, bool)]) -> String {
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/mock-tokenizer.json"),
-    )
-    .unwrap();
+    let text = std::fs::read_to_string(mock_tokenizer()).unwrap();
     let mut json: Value = serde_json::from_str(&text).unwrap();
     let added = json["added_tokens"].as_array_mut().unwrap();
     let next = added.iter().filter_map(|t| t["id"].as_u64()).max().unwrap() + 1;

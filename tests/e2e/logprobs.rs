@@ -7,17 +7,15 @@
 //! default) and in the server's thread; a model without a tokenizer is
 //! refused naming `logprobs`.
 
-use std::path::Path;
-
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, ScratchDir, Server, fake_runtime, ndjson};
+use crate::harness::{Fake, ScratchDir, Server, mock_tokenizer, ndjson};
 
 const ANSWER: &str = "The NPU streams tokens: 東京 🦀.";
 
 fn start(fake: Fake, runner: &str) -> (Server, std::path::PathBuf, ScratchDir) {
     let dir = ScratchDir::new();
-    let tokenizer = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/mock-tokenizer.json");
+    let tokenizer = mock_tokenizer();
     let model = dir.0.join("talker.rkllm");
     std::fs::write(
         &model,
@@ -32,15 +30,7 @@ fn start(fake: Fake, runner: &str) -> (Server, std::path::PathBuf, ScratchDir) {
          [[models]]\nname = \"copied\"\npath = {copied:?}\n"
     );
     let log = dir.0.join("fake.log");
-    let runtime = fake_runtime(fake);
-    let server = Server::start_env(
-        &config,
-        &["--backend", "rkllm", "--runtime", runtime.to_str().unwrap()],
-        &[
-            ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
-            ("FAKE_RKLLM_TOKEN_MS", "0"),
-        ],
-    );
+    let server = Server::start_on_fake(&config, fake, &log, &[], &[]);
     (server, log, dir)
 }
 

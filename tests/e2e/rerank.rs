@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, ScratchDir, Server, fake_runtime, mock_tokenizer_with};
+use crate::harness::{Fake, ScratchDir, Server, mock_tokenizer_with};
 
 #[tokio::test]
 async fn a_reranker_judges_each_document_from_its_first_logits_row() {
@@ -44,15 +44,7 @@ async fn a_reranker_judges_each_document_from_its_first_logits_row() {
          [[models]]\nname = \"talker\"\npath = {copied:?}\n",
         dir.0.join("snapshots")
     );
-    let runtime = fake_runtime(Fake::V1_3);
-    let server = Server::start_env(
-        &config,
-        &["--backend", "rkllm", "--runtime", runtime.to_str().unwrap()],
-        &[
-            ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
-            ("FAKE_RKLLM_TOKEN_MS", "0"),
-        ],
-    );
+    let server = Server::start_on_fake(&config, Fake::V1_3, &log, &[], &[]);
     let documents = ["Bread rises with yeast.", "The RK3588 has a 6 TOPS NPU."];
     let rerank = |model: &str| {
         json!({"model": model, "query": "What NPU does the RK3588 have?",

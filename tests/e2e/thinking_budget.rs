@@ -5,11 +5,9 @@
 //! `budget_tokens` and Ollama's `think` levels; a model without a
 //! tokenizer thinks to its end, and the log says the budget is not kept.
 
-use std::path::Path;
-
 use serde_json::json;
 
-use crate::harness::{Fake, ScratchDir, Server, fake_runtime};
+use crate::harness::{Fake, ScratchDir, Server, mock_tokenizer};
 
 const ANSWER: &str = "The answer is 42.";
 
@@ -18,13 +16,6 @@ const STEP: &str = "think more. ";
 
 /// The thinking's steps: 1,000, so 4,000 tokens.
 const STEPS: usize = 1000;
-
-fn mock_tokenizer() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("assets/mock-tokenizer.json")
-        .display()
-        .to_string()
-}
 
 struct Board {
     server: Server,
@@ -37,7 +28,7 @@ impl Board {
         let dir = ScratchDir::new();
         let thinking = STEP.repeat(STEPS);
         let reply = format!("<think>\n{thinking}\n</think>\n\n{ANSWER}");
-        let tokenizer = mock_tokenizer();
+        let tokenizer = mock_tokenizer().display().to_string();
         let thinker = dir.0.join("thinker.rkllm");
         std::fs::write(&thinker, format!("@fake-vocab={tokenizer}\n{reply}")).unwrap();
         // Copied by hand: no tokenizer; its name says it thinks.
@@ -49,15 +40,7 @@ impl Board {
              [[models]]\nname = \"qwen3-copied\"\npath = {copied:?}\n"
         );
         let log = dir.0.join("fake.log");
-        let runtime = fake_runtime(fake);
-        let server = Server::start_env(
-            &config,
-            &["--backend", "rkllm", "--runtime", runtime.to_str().unwrap()],
-            &[
-                ("FAKE_RKLLM_LOG", log.to_str().unwrap()),
-                ("FAKE_RKLLM_TOKEN_MS", "0"),
-            ],
-        );
+        let server = Server::start_on_fake(&config, fake, &log, &[], &[]);
         Self {
             server,
             log,
