@@ -1129,19 +1129,7 @@ mod tests {
             lanes: 1,
             isolated: false,
         });
-        let model = ModelSpec {
-            name: "mock".into(),
-            path: None,
-            template: crate::model::ChatTemplate::default(),
-            settings: crate::model::ModelSettings::default(),
-            vision: None,
-            embedding: None,
-            reranker: false,
-            lora: Vec::new(),
-            prompt_cache: None,
-            reasoning: Default::default(),
-            tokenizer: None,
-        };
+        let model = ModelSpec::named("mock");
         let mut runner = backend.load(&model).unwrap();
         let request = ValidRunRequest {
             prompt: crate::model::Prompt::plain(prompt),

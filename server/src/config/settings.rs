@@ -8,7 +8,7 @@ use super::{Config, DEFAULT_MOCK_MODEL, ModelEntry, RuntimeAbi};
 use crate::backend::{InitSettings, MockConfig, RkllmSettings, SamplingValues, SnapshotSettings};
 use crate::engine::{Ageing, EngineLimits, KeepAlive, Lifecycle, RequestLimits};
 use crate::model::tokenizer::TokenizerSource;
-use crate::model::{ModelSettings, ModelSpec, ReasoningMode};
+use crate::model::{ModelSpec, ReasoningMode};
 use crate::rpc::RpcLimits;
 use crate::store::{HubTokenizer, TokenizerSetting};
 use crate::stream::StreamLimits;
@@ -36,16 +36,10 @@ impl Config {
                 .unwrap_or_default();
             return vec![ModelSpec {
                 reasoning: ReasoningMode::resolve("auto", &name).unwrap_or_default(),
-                name,
                 path: Some(path.clone()),
                 template: self.chat_template.resolve().unwrap_or_default(),
-                settings: ModelSettings::default(),
-                vision: None,
-                embedding: None,
-                reranker: false,
-                lora: Vec::new(),
-                prompt_cache: None,
                 tokenizer: self.tokenizer.as_deref().map(|t| self.tokenizer_source(t)),
+                ..ModelSpec::named(name)
             }];
         }
         if self.models.is_empty() {
@@ -54,17 +48,8 @@ impl Config {
                 return Vec::new();
             }
             return vec![ModelSpec {
-                name: DEFAULT_MOCK_MODEL.to_owned(),
-                path: None,
                 template: self.chat_template.resolve().unwrap_or_default(),
-                settings: ModelSettings::default(),
-                vision: None,
-                embedding: None,
-                reranker: false,
-                lora: Vec::new(),
-                prompt_cache: None,
-                reasoning: ReasoningMode::default(),
-                tokenizer: None,
+                ..ModelSpec::named(DEFAULT_MOCK_MODEL)
             }];
         }
         // The default model goes first.

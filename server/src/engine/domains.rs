@@ -81,19 +81,7 @@ mod tests {
     use super::*;
 
     fn spec(name: &str) -> ModelSpec {
-        ModelSpec {
-            name: name.into(),
-            path: None,
-            template: crate::model::ChatTemplate::default(),
-            settings: crate::model::ModelSettings::default(),
-            vision: None,
-            embedding: None,
-            reranker: false,
-            lora: Vec::new(),
-            prompt_cache: None,
-            reasoning: crate::model::ReasoningMode::default(),
-            tokenizer: None,
-        }
+        ModelSpec::named(name)
     }
 
     #[test]

@@ -6,24 +6,12 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::backend::{MockBackend, MockConfig, Runner};
-use crate::model::{ChatTemplate, ModelSettings, ModelSpec};
+use crate::model::ModelSpec;
 use crate::stream::{StreamLimits, StreamManager};
 use crate::vocab::FinishReason;
 
 fn spec(name: &str) -> ModelSpec {
-    ModelSpec {
-        name: name.into(),
-        path: None,
-        template: ChatTemplate::default(),
-        settings: ModelSettings::default(),
-        vision: None,
-        embedding: None,
-        reranker: false,
-        lora: Vec::new(),
-        prompt_cache: None,
-        reasoning: Default::default(),
-        tokenizer: None,
-    }
+    ModelSpec::named(name)
 }
 
 fn engine(

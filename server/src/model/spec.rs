@@ -105,6 +105,26 @@ pub struct ModelSpec {
     pub tokenizer: Option<super::tokenizer::TokenizerSource>,
 }
 
+impl ModelSpec {
+    /// A model called `name` with nothing set: no file, the default chat
+    /// template and settings, a text model without a tokenizer.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            path: None,
+            template: ChatTemplate::default(),
+            settings: ModelSettings::default(),
+            vision: None,
+            embedding: None,
+            reranker: false,
+            lora: Vec::new(),
+            prompt_cache: None,
+            reasoning: super::reasoning::ReasoningMode::default(),
+            tokenizer: None,
+        }
+    }
+}
+
 /// A model's prompt cache (config `system_prompt_cache`): the prefill of
 /// `prompt`, saved by the runtime to `path` once and loaded afterwards.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
