@@ -23,8 +23,8 @@ use tokio::sync::mpsc;
 
 use super::errors::{failure, failure_for};
 use super::mcp_http::{
-    SESSION_HEADER, VERSION_HEADER, accepts_sse, check_modern_headers, check_post_headers,
-    is_modern, modern_status, request_id,
+    SESSION_HEADER, accepts_sse, check_modern_headers, check_post_headers, is_modern,
+    modern_status, request_id, version_header_is_modern,
 };
 use super::session::OUTBOUND_QUEUE;
 use super::state::AppState;
@@ -194,8 +194,7 @@ fn sse_reply(dispatcher: Dispatcher, conn: Arc<Connection>, value: Value) -> Res
 /// Handles `DELETE /mcp`: ends the session named by `Mcp-Session-Id`. The
 /// stateless revision has no sessions: 405.
 pub async fn delete_mcp(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let version = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok());
-    if version.map(str::trim) == Some(crate::rpc::modern::MODERN) {
+    if version_header_is_modern(&headers) {
         return failure(
             StatusCode::METHOD_NOT_ALLOWED,
             &RpcError::invalid_request("MCP 2026-07-28 has no sessions to end"),

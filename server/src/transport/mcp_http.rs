@@ -42,8 +42,12 @@ const NAME_HEADER: &str = "mcp-name";
 /// its `_meta`, names one (a version the server does not speak is refused
 /// as that revision refuses it).
 pub fn is_modern(headers: &HeaderMap, body: &Value) -> bool {
+    version_header_is_modern(headers) || modern::requested_version(body.get("params")).is_some()
+}
+
+/// Whether `MCP-Protocol-Version` names the stateless revision.
+pub fn version_header_is_modern(headers: &HeaderMap) -> bool {
     header_text(headers, VERSION_HEADER).as_deref() == Some(MODERN)
-        || modern::requested_version(body.get("params")).is_some()
 }
 
 /// A header's value, its surrounding white space removed.
