@@ -459,7 +459,9 @@ async fn the_least_recently_used_idle_model_is_evicted() {
             (json!("a"), json!("loaded")),
             (json!("b"), json!("available")),
             (json!("c"), json!("loaded")),
-        ]
+        ],
+        "{}",
+        server.log().join("\n")
     );
     assert!(!process_exists(b_pid));
     let metrics = server.metrics_text().await;

@@ -237,9 +237,16 @@ impl Gate {
                 }
                 return Ok(());
             }
+            // A model already on its way out (asked to unload and not
+            // busy, or its place given back but not yet released here)
+            // makes the room: wait for it rather than ask another to go too.
+            let leaving = held.iter().filter(|h| !Arc::ptr_eq(h, me)).any(|h| {
+                let life = h.life.lock();
+                (life.unload_now && life.busy == 0) || life.place == Place::None
+            });
             let victim = held
                 .iter()
-                .filter(|h| !Arc::ptr_eq(h, me))
+                .filter(|h| !leaving && !Arc::ptr_eq(h, me))
                 .filter_map(|h| {
                     let life = h.life.lock();
                     life.idle().then(|| (life.last_used, Arc::clone(h)))
