@@ -6,6 +6,7 @@ mod harness;
 mod accounting;
 mod board;
 mod browser_guard;
+mod chunked_prefill;
 mod cli_store;
 mod cluster;
 mod connections;

@@ -78,7 +78,7 @@ static void *logits_generate(void *arg) {
             nanosleep(&ts, NULL);
         }
     }
-    if (a->save_cache) save_prompt_cache(h, a->save_cache, a->prompt);
+    if (a->save_cache) save_prompt_cache(h, a->save_cache, a->held);
     double first = now_ms();
     int width = h->logits_width;
     int rows_n = a->first_rows > 0 ? a->first_rows : 1;

@@ -88,6 +88,10 @@ typedef struct {
     int n_loras;
     /* the prompt of the loaded prompt cache, if any */
     char *cached_prompt;
+    /* the prompt text the KV cache holds since the generation began: the
+     * first run's prompt, then what each run that went on after a pause
+     * fed (a prompt cache saved then holds all of it) */
+    char *held_text;
     int prefill_us_per_byte;
     /* logits mode: the vocabulary the model file names, the width of a
      * logits row (the vocabulary's size unless "@fake-logits-width=N"),
@@ -476,6 +480,7 @@ int rkllm_destroy(LLMHandle handle) {
     free(h->img_end);
     free(h->img_content);
     free(h->cached_prompt);
+    free(h->held_text);
     for (int i = 0; i < h->n_loras; i++) free(h->loras[i]);
     vocab_free(h->vocab);
     free(h->base_logits);
@@ -494,9 +499,11 @@ typedef struct {
     char *text;
     size_t text_len;
     int image_tokens;
-    /* prompt bytes the loaded prompt cache covers; where to save one */
+    /* prompt bytes the loaded prompt cache covers; where to save one, and
+     * the prompt text it then holds (the handle's held_text) */
     size_t cached;
     const char *save_cache;
+    const char *held;
     void *userdata;
     int32_t cap;
     long error_after;
@@ -548,7 +555,7 @@ static void *generate(void *arg) {
     double first = now_ms();
     /* The prefill's state exists from here on: a run asked to save it
      * does so even when it is aborted later. */
-    if (a->save_cache) save_prompt_cache(h, a->save_cache, a->prompt);
+    if (a->save_cache) save_prompt_cache(h, a->save_cache, a->held);
     RKLLMPerfStat perf;
     memset(&perf, 0, sizeof perf);
     perf.prefill_tokens = (int)((strlen(a->prompt) - a->cached) / 4 + 1) + a->image_tokens;
@@ -853,14 +860,27 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
     a->h = h;
     a->prompt = prompt;
     a->image_tokens = image_tokens;
-    a->cached = cached_bytes(h, prompt);
+    /* A paused generation goes on, whatever the input (RKLLM_ABI.md 3.3):
+     * token input appends its tokens; a prompt is not read at all. A
+     * prompt cache is matched against the start of a generation only. */
+    int continues = h->paused != 0;
+    a->cached = continues ? 0 : cached_bytes(h, prompt);
     a->save_cache = params && params->prompt_cache_params && params->prompt_cache_params->save_prompt_cache
                         ? params->prompt_cache_params->prompt_cache_path
                         : NULL;
     if (a->cached) fake_log(h, "run-cached bytes=%zu", a->cached);
-    /* A paused generation goes on, whatever the input (RKLLM_ABI.md 3.3):
-     * token input appends its tokens; a prompt is not read at all. */
-    int continues = h->paused != 0;
+    if (continues && h->held_text && fed) {
+        size_t was = strlen(h->held_text), more = strlen(prompt);
+        char *held = realloc(h->held_text, was + more + 1);
+        if (held) {
+            memcpy(held + was, prompt, more + 1);
+            h->held_text = held;
+        }
+    } else if (!continues) {
+        free(h->held_text);
+        h->held_text = strdup(prompt);
+    }
+    a->held = h->held_text ? h->held_text : prompt;
     if (continues && !fed) fake_log(h, "run-continues-paused");
     if (continues && h->paused == 2 && !logits) {
         a->text = h->paused_text;

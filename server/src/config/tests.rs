@@ -562,3 +562,27 @@ fn a_reranker_is_not_an_embedding_model_and_needs_its_tokenizer_on_the_npu() {
     );
     assert_eq!(field("[[models]]\nname = \"r\"\nreranker = true\n"), None);
 }
+
+#[test]
+fn a_prefill_chunk_is_zero_or_at_least_the_least_and_defaults_to_its_constant() {
+    let with = |line: &str| {
+        let config: Config =
+            toml::from_str(&format!("[[models]]\nname = \"m\"\n{line}\n")).unwrap();
+        config
+            .validate()
+            .map(|()| config.model_specs()[0].settings.prefill_chunk())
+    };
+    for bad in ["prefill_chunk_tokens = 8", "prefill_chunk_tokens = 2000000"] {
+        assert_eq!(
+            key_of(with(bad).unwrap_err()),
+            "models.prefill_chunk_tokens",
+            "{bad}"
+        );
+    }
+    assert_eq!(with("prefill_chunk_tokens = 0").unwrap(), 0);
+    assert_eq!(with("prefill_chunk_tokens = 16").unwrap(), 16);
+    assert_eq!(
+        with("").unwrap(),
+        crate::model::DEFAULT_PREFILL_CHUNK_TOKENS
+    );
+}

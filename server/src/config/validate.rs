@@ -665,6 +665,18 @@ fn validate_entry_settings(entry: &ModelEntry) -> Result<(), ConfigError> {
             format!("model `{}`: must be between 0 and 1000", entry.name),
         ));
     }
+    if m.prefill_chunk_tokens.is_some_and(|n| {
+        n != 0 && !(crate::model::MIN_PREFILL_CHUNK_TOKENS..=1_000_000).contains(&n)
+    }) {
+        return Err(invalid(
+            "models.prefill_chunk_tokens",
+            format!(
+                "model `{}`: must be 0 (one run) or between {} and 1000000",
+                entry.name,
+                crate::model::MIN_PREFILL_CHUNK_TOKENS
+            ),
+        ));
+    }
     if m.base_domain_id
         .is_some_and(|d| !(0..=MAX_DOMAIN).contains(&d))
     {

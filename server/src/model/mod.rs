@@ -30,7 +30,8 @@ pub use prompt::{Chat, Input, Prompt, Turn};
 pub use reasoning::ReasoningMode;
 pub use sampling::{Role, Sampling, ThinkingBudget};
 pub use spec::{
-    EmbeddingSpec, HistoryReuse, LoraAdapter, ModelSettings, ModelSpec, Pooling, PromptCacheSpec,
-    VISION_FAMILIES, VisionSpec,
+    DEFAULT_PREFILL_CHUNK_TOKENS, EmbeddingSpec, HistoryReuse, LoraAdapter,
+    MIN_PREFILL_CHUNK_TOKENS, ModelSettings, ModelSpec, Pooling, PromptCacheSpec, VISION_FAMILIES,
+    VisionSpec,
 };
 pub use template::{ChatTemplate, CustomTemplate, JinjaTemplate};

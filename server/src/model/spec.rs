@@ -44,6 +44,28 @@ pub struct ModelSettings {
     /// `None`: the engine gives it one no other loaded model holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_domain_id: Option<i32>,
+    /// How many tokens a run prefills of a long prompt the server rendered
+    /// (the model's own template, with its tokenizer), so that an abort
+    /// lands between two runs; 0 prefills it in one run. `None`: the
+    /// default ([`DEFAULT_PREFILL_CHUNK_TOKENS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_chunk_tokens: Option<u32>,
+}
+
+/// Tokens a prefill run takes of a long prompt unless a model says
+/// otherwise: about half a second for a 1.5B model on an RK3588 (~340
+/// tokens a second, `RKLLM_ABI.md` §5), a second or so for a 4B one.
+pub const DEFAULT_PREFILL_CHUNK_TOKENS: u32 = 160;
+
+/// The fewest tokens a prefill chunk may have (each chunk is one more run).
+pub const MIN_PREFILL_CHUNK_TOKENS: u32 = 16;
+
+impl ModelSettings {
+    /// Tokens a prefill run takes of a long prompt; 0: one run.
+    pub fn prefill_chunk(&self) -> u32 {
+        self.prefill_chunk_tokens
+            .unwrap_or(DEFAULT_PREFILL_CHUNK_TOKENS)
+    }
 }
 
 /// Whether a chat's next turn sends only its new message, reusing the

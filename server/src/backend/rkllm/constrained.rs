@@ -286,7 +286,7 @@ impl RkllmRunner {
     }
 
     /// The loaded LoRA adapter the request names, by its runtime name.
-    fn lora_name(&self, request: &ValidRunRequest) -> Option<&CStr> {
+    pub(super) fn lora_name(&self, request: &ValidRunRequest) -> Option<&CStr> {
         request
             .lora
             .as_deref()

@@ -123,6 +123,11 @@ pub(super) struct ActiveRun {
     /// A logits run for log probabilities: the vocabulary, and how many
     /// of the likeliest tokens to report with each.
     pub logprobs: Option<(Arc<Vocabulary>, usize)>,
+    /// A run that only prefills (a chunk of a long prompt): its first
+    /// callback, the prefill's rows, pauses it, and nothing is reported.
+    pub prefill_only: bool,
+    /// Whether it paused there.
+    pub prefill_paused: bool,
 }
 
 // SAFETY: `sink` points at a `TokenSink` and `steering` at a `Steering` on
@@ -187,7 +192,16 @@ impl CallbackSlot {
             budget_paused: false,
             pause_ignored: false,
             logprobs: None,
+            prefill_only: false,
+            prefill_paused: false,
         });
+    }
+
+    /// Makes the installed run one that only prefills.
+    pub(super) fn set_prefill_only(&self) {
+        if let Some(run) = self.run.lock().as_mut() {
+            run.prefill_only = true;
+        }
     }
 
     /// Sets the installed run's log probabilities (a logits run).
@@ -231,6 +245,12 @@ impl CallbackSlot {
             return 0;
         };
         match state {
+            RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING if run.prefill_only => {
+                // The prefill is done and in the KV cache: pause before the
+                // runtime's pick is taken (RKLLM_ABI.md §3.5c).
+                run.prefill_paused = true;
+                return 1;
+            }
             RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING if run.steering.is_some() => {
                 let Some(mut steering) = run.steering else {
                     return 0;

@@ -9,6 +9,7 @@
 
 mod abi;
 mod budget;
+mod chunks;
 mod constrained;
 mod encoder;
 mod handle;
@@ -355,6 +356,8 @@ impl Backend for RkllmBackend {
             constrained: constrained::ConstrainedState::default(),
             snapshots: None,
             tokenizer: model.tokenizer.clone(),
+            raw_prompt: model.template.is_server_side(),
+            chunk_tokens: model.settings.prefill_chunk(),
         };
         runner.snapshots = Snapshots::open(model, &self.snapshots, &runner.handle.runtime);
         if let Some(spec) = &model.prompt_cache {
@@ -448,8 +451,13 @@ struct RkllmRunner {
     /// Its conversation snapshots, when it keeps them.
     snapshots: Option<Snapshots>,
     /// Its tokenizer, when it has one (to close a thinking block whose
-    /// budget is spent).
+    /// budget is spent, and to cut a long prompt into chunks).
     tokenizer: Option<crate::model::tokenizer::TokenizerSource>,
+    /// Whether the runtime takes the prompt as it is (the server renders
+    /// the model's template; the runtime's is switched off).
+    raw_prompt: bool,
+    /// Tokens a prefill run takes of a long prompt (0: one run).
+    chunk_tokens: u32,
 }
 
 impl RkllmRunner {
@@ -627,7 +635,13 @@ impl RkllmRunner {
         self.save_cache_to = snapshot_to
             .as_deref()
             .and_then(|p| CString::new(p.to_string_lossy().into_owned()).ok());
-        let result = self.run_once(request, sink, prompt, role, keep_history, None);
+        let chunks = (!keep_history)
+            .then(|| self.chunks_for(request, prompt))
+            .flatten();
+        let result = match &chunks {
+            Some(chunks) => self.run_chunked(request, sink, prompt, role, chunks),
+            None => self.run_once(request, sink, prompt, role, keep_history, None),
+        };
         self.save_cache_to = None;
         if let Some(tmp) = snapshot_to {
             let ran = matches!(&result, Ok(g) if g.finish_reason != FinishReason::Abort)

@@ -526,6 +526,16 @@ impl Snapshots {
         self.misses += 1;
     }
 
+    /// Bytes at the start of `prompt` the snapshot the runtime holds
+    /// covers (0: it holds none).
+    pub(super) fn loaded_shared(&self, prompt: &str) -> usize {
+        let loaded = self.loaded.as_deref();
+        self.entries
+            .iter()
+            .find(|e| loaded == Some(e.stem.as_str()))
+            .map_or(0, |e| common_prefix(&e.prompt, prompt))
+    }
+
     /// Whether the runtime holds one of these snapshots.
     pub(super) fn any_loaded(&self) -> bool {
         self.loaded.is_some()

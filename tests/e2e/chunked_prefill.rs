@@ -1,0 +1,291 @@
+//! Chunked prefill on the runtime test double of both ABIs. A long prompt
+//! the server renders (its own template, with the model's tokenizer) is
+//! prefilled a chunk a run: the first run takes its beginning as text, the
+//! later ones the next chunk's token ids, each paused at its first
+//! callback with the KV cache kept, and the last generates. The double
+//! notices an abort only once a run's prefill is done, as the runtime does
+//! (rknn-llm #400), so in one run a client that leaves holds the NPU for
+//! the whole prefill; in chunks the abort lands at the next chunk's end and
+//! the runner is neither killed nor loaded again. A snapshot saved at the
+//! end of a chunked prefill holds the whole prompt, and the returning
+//! conversation prefills only what follows it.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::{Fake, ScratchDir, Server, mock_tokenizer};
+
+const ANSWER: &str = "Chunked answer.";
+
+/// Microseconds the double takes to prefill a prompt byte: the long
+/// message's 8 s, or a quick prefill.
+const SLOW_US_PER_BYTE: u64 = 2300;
+const QUICK_US_PER_BYTE: u64 = 10;
+
+/// A user message of about 3,500 bytes (as many of the mock tokenizer's
+/// tokens, within the model's 4,096).
+fn long_message() -> String {
+    "Please read this log line of the board and keep it in mind. ".repeat(57)
+}
+
+/// The model's own chat template (ChatML, in Jinja): a chat sent whole,
+/// which conversation snapshots keep.
+const TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// What the template renders for `messages` (role, text).
+fn render(messages: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    for (role, text) in messages {
+        out.push_str(&format!("<|im_start|>{role}\n{text}<|im_end|>\n"));
+    }
+    out + "<|im_start|>assistant\n"
+}
+
+struct Board {
+    server: Server,
+    log: PathBuf,
+    _dir: ScratchDir,
+}
+
+impl Board {
+    /// Model `chat` (its own ChatML template, the mock tokenizer) with `settings` lines in
+    /// its entry, and `whole`, the same prefilling in one run, on a double
+    /// prefilling a byte in `us_per_byte` microseconds.
+    fn start(fake: Fake, settings: &str, us_per_byte: u64) -> Self {
+        let dir = ScratchDir::new();
+        let tokenizer = mock_tokenizer().display().to_string();
+        let model = dir.0.join("chat.rkllm");
+        std::fs::write(&model, format!("@fake-vocab={tokenizer}\n{ANSWER}")).unwrap();
+        let snapshots = dir.0.join("snapshots");
+        let config = format!(
+            "[rkllm]\nsnapshot_dir = {snapshots:?}\nsnapshot_max_mb = 64\n\
+             [[models]]\nname = \"chat\"\npath = {model:?}\ntokenizer = {tokenizer:?}\n\
+             chat_template = {TEMPLATE:?}\n{settings}\n\
+             [[models]]\nname = \"whole\"\npath = {model:?}\ntokenizer = {tokenizer:?}\n\
+             chat_template = {TEMPLATE:?}\nprefill_chunk_tokens = 0\nsnapshots = false\n"
+        );
+        let log = dir.0.join("fake.log");
+        let server = Server::start_on_fake(
+            &config,
+            fake,
+            &log,
+            &[],
+            &[("FAKE_RKLLM_PREFILL_US_PER_BYTE", &us_per_byte.to_string())],
+        );
+        Self {
+            server,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    async fn chat(&self, model: &str, messages: Value) -> Value {
+        self.server
+            .post_json(
+                "/v1/chat/completions",
+                json!({"model": model, "messages": messages}),
+            )
+            .await
+    }
+}
+
+/// The numbers after `key=` in the lines starting with `event`.
+fn numbers(log: &[String], event: &str, key: &str) -> Vec<usize> {
+    log.iter()
+        .filter(|l| l.starts_with(event))
+        .filter_map(|l| {
+            let at = l.find(&format!("{key}="))? + key.len() + 1;
+            l[at..].split([' ', ',']).next()?.parse().ok()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_long_prompt_is_prefilled_in_chunks_and_answered_as_in_one_run() {
+    for fake in [Fake::V1_3, Fake::V1_2] {
+        let board = Board::start(
+            fake,
+            "prefill_chunk_tokens = 256\nsnapshots = false",
+            QUICK_US_PER_BYTE,
+        );
+        let message = long_message();
+        let messages = json!([{"role": "user", "content": message}]);
+        let chunked = board.chat("chat", messages.clone()).await;
+        let log = board.log();
+        let whole = board.chat("whole", messages).await;
+        let text = |r: &Value| {
+            r["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(text(&chunked), ANSWER, "{chunked}");
+        assert_eq!(text(&whole), ANSWER, "{whole}");
+        // The prompt's tokens are the tokenizer's, whichever way it went.
+        let tokens = |r: &Value| r["usage"]["prompt_tokens"].as_u64().unwrap();
+        let counted = board
+            .server
+            .post_json(
+                "/tokenize",
+                json!({"model": "chat", "content": render(&[("user", &message)])}),
+            )
+            .await;
+        let expected = counted["tokens"].as_array().map(|t| t.len() as u64);
+        assert_eq!(Some(tokens(&chunked)), expected, "{counted}");
+        // Each chunk after the first went in as 256 token ids or fewer
+        // (the last), each run but the last paused at its first callback.
+        let fed = numbers(&log, "run-tokens", "n");
+        assert!(fed.len() >= 10, "{fed:?}");
+        assert!(fed.iter().all(|&n| n <= 256), "{fed:?}");
+        assert!(fed[..fed.len() - 1].iter().all(|&n| n == 256), "{fed:?}");
+        let paused = log
+            .iter()
+            .filter(|l| l.starts_with("logits-end how=pause steps=1"))
+            .count();
+        assert_eq!(
+            paused,
+            fed.len(),
+            "every chunk but the last paused:\n{log:#?}"
+        );
+        // The first run took the prompt's beginning as text.
+        assert_eq!(
+            log.iter().filter(|l| l.starts_with("run role=")).count(),
+            1,
+            "{log:#?}"
+        );
+        let after = board.log();
+        let whole_runs = after[log.len()..]
+            .iter()
+            .filter(|l| l.starts_with("run-tokens"))
+            .count();
+        assert_eq!(whole_runs, 0, "with 0 the prompt goes in one run");
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_during_a_long_prefill_frees_the_npu_at_the_next_chunk_edge() {
+    for fake in [Fake::V1_3, Fake::V1_2] {
+        let board = Board::start(
+            fake,
+            "prefill_chunk_tokens = 256\nsnapshots = false",
+            SLOW_US_PER_BYTE,
+        );
+        let body = json!({"model": "chat", "stream": true,
+                          "messages": [{"role": "user", "content": long_message()}]});
+        let response = board
+            .server
+            .send(
+                reqwest::Method::POST,
+                "/v1/chat/completions",
+                Some(body),
+                None,
+            )
+            .await;
+        assert_eq!(response.status(), 200);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(response);
+        let left = Instant::now();
+        let next = board
+            .chat(
+                "chat",
+                json!([{"role": "user", "content": "Short question."}]),
+            )
+            .await;
+        let freed = left.elapsed();
+        assert_eq!(next["choices"][0]["message"]["content"], ANSWER, "{next}");
+        let log = board.log();
+        // The runtime was loaded once: nothing was killed for the abort.
+        assert_eq!(
+            log.iter().filter(|l| l.starts_with("init ")).count(),
+            1,
+            "{log:#?}"
+        );
+        // The abort came during a chunk's run; that run ended at its
+        // prefill's end, and no other chunk of the long prompt ran.
+        let abort = log
+            .iter()
+            .position(|l| l.starts_with("abort running=1"))
+            .unwrap_or_else(|| panic!("no abort during a run: {log:#?}"));
+        let short = log
+            .iter()
+            .rposition(|l| l.starts_with("run role="))
+            .unwrap();
+        assert!(short > abort, "{log:#?}");
+        let between = &log[abort..short];
+        assert!(
+            between
+                .iter()
+                .any(|l| l.starts_with("logits-end how=abort")),
+            "{between:#?}"
+        );
+        assert!(
+            !between.iter().any(|l| l.starts_with("run-tokens")),
+            "a chunk ran after the abort: {between:#?}"
+        );
+        assert!(
+            between.iter().any(|l| l.starts_with("clear-kv")),
+            "{between:#?}"
+        );
+        // Of the long prompt's 14 chunks, the first few ran.
+        let begun = log[..abort]
+            .iter()
+            .filter(|l| l.starts_with("logits-run"))
+            .count();
+        assert!(
+            (1..10).contains(&begun),
+            "chunks begun before the abort: {begun}"
+        );
+        eprintln!("{fake:?}: the next chat was answered {freed:?} after the client left");
+    }
+}
+
+#[tokio::test]
+async fn a_snapshot_saved_after_a_chunked_prefill_holds_the_whole_prompt() {
+    let board = Board::start(Fake::V1_3, "prefill_chunk_tokens = 256", QUICK_US_PER_BYTE);
+    let message = long_message();
+    let first = json!([{"role": "user", "content": message}]);
+    let reply = board.chat("chat", first).await;
+    assert_eq!(reply["choices"][0]["message"]["content"], ANSWER, "{reply}");
+    let prompt = render(&[("user", &message)]);
+    let log = board.log();
+    assert!(
+        numbers(&log, "run-tokens", "n").len() > 1,
+        "the first turn was prefilled in chunks: {log:#?}"
+    );
+    assert_eq!(
+        numbers(&log, "prompt-cache-save", "bytes"),
+        vec![prompt.len()],
+        "{log:#?}\n{}",
+        board.server.log().join("\n")
+    );
+    // The conversation comes back: the snapshot covers its first prompt,
+    // and only what follows is prefilled, in one run.
+    let again = json!([
+        {"role": "user", "content": message},
+        {"role": "assistant", "content": ANSWER},
+        {"role": "user", "content": "And then?"},
+    ]);
+    let reply = board.chat("chat", again).await;
+    assert_eq!(reply["choices"][0]["message"]["content"], ANSWER, "{reply}");
+    let later = board.log()[log.len()..].to_vec();
+    assert_eq!(
+        numbers(&later, "run-cached", "bytes"),
+        vec![prompt.len()],
+        "{later:#?}"
+    );
+    assert!(
+        !later.iter().any(|l| l.starts_with("run-tokens")),
+        "{later:#?}"
+    );
+}
