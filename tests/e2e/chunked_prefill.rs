@@ -289,3 +289,65 @@ async fn a_snapshot_saved_after_a_chunked_prefill_holds_the_whole_prompt() {
         "{later:#?}"
     );
 }
+
+#[tokio::test]
+async fn stream_status_says_how_far_a_chunked_prefill_has_come() {
+    let board = Board::start(
+        Fake::V1_3,
+        "prefill_chunk_tokens = 256\nsnapshots = false",
+        SLOW_US_PER_BYTE,
+    );
+    let started = board
+        .server
+        .ok(
+            "run",
+            json!({"model": "chat", "stream": true, "prompt": long_message()}),
+        )
+        .await;
+    let stream_id = started["stream_id"].as_str().unwrap().to_owned();
+    // Polled while the 8 s prefill goes on: the tokens prefilled grow a
+    // chunk at a time, of the whole prompt's.
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(30);
+    while seen.len() < 3 && Instant::now() < until {
+        let status = board
+            .server
+            .ok("stream_status", json!({"stream_id": stream_id}))
+            .await;
+        if let Some(prefill) = status.get("prefill") {
+            assert_eq!(status["state"], "initializing", "{status}");
+            let at = (
+                prefill["tokens"].as_u64().unwrap(),
+                prefill["of"].as_u64().unwrap(),
+            );
+            if seen.last() != Some(&at) {
+                seen.push(at);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(seen.len() >= 3, "{seen:?}");
+    let total = seen[0].1;
+    assert!(total > 3000, "{seen:?}");
+    assert!(seen.iter().all(|&(_, of)| of == total), "{seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0].0 < w[1].0 && w[1].0 < total),
+        "{seen:?}"
+    );
+    // Steps of one chunk (256 tokens) after the first.
+    assert!(
+        seen.windows(2)
+            .skip(1)
+            .all(|w| (w[1].0 - w[0].0) % 256 == 0),
+        "{seen:?}"
+    );
+    board
+        .server
+        .ok("abort", json!({"stream_id": stream_id}))
+        .await;
+    let status = board
+        .server
+        .ok("stream_status", json!({"stream_id": stream_id}))
+        .await;
+    assert!(status.get("prefill").is_none(), "{status}");
+}

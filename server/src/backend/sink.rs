@@ -24,6 +24,9 @@ pub trait TokenOutput: Sync {
     /// The log probabilities of the tokens whose text the next `push`
     /// carries (or an earlier one's, when a character was held back).
     fn logprobs(&self, _entries: Vec<crate::vocab::TokenLogprob>) {}
+    /// How far a prompt prefilled in chunks has come: `done` of `total`
+    /// tokens.
+    fn prefill_progress(&self, _done: u32, _total: u32) {}
     /// The token that says the generation should stop.
     fn cancel_token(&self) -> &CancelToken;
 }
@@ -220,6 +223,11 @@ impl<'a> TokenSink<'a> {
     /// Records the prompt's token count.
     pub fn set_prompt_tokens(&self, tokens: u32) {
         self.output.set_prompt_tokens(tokens);
+    }
+
+    /// Reports how far a prompt prefilled in chunks has come.
+    pub fn prefill_progress(&self, done: u32, total: u32) {
+        self.output.prefill_progress(done, total);
     }
 
     /// Reports one token decoded to `bytes` (any byte split: incomplete

@@ -22,6 +22,10 @@ impl TokenOutput for Stream {
         Stream::set_prompt_tokens(self, tokens);
     }
 
+    fn prefill_progress(&self, done: u32, total: u32) {
+        Stream::set_prefill(self, done, total);
+    }
+
     fn cancel_token(&self) -> &CancelToken {
         Stream::cancel_token(self)
     }

@@ -326,5 +326,8 @@ fn stream_status(state: &Services, mut p: Params) -> Result<Handled, RpcError> {
         let position = state.service.queue_position(&stream).unwrap_or(0);
         result["queue_position"] = json!(position);
     }
+    if let Some((tokens, of)) = stream.prefill() {
+        result["prefill"] = json!({"tokens": tokens, "of": of});
+    }
     done(&result)
 }

@@ -123,6 +123,8 @@ struct Inner {
     /// resume grace in force: the generation is aborted at this instant
     /// unless a reader attaches again.
     resume_by: Option<Instant>,
+    /// While a long prompt is prefilled in chunks: tokens prefilled, of.
+    prefill: Option<(u32, u32)>,
 }
 
 impl Inner {
@@ -299,6 +301,7 @@ impl Stream {
                 last_activity: Instant::now(),
                 resume_by: None,
                 usage: Usage::default(),
+                prefill: None,
             }),
         }
     }
@@ -340,6 +343,21 @@ impl Stream {
         if inner.state == StreamState::Queued {
             inner.state = StreamState::Initializing;
         }
+    }
+
+    /// Records how far a prefill in chunks has come: `done` of `total`
+    /// prompt tokens.
+    pub fn set_prefill(&self, done: u32, total: u32) {
+        self.inner.lock().prefill = Some((done, total));
+    }
+
+    /// How far the prefill has come (tokens, of), when it is made in
+    /// chunks and has not ended.
+    pub fn prefill(&self) -> Option<(u32, u32)> {
+        let inner = self.inner.lock();
+        inner
+            .prefill
+            .filter(|_| inner.state == StreamState::Initializing)
     }
 
     /// Records the prompt's token count, for usage in early ends.

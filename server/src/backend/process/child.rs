@@ -185,6 +185,11 @@ impl TokenOutput for RunOutput<'_> {
             .frame(|buf| frame::prompt_frame(buf, self.id, tokens));
     }
 
+    fn prefill_progress(&self, done: u32, total: u32) {
+        self.outbox
+            .json(frame::PREFILL, Some(self.id), &[done, total]);
+    }
+
     fn cancel_token(&self) -> &CancelToken {
         &self.cancel
     }

@@ -29,6 +29,9 @@ pub const DONE: u8 = 13;
 /// Runner → server: `id: u64 | JSON log probabilities` of the tokens whose
 /// text the next `TOKENS` frame of the run carries.
 pub const LOGPROBS: u8 = 14;
+/// Runner → server: `id: u64 | JSON [done, total]`, how far a prompt
+/// prefilled in chunks has come.
+pub const PREFILL: u8 = 15;
 
 /// Largest frame either side accepts (a run order holds the prompt).
 pub const MAX_FRAME: usize = 256 << 20;

@@ -412,6 +412,11 @@ impl Runner for ProcessRunner {
                         sink.logprob(entry);
                     }
                 }
+                frame::PREFILL if frame::id_of(body) == Some(id) => {
+                    if let Ok([done, total]) = serde_json::from_slice::<[u32; 2]>(&body[8..]) {
+                        sink.prefill_progress(done, total);
+                    }
+                }
                 frame::PROMPT => {
                     if let Some((run, tokens)) = frame::prompt_of(body)
                         && run == id

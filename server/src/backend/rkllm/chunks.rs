@@ -27,8 +27,9 @@ use crate::vocab::{FinishReason, Usage};
 /// each later one.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Chunks {
-    /// Bytes of the prompt the first run takes as text.
+    /// Bytes of the prompt the first run takes as text, and its tokens.
     pub first: usize,
+    pub first_tokens: u32,
     /// The ids of the later chunks, in order.
     pub rest: Vec<Vec<i32>>,
     /// The prompt's tokens in all.
@@ -98,6 +99,7 @@ impl Chunks {
         let rest = ids[edge..].chunks(size).map(<[i32]>::to_vec).collect();
         Some(Self {
             first: starts[edge],
+            first_tokens: u32::try_from(edge).unwrap_or(u32::MAX),
             rest,
             total: u32::try_from(ids.len()).unwrap_or(u32::MAX),
         })
@@ -193,6 +195,8 @@ impl RkllmRunner {
         let started = std::time::Instant::now();
         let mut fed: Option<&[i32]> = None;
         let mut runs = 0u32;
+        let mut done = 0u32;
+        sink.prefill_progress(done, chunks.total);
         for next in std::iter::once(None).chain(middle.iter().map(|c| Some(c.as_slice()))) {
             if let Some(ids) = next {
                 fed = Some(ids);
@@ -271,6 +275,11 @@ impl RkllmRunner {
                     ),
                 ));
             }
+            let took = fed.map_or(chunks.first_tokens, |ids| {
+                u32::try_from(ids.len()).unwrap_or(u32::MAX)
+            });
+            done = done.saturating_add(took);
+            sink.prefill_progress(done, chunks.total);
         }
         tracing::debug!(
             model = %request.model,
@@ -339,6 +348,7 @@ mod tests {
         let (ids, pieces) = tokens(prompt);
         let chunks = Chunks::cut(prompt, &ids, &pieces, 3, 0).unwrap();
         assert_eq!(&prompt[..chunks.first], "one two three");
+        assert_eq!(chunks.first_tokens, 3);
         assert_eq!(chunks.rest, vec![vec![3, 4, 5], vec![6, 7, 8], vec![9]]);
         assert_eq!(chunks.total, 10);
     }
