@@ -193,6 +193,13 @@ async fn a_client_that_leaves_during_a_long_prefill_frees_the_npu_at_the_next_ch
             )
             .await;
         assert_eq!(response.status(), 200);
+        // The client leaves 1 s into the prefill (its first run begun; the
+        // template's render before it takes longer under an emulator).
+        let until = Instant::now() + Duration::from_secs(60);
+        while !board.log().iter().any(|l| l.starts_with("logits-run")) {
+            assert!(Instant::now() < until, "the prefill never began");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
         drop(response);
         let left = Instant::now();
