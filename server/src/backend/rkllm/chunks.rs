@@ -162,8 +162,8 @@ impl RkllmRunner {
     }
 
     /// Prefills all chunks but the last, one run each, then runs the last
-    /// and generates. `save_cache`: where the last run saves the whole
-    /// prefill (a snapshot).
+    /// and generates; that run saves the whole prefill where
+    /// `save_cache_to` says (a snapshot).
     pub(super) fn run_chunked(
         &mut self,
         request: &ValidRunRequest,
