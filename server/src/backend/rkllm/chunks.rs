@@ -16,8 +16,7 @@ use std::ffi::CString;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::abi::{self, RunSettings};
-use super::runtime::Api;
+use super::abi::RunSettings;
 use super::snapshots::common_prefix;
 use super::{RkllmRunner, runtime_error};
 use crate::backend::{BackendError, Generation, TokenSink, ValidRunRequest};
@@ -222,18 +221,9 @@ impl RkllmRunner {
                 lora: lora.as_deref(),
                 save_cache: None,
             };
-            self.handle
-                .slot
-                .install(sink, run_id, Arc::clone(&abort), None, false, None);
-            self.handle.slot.set_prefill_only();
-            let userdata = self.handle.userdata();
-            let rc = match &self.handle.runtime.api {
-                Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, &settings, userdata),
-                Api::V1_2(api) => abi::run_v1_2(api, self.handle.handle, &settings, userdata),
-            };
-            abort.set_running(0);
+            let (rc, run) = self.logits_run(sink, run_id, &abort, None, &settings);
             runs += 1;
-            let Some(run) = self.handle.slot.remove() else {
+            let Some(run) = run else {
                 return Err(runtime_error(Some(rc), "the run's state was lost"));
             };
             if run.panicked {

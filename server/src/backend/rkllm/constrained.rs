@@ -190,7 +190,7 @@ impl RkllmRunner {
                 abort.set_running(0);
                 break Ending::Closed;
             }
-            let (rc, run) = self.steered_run(sink, run_id, &abort, &mut steering, &settings);
+            let (rc, run) = self.logits_run(sink, run_id, &abort, Some(&mut steering), &settings);
             runs += 1;
             if runs == 1
                 && let Some(rows) = steering.prompt_rows()
@@ -295,18 +295,24 @@ impl RkllmRunner {
     }
 
     /// One run in logits mode, `steering` answering its rows from the
-    /// callback. Returns `rkllm_run`'s code and the run's state.
-    fn steered_run(
+    /// callback; without steering, a run that only prefills (a chunk of a
+    /// long prompt: its first callback pauses it). Returns `rkllm_run`'s
+    /// code and the run's state.
+    pub(super) fn logits_run(
         &self,
         sink: &mut TokenSink<'_>,
         run_id: u64,
         abort: &Arc<AbortHandle>,
-        steering: &mut Steering,
+        steering: Option<&mut Steering>,
         settings: &RunSettings<'_>,
     ) -> (i32, Option<ActiveRun>) {
+        let prefill_only = steering.is_none();
         self.handle
             .slot
-            .install(sink, run_id, Arc::clone(abort), None, false, Some(steering));
+            .install(sink, run_id, Arc::clone(abort), None, false, steering);
+        if prefill_only {
+            self.handle.slot.set_prefill_only();
+        }
         let userdata = self.handle.userdata();
         let rc = match &self.handle.runtime.api {
             Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, settings, userdata),
