@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, ScratchDir, Server, mock_tokenizer};
+use crate::harness::{
+    CHATML_JINJA, Fake, ScratchDir, Server, mock_tokenizer, render_chatml as render,
+};
 
 const ANSWER: &str = "Chunked answer.";
 
@@ -32,17 +34,7 @@ fn long_message() -> String {
 
 /// The model's own chat template (ChatML, in Jinja): a chat sent whole,
 /// which conversation snapshots keep.
-const TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
-{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-
-/// What the template renders for `messages` (role, text).
-fn render(messages: &[(&str, &str)]) -> String {
-    let mut out = String::new();
-    for (role, text) in messages {
-        out.push_str(&format!("<|im_start|>{role}\n{text}<|im_end|>\n"));
-    }
-    out + "<|im_start|>assistant\n"
-}
+const TEMPLATE: &str = CHATML_JINJA;
 
 struct Board {
     server: Server,

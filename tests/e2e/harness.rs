@@ -808,3 +808,18 @@ pub fn mock_tokenizer_with(tokens: &[(&str, bool)]) -> String {
     }
     json.to_string()
 }
+
+/// ChatML as a model's own (Jinja) chat template: a chat is sent whole,
+/// rendered with it, and each render starts with the previous one.
+pub const CHATML_JINJA: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// What [`CHATML_JINJA`] renders for `messages` (role, text), as the
+/// server sends it.
+pub fn render_chatml(messages: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    for (role, text) in messages {
+        out.push_str(&format!("<|im_start|>{role}\n{text}<|im_end|>\n"));
+    }
+    out + "<|im_start|>assistant\n"
+}

@@ -16,24 +16,15 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, ScratchDir, Server, fake_runtime};
+use crate::harness::{
+    CHATML_JINJA, Fake, ScratchDir, Server, fake_runtime, render_chatml as render,
+};
 
 const ANSWER: &str = "Snapshot answer.";
 
 /// The model's own chat template (ChatML): every turn of a chat is sent
 /// whole, rendered with it, and each render starts with the previous one.
-const TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
-{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-
-/// What the template renders for `messages` (role, text), as the server
-/// sends it.
-fn render(messages: &[(&str, &str)]) -> String {
-    let mut out = String::new();
-    for (role, text) in messages {
-        out.push_str(&format!("<|im_start|>{role}\n{text}<|im_end|>\n"));
-    }
-    out + "<|im_start|>assistant\n"
-}
+const TEMPLATE: &str = CHATML_JINJA;
 const ABIS: [Fake; 2] = [Fake::V1_3, Fake::V1_2];
 
 fn long_system() -> String {
