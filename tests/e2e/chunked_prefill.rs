@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    CHATML_JINJA, Fake, ScratchDir, Server, mock_tokenizer, render_chatml as render,
+    CHATML_JINJA, Fake, ScratchDir, Server, mock_tokenizer, ndjson, post_text,
+    render_chatml as render,
 };
 
 const ANSWER: &str = "Chunked answer.";
@@ -349,4 +350,173 @@ async fn stream_status_says_how_far_a_chunked_prefill_has_come() {
         .ok("stream_status", json!({"stream_id": stream_id}))
         .await;
     assert!(status.get("prefill").is_none(), "{status}");
+}
+
+/// Microseconds a prompt byte takes for a prefill of about 1.4 s in
+/// chunks of about 0.1 s: long enough for a reader to see each chunk.
+const STEADY_US_PER_BYTE: u64 = 400;
+
+/// The prefill steps an SSE body's comments tell, as (tokens, of); none
+/// after the answer's first text.
+fn prefill_comments(body: &str) -> Vec<(u64, u64)> {
+    let mut seen = Vec::new();
+    let mut answered = false;
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix(": prefill ") {
+            assert!(
+                !answered,
+                "a prefill comment after the answer began: {body}"
+            );
+            let (tokens, of) = rest.split_once('/').expect("tokens/of");
+            seen.push((tokens.parse().unwrap(), of.parse().unwrap()));
+        } else if line.starts_with("data:") && line.contains(&ANSWER[..3]) {
+            // The answer's first token, "Chu", is out.
+            answered = true;
+        }
+    }
+    assert!(answered, "{body}");
+    seen
+}
+
+/// Prefill steps seen by a client: at least three, rising, each below the
+/// prompt's `total` tokens.
+fn check_steps(seen: &[(u64, u64)], total: u64) {
+    assert!(seen.len() >= 3, "{seen:?}");
+    assert!(
+        seen.iter().all(|&(_, of)| of == total),
+        "{seen:?} of {total}"
+    );
+    assert!(
+        seen.windows(2).all(|w| w[0].0 < w[1].0) && seen.iter().all(|&(t, _)| t < total),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn mcp_progress_tells_the_prefill_below_one_then_the_tokens_generated() {
+    let board = Board::start(
+        Fake::V1_3,
+        "prefill_chunk_tokens = 256\nsnapshots = false",
+        STEADY_US_PER_BYTE,
+    );
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+        "name": "generate", "arguments": {"prompt": long_message(), "model": "chat", "max_tokens": 40},
+        "_meta": {"progressToken": "long-1"}}});
+    let response = board
+        .server
+        .http
+        .post(board.server.mcp_url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(call.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    let messages: Vec<Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).unwrap())
+        .collect();
+    let (result, notes) = messages.split_last().unwrap();
+    assert_eq!(result["id"], 5, "{body}");
+    let structured = &result["result"]["structuredContent"];
+    assert_eq!(structured["text"], ANSWER, "{body}");
+    let prompt_tokens = structured["usage"]["prompt_tokens"].as_u64().unwrap();
+    // One rising sequence: the prefill's share (below 1, no message, its
+    // position in `_meta.prefill`), then the tokens generated.
+    let mut last = -1.0;
+    let mut steps = Vec::new();
+    let mut joined = String::new();
+    for note in notes {
+        assert_eq!(note["method"], "notifications/progress", "{note}");
+        let params = &note["params"];
+        assert_eq!(params["progressToken"], "long-1");
+        let progress = params["progress"].as_f64().unwrap();
+        assert!(progress > last, "progress rises: {body}");
+        last = progress;
+        if let Some(prefill) = params["_meta"].get("prefill") {
+            assert!(
+                joined.is_empty(),
+                "the prefill is told before the answer: {body}"
+            );
+            assert!(
+                params.get("message").is_none() && params.get("total").is_none(),
+                "{note}"
+            );
+            let at = (
+                prefill["tokens"].as_u64().unwrap(),
+                prefill["of"].as_u64().unwrap(),
+            );
+            assert!(progress < 1.0, "{note}");
+            assert!(
+                (progress - at.0 as f64 / at.1 as f64).abs() < 1e-9,
+                "{note}"
+            );
+            steps.push(at);
+        } else {
+            assert!(progress >= 1.0, "{note}");
+            assert_eq!(params["total"], 40, "{note}");
+            joined.push_str(params["message"].as_str().unwrap());
+        }
+    }
+    check_steps(&steps, prompt_tokens);
+    assert_eq!(joined, ANSWER);
+}
+
+#[tokio::test]
+async fn sse_apis_carry_the_prefill_in_comments_and_ndjson_leaves_it_out() {
+    let board = Board::start(
+        Fake::V1_3,
+        "prefill_chunk_tokens = 256\nsnapshots = false",
+        STEADY_US_PER_BYTE,
+    );
+    let messages = json!([{"role": "user", "content": long_message()}]);
+    let requests = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "chat", "stream": true,
+            "stream_options": {"include_usage": true}, "messages": messages}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "chat", "stream": true, "max_tokens": 40,
+            "messages": messages}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "chat", "stream": true, "input": messages}),
+        ),
+    ];
+    for (path, body) in requests {
+        let text = post_text(&board.server, path, body).await;
+        let seen = prefill_comments(&text);
+        let total = seen.first().map_or(0, |s| s.1);
+        assert!(total > 3000, "{path}: {seen:?}");
+        check_steps(&seen, total);
+        // The answer streams as before, its events all JSON.
+        let data: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .collect();
+        assert!(
+            data.iter()
+                .all(|d| serde_json::from_str::<Value>(d).is_ok()),
+            "{path}: {text}"
+        );
+    }
+    // Ollama's NDJSON has no comments: every line is one of its objects.
+    let lines = ndjson(
+        &board.server,
+        "/api/chat",
+        json!({"model": "chat", "messages": messages}),
+    )
+    .await;
+    let answer: String = lines
+        .iter()
+        .filter_map(|l| l["message"]["content"].as_str())
+        .collect();
+    assert_eq!(answer, ANSWER, "{lines:?}");
 }

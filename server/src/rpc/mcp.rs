@@ -13,7 +13,7 @@ use super::generate::{finish_reason, prepare, start_private, summarize};
 use super::params::{GENERATION_FIELDS, Params};
 use super::{RpcError, codes};
 use crate::service::ALL_OVERRIDES;
-use crate::service::{Batch, Completed, Event, Finish, ServiceError};
+use crate::service::{Batch, Completed, Event, Finish, ServiceError, Step};
 
 /// The tool's name.
 pub const GENERATE: &str = "generate";
@@ -99,7 +99,9 @@ impl From<ServiceError> for Stop {
 }
 
 /// The progress notifications of one call: each new fragment of text or
-/// thinking, counted in tokens (at least one more each time).
+/// thinking, counted in tokens (at least one more each time). Before them,
+/// a long prompt prefilled in chunks is told as a fraction below 1 (the
+/// share prefilled), so that one sequence rises through both.
 struct Progress {
     token: Value,
     total: Option<u64>,
@@ -107,6 +109,23 @@ struct Progress {
 }
 
 impl Progress {
+    /// The notification for a prefill in chunks that has `tokens` of its
+    /// `of` prompt tokens prefilled: `progress` is the share prefilled
+    /// (below 1, where the tokens generated begin), with no `total` and no
+    /// `message` (the message is the answer's text), and
+    /// `_meta.prefill {tokens, of}`. None once generating, or when it
+    /// would not rise.
+    fn prefill(&self, tokens: u32, of: u32) -> Option<String> {
+        if self.progress > 0 || tokens >= of {
+            return None;
+        }
+        let share = f64::from(tokens) / f64::from(of);
+        let params = json!({"progressToken": self.token, "progress": share,
+                            "_meta": {"prefill": {"tokens": tokens, "of": of}}});
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
+        Some(note.to_string())
+    }
+
     /// The notifications for one batch, one per fragment.
     fn notes(&mut self, batch: &Batch) -> Vec<String> {
         let mut notes = Vec::new();
@@ -188,9 +207,12 @@ pub(super) async fn tools_call(
         progress: 0,
     });
     let collected = running
-        .collect_with(|batch| {
-            let notes = match (notifier, &mut progress) {
-                (Some(_), Some(progress)) => progress.notes(batch),
+        .collect_steps(|step| {
+            let notes = match (notifier, &mut progress, step) {
+                (Some(_), Some(progress), Step::Batch(batch)) => progress.notes(batch),
+                (Some(_), Some(progress), &Step::Prefill { tokens, of }) => {
+                    progress.prefill(tokens, of).into_iter().collect()
+                }
                 _ => Vec::new(),
             };
             async move {

@@ -38,7 +38,7 @@ pub use images::{RemoteImages, parse_source};
 pub use parse::parse_body;
 pub use request::{Generate, OutputFormat, ToolChoice};
 pub use rerank::{Ranked, Reranked};
-pub use running::{Batch, Completed, Ending, Finish, Running};
+pub use running::{Batch, Completed, Ending, Finish, Running, Step};
 pub use tokens::{MAX_DETOKENIZE, Tokenized};
 
 /// What the APIs say of models and requests (the engine's own types).

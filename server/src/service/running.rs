@@ -7,11 +7,13 @@
 
 use std::sync::Arc;
 
+use futures_util::future::Either;
+
 use super::error::ServiceError;
 use super::event::{Event, push_text};
 use super::tools::ToolCallParser;
 use crate::model::ToolCall;
-use crate::stream::PrivateStream;
+use crate::stream::{Chunk, Next, PrivateStream};
 use crate::vocab::{EndError, EndInfo, FinishReason, Timings, Usage};
 
 /// Why a generation ended, as the APIs tell it.
@@ -60,6 +62,21 @@ pub struct Batch {
     /// The log probabilities of the answer's tokens in this batch, for a
     /// request that asked for them.
     pub logprobs: Vec<crate::vocab::TokenLogprob>,
+}
+
+/// One read of a generation whose reader watches the prefill.
+#[derive(Debug)]
+pub enum Step {
+    /// The next batch.
+    Batch(Batch),
+    /// A long prompt prefilled in chunks advanced: `tokens` of its `of`
+    /// are prefilled (nothing has been generated yet).
+    Prefill {
+        /// Prompt tokens prefilled.
+        tokens: u32,
+        /// Of all the prompt's tokens.
+        of: u32,
+    },
 }
 
 /// A generation whose stream only this request reads. Dropping it (the
@@ -142,6 +159,23 @@ impl Running {
             return None;
         }
         let chunks = self.private.consumer.next_batch().await;
+        Some(self.read(chunks))
+    }
+
+    /// [`Running::next`], telling also how far a long prompt's prefill in
+    /// chunks has come while nothing else happens (each position once).
+    pub async fn next_step(&mut self) -> Option<Step> {
+        if self.done {
+            return None;
+        }
+        match self.private.consumer.next_watching_prefill().await {
+            Next::Chunks(chunks) => Some(Step::Batch(self.read(chunks))),
+            Next::Prefill { tokens, of } => Some(Step::Prefill { tokens, of }),
+        }
+    }
+
+    /// The batch of `chunks` (none: the stream expired).
+    fn read(&mut self, chunks: Vec<Chunk>) -> Batch {
         let mut batch = Batch::default();
         if chunks.is_empty() {
             self.done = true;
@@ -156,7 +190,7 @@ impl Running {
                 expired: true,
                 stop_sequence: None,
             });
-            return Some(batch);
+            return batch;
         }
         for chunk in chunks {
             batch.tokens = batch.tokens.max(chunk.tokens);
@@ -184,7 +218,7 @@ impl Running {
                 batch.end = Some(ending(&end, calls));
             }
         }
-        Some(batch)
+        batch
     }
 
     /// Reads the generation to its end.
@@ -204,10 +238,37 @@ impl Running {
     /// # Errors
     /// What `each` fails with (the generation is dropped, so aborted), or
     /// [`ServiceError::Expired`] when the stream expired first.
-    pub async fn collect_with<E, F, Fut>(mut self, mut each: F) -> Result<Completed, E>
+    pub async fn collect_with<E, F, Fut>(self, mut each: F) -> Result<Completed, E>
     where
         E: From<ServiceError>,
         F: FnMut(&Batch) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
+        self.gather(false, |step| match step {
+            Step::Batch(batch) => Either::Left(each(batch)),
+            Step::Prefill { .. } => Either::Right(std::future::ready(Ok(()))),
+        })
+        .await
+    }
+
+    /// [`Running::collect_with`], handing `each` also each step of a long
+    /// prompt's prefill in chunks ([`Running::next_step`]).
+    ///
+    /// # Errors
+    /// As [`Running::collect_with`].
+    pub async fn collect_steps<E, F, Fut>(self, each: F) -> Result<Completed, E>
+    where
+        E: From<ServiceError>,
+        F: FnMut(&Step) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
+        self.gather(true, each).await
+    }
+
+    async fn gather<E, F, Fut>(mut self, watch_prefill: bool, mut each: F) -> Result<Completed, E>
+    where
+        E: From<ServiceError>,
+        F: FnMut(&Step) -> Fut,
         Fut: Future<Output = Result<(), E>>,
     {
         let mut completed = Completed {
@@ -225,8 +286,17 @@ impl Running {
             },
             logprobs: Vec::new(),
         };
-        while let Some(mut batch) = self.next().await {
-            each(&batch).await?;
+        loop {
+            let step = if watch_prefill {
+                self.next_step().await
+            } else {
+                self.next().await.map(Step::Batch)
+            };
+            let Some(step) = step else { break };
+            each(&step).await?;
+            let Step::Batch(mut batch) = step else {
+                continue;
+            };
             completed.logprobs.append(&mut batch.logprobs);
             for event in batch.events {
                 match event {

@@ -128,6 +128,12 @@ struct Inner {
 }
 
 impl Inner {
+    /// How far a prefill in chunks has come, while it runs.
+    fn prefill_now(&self) -> Option<(u32, u32)> {
+        self.prefill
+            .filter(|_| self.state == StreamState::Initializing)
+    }
+
     /// Copies up to [`MAX_BATCH`] buffered chunks with `seq >= from_seq`.
     fn chunks_from(&self, from_seq: u64) -> Vec<Chunk> {
         let skip = usize::try_from(from_seq.saturating_sub(self.first_seq)).unwrap_or(usize::MAX);
@@ -347,17 +353,17 @@ impl Stream {
 
     /// Records how far a prefill in chunks has come: `done` of `total`
     /// prompt tokens.
+    /// Readers that watch the prefill ([`Consumer::next_watching_prefill`])
+    /// wake for it.
     pub fn set_prefill(&self, done: u32, total: u32) {
         self.inner.lock().prefill = Some((done, total));
+        self.notify.notify_waiters();
     }
 
     /// How far the prefill has come (tokens, of), when it is made in
     /// chunks and has not ended.
     pub fn prefill(&self) -> Option<(u32, u32)> {
-        let inner = self.inner.lock();
-        inner
-            .prefill
-            .filter(|_| inner.state == StreamState::Initializing)
+        self.inner.lock().prefill_now()
     }
 
     /// Records the prompt's token count, for usage in early ends.
@@ -613,6 +619,7 @@ impl Stream {
             stream: Arc::clone(self),
             id,
             cursor: from_seq,
+            prefill_seen: None,
         }
     }
 
@@ -681,6 +688,24 @@ pub struct Consumer {
     stream: Arc<Stream>,
     id: u64,
     cursor: u64,
+    /// The prefill position last handed out by
+    /// [`Consumer::next_watching_prefill`].
+    prefill_seen: Option<(u32, u32)>,
+}
+
+/// What a reader that watches the prefill reads next.
+#[derive(Debug)]
+pub enum Next {
+    /// The next chunks; none only when nothing more will come.
+    Chunks(Vec<Chunk>),
+    /// A prefill in chunks advanced, and no chunk is waiting: `tokens`
+    /// of the prompt's `of` are prefilled.
+    Prefill {
+        /// Prompt tokens prefilled.
+        tokens: u32,
+        /// Of all the prompt's tokens.
+        of: u32,
+    },
 }
 
 impl Consumer {
@@ -694,15 +719,45 @@ impl Consumer {
     /// only when nothing more will come (after the end chunk, or when the
     /// stream expired).
     pub async fn next_batch(&mut self) -> Vec<Chunk> {
+        loop {
+            // Not watching, `next` hands out chunks only.
+            if let Next::Chunks(chunks) = self.next(false).await {
+                return chunks;
+            }
+        }
+    }
+
+    /// [`Consumer::next_batch`], waking also when a prefill in chunks
+    /// advances (while no chunk waits), to tell the client how far it has
+    /// come. Each position is handed out once.
+    pub async fn next_watching_prefill(&mut self) -> Next {
+        self.next(true).await
+    }
+
+    async fn next(&mut self, watch_prefill: bool) -> Next {
         let cursor = self.cursor;
+        let seen = self.prefill_seen;
+        let advanced = |inner: &Inner| {
+            watch_prefill && inner.prefill_now().is_some_and(|now| Some(now) != seen)
+        };
         self.stream
             .wait_until(|inner| {
                 inner.next_seq > cursor
                     || inner.state == StreamState::Expired
                     || inner.end_seq.is_some_and(|end| cursor > end)
+                    || advanced(inner)
             })
             .await;
         let mut inner = self.stream.inner.lock();
+        // No chunk waits (a prefill runs only before the first, and the
+        // stream has not ended or expired while it does).
+        if inner.next_seq <= cursor
+            && let Some((tokens, of)) = inner.prefill_now().filter(|_| advanced(&inner))
+        {
+            self.prefill_seen = Some((tokens, of));
+            inner.last_activity = Instant::now();
+            return Next::Prefill { tokens, of };
+        }
         let batch = inner.chunks_from(cursor);
         if let Some(last) = batch.last() {
             self.cursor = last.seq + 1;
@@ -718,7 +773,7 @@ impl Consumer {
         }
         inner.last_activity = Instant::now();
         self.stream.release_locked(&mut inner);
-        batch
+        Next::Chunks(batch)
     }
 }
 

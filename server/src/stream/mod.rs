@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::vocab::EndInfo;
 
-pub use buffer::{CHUNK_OVERHEAD, Consumer, PollBatch, PollError, Stream};
+pub use buffer::{CHUNK_OVERHEAD, Consumer, Next, PollBatch, PollError, Stream};
 pub use id::{STREAM_ID_LEN, is_stream_id, new_stream_id};
 pub use manager::{StreamError, StreamManager};
 pub use private::PrivateStream;

@@ -347,3 +347,40 @@ fn texts_survive_partial_frees_and_compaction_of_the_shared_text_buffer() {
         "only the end chunk is still counted"
     );
 }
+
+#[tokio::test]
+async fn a_reader_watching_the_prefill_gets_each_new_position_once_then_the_chunks() {
+    let manager = StreamManager::new(limits());
+    let stream = manager.create("m", false).unwrap();
+    let mut watching = stream.attach(0);
+    let mut plain = stream.attach(0);
+    stream.set_initializing();
+    stream.set_prefill(0, 600);
+    stream.set_prefill(256, 600);
+    // Only the latest position is told, once.
+    let step = watching.next_watching_prefill().await;
+    assert!(
+        matches!(
+            step,
+            crate::stream::Next::Prefill {
+                tokens: 256,
+                of: 600
+            }
+        ),
+        "{step:?}"
+    );
+    let waited =
+        tokio::time::timeout(Duration::from_millis(50), watching.next_watching_prefill()).await;
+    assert!(waited.is_err(), "a position is told once: {waited:?}");
+    stream.set_prefill(512, 600);
+    stream.push("abc", 1);
+    // A chunk waiting comes first, and the prefill is over once it does.
+    let step = watching.next_watching_prefill().await;
+    let crate::stream::Next::Chunks(chunks) = step else {
+        panic!("{step:?}");
+    };
+    assert_eq!(&*chunks[0].delta, "abc");
+    assert_eq!(stream.prefill(), None);
+    // A reader that does not watch gets the chunks only.
+    assert_eq!(&*plain.next_batch().await[0].delta, "abc");
+}

@@ -14,7 +14,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
 
-use crate::service::{Batch, Running};
+use crate::service::{Batch, Running, Step};
 
 /// What one API makes of a generation: its frames before the first batch,
 /// and those of each batch (the last batch carries the end).
@@ -30,9 +30,29 @@ pub trait Framer: Send + 'static {
     fn batch(&mut self, batch: &Batch, out: &mut Vec<Self::Frame>);
 }
 
+/// What goes out: an API's frame, or how far a long prompt's prefill in
+/// chunks has come (an SSE comment; nothing on NDJSON, whose lines a
+/// client reads as the API's objects).
+#[derive(Debug)]
+pub enum Piece<T> {
+    /// One of the API's frames.
+    Frame(T),
+    /// `tokens` of the prompt's `of` are prefilled.
+    Prefill {
+        /// Prompt tokens prefilled.
+        tokens: u32,
+        /// Of all the prompt's tokens.
+        of: u32,
+    },
+}
+
 /// The frames of `running` as `framer` makes them: its start, then each
-/// batch's as soon as the batch is read, until the end.
-pub fn frames<F: Framer>(running: Running, framer: F) -> impl Stream<Item = F::Frame> + Send {
+/// batch's as soon as the batch is read, until the end, with the prefill's
+/// steps while nothing else happens.
+pub fn frames<F: Framer>(
+    running: Running,
+    framer: F,
+) -> impl Stream<Item = Piece<F::Frame>> + Send {
     struct Driven<F> {
         running: Running,
         framer: F,
@@ -49,14 +69,23 @@ pub fn frames<F: Framer>(running: Running, framer: F) -> impl Stream<Item = F::F
             driven.started = true;
             driven.framer.start(&mut out);
             if !out.is_empty() {
-                return Some((futures_util::stream::iter(out), driven));
+                return Some((pieces(out), driven));
             }
         }
-        let batch = driven.running.next().await?;
-        driven.framer.batch(&batch, &mut out);
-        Some((futures_util::stream::iter(out), driven))
+        match driven.running.next_step().await? {
+            Step::Batch(batch) => driven.framer.batch(&batch, &mut out),
+            Step::Prefill { tokens, of } => {
+                let piece = Piece::Prefill { tokens, of };
+                return Some((futures_util::stream::iter(vec![piece]), driven));
+            }
+        }
+        Some((pieces(out), driven))
     })
     .flatten()
+}
+
+fn pieces<T>(frames: Vec<T>) -> futures_util::stream::Iter<std::vec::IntoIter<Piece<T>>> {
+    futures_util::stream::iter(frames.into_iter().map(Piece::Frame).collect::<Vec<_>>())
 }
 
 /// A frame that is one server-sent event.
@@ -79,6 +108,19 @@ impl SseFrame for (&'static str, String) {
     }
 }
 
+/// A prefill step is a comment, `: prefill <tokens>/<of>`, which SSE
+/// readers skip.
+impl<T: SseFrame> SseFrame for Piece<T> {
+    fn event(self) -> SseEvent {
+        match self {
+            Self::Frame(frame) => frame.event(),
+            Self::Prefill { tokens, of } => {
+                SseEvent::default().comment(format!("prefill {tokens}/{of}"))
+            }
+        }
+    }
+}
+
 /// `frames` as an SSE response, with `keep_alive` while nothing else goes
 /// out (a long prefill) and the streaming headers.
 pub fn sse<T: SseFrame>(
@@ -91,8 +133,14 @@ pub fn sse<T: SseFrame>(
 }
 
 /// `frames` (each a run of whole lines) as an NDJSON response body, one
-/// body chunk per frame.
-pub fn ndjson(frames: impl Stream<Item = Bytes> + Send + 'static) -> Response {
-    let body = Body::from_stream(frames.map(Ok::<_, Infallible>));
+/// body chunk per frame; prefill steps are not told.
+pub fn ndjson(frames: impl Stream<Item = Piece<Bytes>> + Send + 'static) -> Response {
+    let lines = frames.filter_map(|piece| {
+        std::future::ready(match piece {
+            Piece::Frame(lines) => Some(Ok::<_, Infallible>(lines)),
+            Piece::Prefill { .. } => None,
+        })
+    });
+    let body = Body::from_stream(lines);
     ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
 }

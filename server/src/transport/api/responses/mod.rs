@@ -323,7 +323,7 @@ async fn whole_response(
 
 /// Frames as an SSE response, with keep-alive comments during a long
 /// prefill.
-fn sse(frames: impl futures_util::Stream<Item = Frame> + Send + 'static) -> Response {
+fn sse<T: SseFrame>(frames: impl futures_util::Stream<Item = T> + Send + 'static) -> Response {
     let keep_alive = KeepAlive::new()
         .interval(Duration::from_secs(15))
         .text("keep-alive");
