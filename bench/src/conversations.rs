@@ -13,14 +13,19 @@
 //! user 2's turn 1, …), so every turn of one user comes after another
 //! user's. The same chat is also run alone.
 //!
-//! Three set-ups: the runtime's built-in template without snapshots (the
+//! Four set-ups: the runtime's built-in template without snapshots (the
 //! runtime keeps one chat's history; another chat in between sends the
-//! whole conversation), the same with snapshots, and the model's own chat
-//! template (every turn sent whole, rendered) with snapshots.
+//! whole conversation), the same with snapshots, the same with half a
+//! second between a turn's answer and the next request (a person reading:
+//! the NPU is idle, and a returning chat's snapshot is brought up to date
+//! with its reply then), and the model's own chat template (every turn
+//! sent whole, rendered) with snapshots. The updates made, those that
+//! yielded to a request, and the NPU time each took come from the
+//! server's metrics.
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -40,12 +45,20 @@ pub struct SetupResult {
     pub setup: &'static str,
     /// Users alternating (1: alone).
     pub users: usize,
+    /// Pause between an answer and the next request, in milliseconds.
+    pub pause_ms: u64,
     pub ttft_turn1_ms: f64,
     pub ttft_turn4_ms: f64,
     pub ttft_turn8_ms: f64,
     /// Snapshot files and bytes kept at the end.
     pub snapshot_files: u64,
     pub snapshot_bytes: u64,
+    /// Snapshots brought up to date while idle, and updates that yielded
+    /// to a request.
+    pub updates_done: u64,
+    pub updates_yielded: u64,
+    /// NPU time the updates took, per update made, in milliseconds.
+    pub update_ms_each: f64,
 }
 
 /// The figures of every set-up.
@@ -60,8 +73,9 @@ impl ConversationsResult {
     pub fn markdown(&self) -> String {
         let mut out = String::from(
             "## Alternating conversations: time to first token\n\n\
-             | set-up | users | turn 1 | turn 4 | turn 8 | turn 8 vs alone | snapshots kept |\n\
-             |---|---|---|---|---|---|---|\n",
+             | set-up | users | turn 1 | turn 4 | turn 8 | turn 8 vs alone | snapshots kept | \
+             updates made (yielded) | NPU time per update |\n\
+             |---|---|---|---|---|---|---|---|---|\n",
         );
         for run in &self.runs {
             let alone = self
@@ -69,8 +83,13 @@ impl ConversationsResult {
                 .iter()
                 .find(|r| r.setup == run.setup && r.users == 1)
                 .map_or(f64::NAN, |r| r.ttft_turn8_ms);
+            let each = if run.updates_done > 0 {
+                format!("{:.0} ms", run.update_ms_each)
+            } else {
+                "-".into()
+            };
             out.push_str(&format!(
-                "| {} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.2}× | {} files, {} bytes |\n",
+                "| {} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.2}× | {} files, {} bytes | {} ({}) | {} |\n",
                 run.setup,
                 run.users,
                 run.ttft_turn1_ms,
@@ -79,6 +98,9 @@ impl ConversationsResult {
                 run.ttft_turn8_ms / alone,
                 run.snapshot_files,
                 run.snapshot_bytes,
+                run.updates_done,
+                run.updates_yielded,
+                each,
             ));
         }
         out
@@ -146,9 +168,10 @@ fn has_content(body: &[u8]) -> bool {
         })
 }
 
-/// Runs `users` chats of [`TURNS`] turns, taking turns; returns each
-/// turn's times to first token (per turn, one per user).
-async fn chats(addr: SocketAddr, users: usize) -> Result<Vec<Vec<f64>>, String> {
+/// Runs `users` chats of [`TURNS`] turns, taking turns, `pause` after
+/// each answer; returns each turn's times to first token (per turn, one
+/// per user).
+async fn chats(addr: SocketAddr, users: usize, pause: Duration) -> Result<Vec<Vec<f64>>, String> {
     let http = reqwest::Client::new();
     let mut histories: Vec<Vec<Value>> = (0..users)
         .map(|_| vec![json!({"role": "system", "content": "You are a helpful assistant."})])
@@ -160,9 +183,18 @@ async fn chats(addr: SocketAddr, users: usize) -> Result<Vec<Vec<f64>>, String> 
             let (ms, answer) = first_token_ms(&http, addr, history).await?;
             times.push(ms);
             history.push(json!({"role": "assistant", "content": answer}));
+            tokio::time::sleep(pause).await;
         }
     }
     Ok(ttft)
+}
+
+/// The value of the sample `name` (with its labels) in a Prometheus text
+/// exposition, 0 when absent.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// Runs the measurement with `binary`.
@@ -176,13 +208,19 @@ pub async fn measure(binary: &Path) -> Result<ConversationsResult, String> {
     let reply = "The NPU of the RK3588 has three cores of 2 TOPS each; the model's weights and \
                  its KV cache live in the board's shared memory, read at every step of decode.";
     std::fs::write(&model, reply).map_err(|e| e.to_string())?;
-    let setups: [(&'static str, &str, f64); 3] = [
-        ("built-in template, no snapshots", "", 0.0),
-        ("built-in template, snapshots", "", 2048.0),
-        ("own chat template, snapshots", TEMPLATE, 2048.0),
+    let setups: [(&'static str, &str, f64, u64); 4] = [
+        ("built-in template, no snapshots", "", 0.0, 0),
+        ("built-in template, snapshots", "", 2048.0, 0),
+        (
+            "built-in template, snapshots, 0.5 s between turns",
+            "",
+            2048.0,
+            500,
+        ),
+        ("own chat template, snapshots", TEMPLATE, 2048.0, 0),
     ];
     let mut runs = Vec::new();
-    for (setup, template, max_mb) in setups {
+    for (setup, template, max_mb, pause_ms) in setups {
         for users in [1, 2, 4] {
             let snapshots = dir.join(format!("snapshots-{}-{users}", runs.len()));
             let template_line = if template.is_empty() {
@@ -197,13 +235,41 @@ pub async fn measure(binary: &Path) -> Result<ConversationsResult, String> {
             );
             let server = start_on_double(binary, &runtime, &config, PREFILL_US_PER_BYTE)?;
             let addr = server.addr.ok_or("the server has no address")?;
-            let ttft = chats(addr, users).await?;
-            let (_, models) =
-                timed_call(&reqwest::Client::new(), addr, "models", json!({})).await?;
+            let ttft = chats(addr, users, Duration::from_millis(pause_ms)).await?;
+            let http = reqwest::Client::new();
+            let (_, models) = timed_call(&http, addr, "models", json!({})).await?;
             let kept = &models["models"][0]["snapshots"];
+            let metrics = http
+                .get(format!("http://{addr}/metrics"))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?
+                .text()
+                .await
+                .map_err(|e| e.to_string())?;
+            let done = metric(
+                &metrics,
+                "rkllm_snapshot_refreshes_total{model=\"chat\",outcome=\"done\"}",
+            );
+            let yielded = metric(
+                &metrics,
+                "rkllm_snapshot_refreshes_total{model=\"chat\",outcome=\"yielded\"}",
+            );
+            let seconds = metric(
+                &metrics,
+                "rkllm_snapshot_refresh_seconds_total{model=\"chat\"}",
+            );
             runs.push(SetupResult {
                 setup,
                 users,
+                pause_ms,
+                updates_done: done as u64,
+                updates_yielded: yielded as u64,
+                update_ms_each: if done + yielded > 0.0 {
+                    seconds * 1000.0 / (done + yielded)
+                } else {
+                    0.0
+                },
                 ttft_turn1_ms: p50_ms(&ttft[0]),
                 ttft_turn4_ms: p50_ms(&ttft[3]),
                 ttft_turn8_ms: p50_ms(&ttft[TURNS - 1]),

@@ -48,6 +48,12 @@ struct ModelLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefreshLabels {
+    model: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UnloadLabels {
     model: String,
     reason: &'static str,
@@ -94,6 +100,8 @@ struct Metrics {
     snapshot_misses: Family<ModelLabels, Counter>,
     snapshot_files: Family<ModelLabels, Gauge>,
     snapshot_bytes: Family<ModelLabels, Gauge>,
+    snapshot_refreshes: Family<RefreshLabels, Counter>,
+    snapshot_refresh_seconds: Family<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -177,6 +185,20 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "snapshot_files",
         "Conversation snapshot files kept, per model",
         snapshot_files.clone(),
+    );
+    let snapshot_refreshes = Family::<RefreshLabels, Counter>::default();
+    registry.register(
+        "snapshot_refreshes",
+        "Returning conversations' snapshots brought up to date while the NPU was idle, per model \
+         and outcome (done, or yielded to a request)",
+        snapshot_refreshes.clone(),
+    );
+    let snapshot_refresh_seconds =
+        Family::<ModelLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+    registry.register(
+        "snapshot_refresh_seconds",
+        "Time the NPU spent bringing snapshots up to date while idle, per model",
+        snapshot_refresh_seconds.clone(),
     );
     let snapshot_bytes = Family::<ModelLabels, Gauge>::default();
     registry.register(
@@ -281,6 +303,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         snapshot_misses,
         snapshot_files,
         snapshot_bytes,
+        snapshot_refreshes,
+        snapshot_refresh_seconds,
         runtime_memory_bytes,
         active_streams,
         queued_requests,
@@ -384,6 +408,23 @@ pub fn snapshots(model: &str, report: SnapshotCounts) {
     m.snapshot_bytes
         .get_or_create(&labels)
         .set(i64::try_from(report.bytes).unwrap_or(i64::MAX));
+}
+
+/// Records a lane's idle work (a snapshot brought up to date) that took
+/// `took`, and whether it yielded to a request.
+pub fn idle_work(model: &str, yielded: bool, took: std::time::Duration) {
+    let m = &*METRICS;
+    m.snapshot_refreshes
+        .get_or_create(&RefreshLabels {
+            model: model.to_owned(),
+            outcome: if yielded { "yielded" } else { "done" },
+        })
+        .inc();
+    m.snapshot_refresh_seconds
+        .get_or_create(&ModelLabels {
+            model: model.to_owned(),
+        })
+        .inc_by(took.as_secs_f64());
 }
 
 /// Counts a model load.

@@ -28,6 +28,7 @@ mod prompt_cache;
 mod pulled_templates;
 mod queueing;
 mod reasoning;
+mod refresh;
 mod remote_images;
 mod rerank;
 mod responses_hostile;

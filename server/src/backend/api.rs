@@ -64,6 +64,11 @@ pub struct Generation {
     /// them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshots: Option<SnapshotReport>,
+    /// The runner has work for when nothing waits (a returning
+    /// conversation's snapshot to bring up to date): the engine asks for
+    /// it with a `refresh_snapshot` request once the NPU is idle.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idle_work: bool,
 }
 
 /// A model's conversation snapshots, as a run leaves them: the hits and
@@ -93,6 +98,7 @@ impl Generation {
             embedding: None,
             kv_cache_tokens: None,
             snapshots: None,
+            idle_work: false,
         }
     }
 }

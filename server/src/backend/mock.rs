@@ -516,6 +516,7 @@ impl Runner for MockRunner {
             return Ok(Generation {
                 kv_cache_tokens: Some(0),
                 snapshots: None,
+                idle_work: false,
                 ..Generation::ended(FinishReason::Stop)
             });
         }
@@ -580,6 +581,7 @@ fn mock_embedding(text: &str, spec: crate::model::EmbeddingSpec) -> Generation {
         embedding: Some(spec.pool(&rows, MOCK_EMBEDDING_WIDTH)),
         kv_cache_tokens: None,
         snapshots: None,
+        idle_work: false,
     }
 }
 
@@ -1140,6 +1142,7 @@ mod tests {
             images: Vec::new(),
             embed: None,
             clear_cache: false,
+            refresh_snapshot: false,
             stop: Vec::new(),
             constraint: constraint.map(|constraint| crate::backend::Constrained {
                 constraint,

@@ -34,6 +34,12 @@ pub struct ValidRunRequest {
     /// generating; `prompt` is empty.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub clear_cache: bool,
+    /// Bring a returning conversation's snapshot up to date with the reply
+    /// it was given, while nothing else waits, instead of generating (the
+    /// engine's idle work; `prompt` is empty, and the runner knows which
+    /// conversation). A cancelled token stops it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refresh_snapshot: bool,
     /// Strings that end the answer (applied by the server's sink).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,

@@ -63,16 +63,27 @@ fn record_generation(
     );
 }
 
+/// What became of a job's run.
+pub(super) struct JobRan {
+    /// The error when the runner was lost (its process died or stalled).
+    pub lost: Option<BackendError>,
+    /// The runner has idle work (see [`super::idle`]).
+    pub idle_work: bool,
+}
+
 /// Runs one job on `runner`, ending its stream. The runtime's KV cache
 /// length afterwards goes into `kv_cache_tokens` (`u64::MAX`: unknown)
-/// before the stream ends, so whoever reads the end sees it. Returns the
-/// error when the runner was lost (its process died or stalled).
+/// before the stream ends, so whoever reads the end sees it.
 pub(super) fn run_job(
     runner: &mut dyn Runner,
     job: &Job,
     kv_cache_tokens: &std::sync::atomic::AtomicU64,
     snapshots: &parking_lot::Mutex<Option<crate::backend::SnapshotReport>>,
-) -> Option<BackendError> {
+) -> JobRan {
+    let mut ran = JobRan {
+        lost: None,
+        idle_work: false,
+    };
     let stream = &job.stream;
     stream.set_initializing();
     let queue_ms = (Instant::now() - job.enqueued).as_secs_f64() * 1000.0;
@@ -87,7 +98,7 @@ pub(super) fn run_job(
     if matches!(result, Ok(Ok(_))) && !stream.cancel_token().is_cancelled() {
         sink.flush();
     }
-    let ran = Ran {
+    let seen = Ran {
         measured: sink.measured(),
         cancelled: stream.cancel_token().is_cancelled(),
         hit_stop: sink.hit_stop(),
@@ -103,13 +114,14 @@ pub(super) fn run_job(
             if let Some(report) = generation.snapshots {
                 add_snapshots(&job.request.model, report, snapshots);
             }
-            end_generated(job, &generation, &ran);
+            end_generated(job, &generation, &seen);
+            ran.idle_work = generation.idle_work;
         }
         Ok(Err(err)) => {
             tracing::warn!(model = stream.model(), error = %err, "generation failed");
             stream.end_with(|usage| EndInfo::error(EndErrorKind::Runtime, err.to_string(), usage));
             if matches!(err, BackendError::Lost { .. }) {
-                return Some(err);
+                ran.lost = Some(err);
             }
         }
         Err(_) => {
@@ -127,7 +139,7 @@ pub(super) fn run_job(
         }
     }
     debug_assert!(stream.is_ended());
-    None
+    ran
 }
 
 /// What the sink and the clock saw of a run, for its end.
@@ -141,7 +153,7 @@ struct Ran {
 }
 
 /// Counts a run's snapshot report in the metrics and the model's totals.
-fn add_snapshots(
+pub(super) fn add_snapshots(
     model: &str,
     report: crate::backend::SnapshotReport,
     snapshots: &parking_lot::Mutex<Option<crate::backend::SnapshotReport>>,

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::idle::Idle;
 use super::job::{Job, run_job};
 use super::keep_alive::KeepAlive;
 use super::priority::{Ageing, Queue};
@@ -172,6 +173,8 @@ pub(super) struct ModelSlot {
     /// Its conversation snapshots: hits and misses since the start, files
     /// and bytes after the last job (`None`: it keeps none).
     pub snapshots: Mutex<Option<crate::backend::SnapshotReport>>,
+    /// Stops its lane's idle work (see [`super::idle`]).
+    pub idle_stop: super::idle::IdleStop,
 }
 
 impl std::fmt::Debug for ModelSlot {
@@ -192,6 +195,7 @@ impl ModelSlot {
             avg_job_ms: AtomicU64::new(1000),
             kv_cache_tokens: AtomicU64::new(u64::MAX),
             snapshots: Mutex::new(None),
+            idle_stop: super::idle::IdleStop::default(),
         }
     }
 
@@ -264,6 +268,7 @@ impl Gate {
                     life.unload_reason = "evicted";
                 }
                 drop(life);
+                v.idle_stop.interrupt();
                 v.wake.notify_all();
             }
             let now = Instant::now();
@@ -394,6 +399,7 @@ impl Shared {
             life.load_wanted = life.load_attempts;
         }
         drop(life);
+        slot.idle_stop.interrupt();
         slot.publish();
         loaded
     }
@@ -401,6 +407,21 @@ impl Shared {
     /// The models now.
     pub fn snapshot(&self) -> Vec<Arc<ModelSlot>> {
         self.slots.read().clone()
+    }
+
+    /// No model has a job running or waiting.
+    pub fn npu_idle(&self) -> bool {
+        self.snapshot().iter().all(|slot| {
+            let life = slot.life.lock();
+            life.busy == 0 && life.waiting() == 0
+        })
+    }
+
+    /// A job was queued: every lane's idle work stops.
+    pub fn interrupt_idle_work(&self) {
+        for slot in self.snapshot() {
+            slot.idle_stop.interrupt();
+        }
     }
 
     /// How many of `slot`'s lanes hold a runner.
@@ -434,14 +455,18 @@ enum Step {
     Unload,
     Check,
     Fail(Vec<Job>, String),
+    /// The runner's idle work, nothing waiting.
+    Idle,
     Exit,
 }
 
 /// A lane's thread: loads, runs and unloads until shutdown.
 pub(super) fn lane(shared: &Shared, slot: &Arc<ModelSlot>, lane: usize) {
     let mut runner: Option<Box<dyn Runner>> = None;
+    // When the runner's idle work may run (`None`: it has none).
+    let mut idle_at: Option<Instant> = None;
     loop {
-        match next_step(slot, lane, runner.is_some()) {
+        match next_step(slot, lane, runner.is_some(), idle_at) {
             Step::Exit => break,
             Step::Unload => unload(shared, slot, &mut runner, None),
             Step::Check => {
@@ -461,7 +486,24 @@ pub(super) fn lane(shared: &Shared, slot: &Arc<ModelSlot>, lane: usize) {
                     });
                 }
             }
-            Step::Run(job) => run(shared, slot, &mut runner, *job),
+            Step::Run(job) => {
+                let more = run(shared, slot, &mut runner, *job);
+                idle_at = more.then(|| Instant::now() + super::idle::GRACE);
+            }
+            Step::Idle => {
+                idle_at = None;
+                let Some(r) = runner.as_mut() else { continue };
+                let idle = super::idle::Lane {
+                    model: slot.name(),
+                    stop: &slot.idle_stop,
+                    snapshots: &slot.snapshots,
+                };
+                match super::idle::idle_work(&idle, || shared.npu_idle(), r.as_mut()) {
+                    Idle::Ran(more) => idle_at = more.then(Instant::now),
+                    Idle::Deferred => idle_at = Some(Instant::now() + super::idle::RETRY),
+                    Idle::Lost(err) => lost(shared, slot, &mut runner, &err),
+                }
+            }
         }
     }
     if runner.is_some() {
@@ -469,7 +511,7 @@ pub(super) fn lane(shared: &Shared, slot: &Arc<ModelSlot>, lane: usize) {
     }
 }
 
-fn next_step(slot: &ModelSlot, lane: usize, has_runner: bool) -> Step {
+fn next_step(slot: &ModelSlot, lane: usize, has_runner: bool, idle_at: Option<Instant>) -> Step {
     let mut life = slot.life.lock();
     loop {
         if life.shutdown {
@@ -501,12 +543,18 @@ fn next_step(slot: &ModelSlot, lane: usize, has_runner: bool) -> Step {
         {
             return Step::Load;
         }
+        if has_runner && !life.unload_now && idle_at.is_some_and(|at| at <= now) {
+            return Step::Idle;
+        }
         if has_runner {
-            // Wake for the keep-alive, and every second to see that the
-            // runner is still there.
+            // Wake for the keep-alive, the idle work, and every second to
+            // see that the runner is still there.
             let mut until = now + Duration::from_secs(1);
             if let Some(expires) = life.expires {
                 until = until.min(expires);
+            }
+            if let Some(at) = idle_at {
+                until = until.min(at);
             }
             if slot.wake.wait_until(&mut life, until).timed_out() {
                 return Step::Check;
@@ -526,7 +574,13 @@ fn failed_message(name: &str, life: &Life) -> String {
     )
 }
 
-fn run(shared: &Shared, slot: &Arc<ModelSlot>, runner: &mut Option<Box<dyn Runner>>, job: Job) {
+/// Runs `job`; returns whether the runner then has idle work.
+fn run(
+    shared: &Shared,
+    slot: &Arc<ModelSlot>,
+    runner: &mut Option<Box<dyn Runner>>,
+    job: Job,
+) -> bool {
     if let Some(r) = runner.as_mut()
         && let Err(err) = r.alive()
     {
@@ -537,7 +591,7 @@ fn run(shared: &Shared, slot: &Arc<ModelSlot>, runner: &mut Option<Box<dyn Runne
             drop(life);
             job.stream
                 .end_with(|usage| EndInfo::error(EndErrorKind::Runtime, message, usage));
-            return;
+            return false;
         }
     }
     if runner.is_none()
@@ -545,9 +599,11 @@ fn run(shared: &Shared, slot: &Arc<ModelSlot>, runner: &mut Option<Box<dyn Runne
     {
         job.stream
             .end_with(|usage| EndInfo::error(EndErrorKind::Runtime, message, usage));
-        return;
+        return false;
     }
-    let Some(r) = runner.as_mut() else { return };
+    let Some(r) = runner.as_mut() else {
+        return false;
+    };
     {
         // The request's keep_alive holds from its start too: its client may
         // read `ps` as soon as its answer ends, before the count below.
@@ -559,7 +615,7 @@ fn run(shared: &Shared, slot: &Arc<ModelSlot>, runner: &mut Option<Box<dyn Runne
             .expiry(Instant::now());
     }
     let started = Instant::now();
-    let lost_runner = run_job(r.as_mut(), &job, &slot.kv_cache_tokens, &slot.snapshots);
+    let ran = run_job(r.as_mut(), &job, &slot.kv_cache_tokens, &slot.snapshots);
     let took = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
     let avg = slot.avg_job_ms.load(Ordering::Relaxed);
     slot.avg_job_ms
@@ -575,9 +631,11 @@ fn run(shared: &Shared, slot: &Arc<ModelSlot>, runner: &mut Option<Box<dyn Runne
             .expiry(now);
     }
     slot.publish();
-    if let Some(err) = lost_runner {
+    if let Some(err) = ran.lost {
         lost(shared, slot, runner, &err);
+        return false;
     }
+    ran.idle_work
 }
 
 /// Makes sure this lane has a runner: takes a place at the gate for the

@@ -7,6 +7,7 @@
 //! manager, both below it.
 
 mod domains;
+mod idle;
 mod job;
 mod keep_alive;
 mod lifecycle;

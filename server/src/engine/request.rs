@@ -231,6 +231,7 @@ impl RunRequest {
             images: self.images,
             embed: None,
             clear_cache: self.clear_cache,
+            refresh_snapshot: false,
             lora: self.lora,
             stop: self.stop,
             constraint: None,

@@ -840,6 +840,8 @@ impl Engine {
         );
         crate::metrics::queued(priority.as_str());
         drop(life);
+        // Whatever a lane does while the NPU is idle stops for it.
+        self.shared.interrupt_idle_work();
         slot.wake.notify_all();
         Ok(stream)
     }
@@ -961,6 +963,7 @@ impl Engine {
     pub fn shutdown(&self) {
         for slot in self.shared.snapshot() {
             slot.life.lock().shutdown = true;
+            slot.idle_stop.interrupt();
             slot.wake.notify_all();
             slot.changed.send_modify(|n| *n = n.wrapping_add(1));
         }

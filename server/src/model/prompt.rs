@@ -427,13 +427,20 @@ pub fn prompt_of(messages: &[Message]) -> Result<(String, Role), String> {
         [system] if system.speaker == Speaker::System => {
             format!("{}\n\n{}", system.rendered(), last.rendered())
         }
-        _ => messages
-            .iter()
-            .map(|m| format!("{}: {}", m.speaker.as_str(), m.rendered()))
-            .collect::<Vec<_>>()
-            .join("\n"),
+        _ => transcript(&turns(messages)),
     };
     Ok((prompt, role))
+}
+
+/// A conversation as one transcript for the runtime's own template: a
+/// `role: text` line a turn. The transcript of a conversation and the
+/// reply it was given begins the prompt of its next turn.
+pub fn transcript(turns: &[Turn]) -> String {
+    turns
+        .iter()
+        .map(|t| format!("{}: {}", t.role, t.text))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]
@@ -464,6 +471,28 @@ mod tests {
         );
         assert!(prompt_of(&[]).is_err());
         assert!(prompt_of(&[Message::text(Speaker::Assistant, "x")]).is_err());
+    }
+
+    #[test]
+    fn a_transcript_with_its_reply_begins_the_next_turns_prompt() {
+        let first = vec![
+            Message::text(Speaker::System, "Be brief."),
+            Message::text(Speaker::User, "Hi"),
+        ];
+        let mut held = turns(&first);
+        held.push(Turn {
+            role: "assistant".into(),
+            text: "Hello!".into(),
+        });
+        let mut next = first;
+        next.push(Message::text(Speaker::Assistant, "Hello!"));
+        next.push(Message::text(Speaker::User, "More?"));
+        let (prompt, _) = prompt_of(&next).unwrap();
+        assert_eq!(
+            transcript(&held),
+            "system: Be brief.\nuser: Hi\nassistant: Hello!"
+        );
+        assert_eq!(prompt, format!("{}\nuser: More?", transcript(&held)));
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod handle;
 mod history;
 mod logprobs;
 mod prompt_cache;
+mod refresh;
 mod runtime;
 mod snapshots;
 mod steer;
@@ -355,6 +356,7 @@ impl Backend for RkllmBackend {
             reasoning: model.reasoning,
             constrained: constrained::ConstrainedState::default(),
             snapshots: None,
+            refreshes: refresh::Refreshes::default(),
             tokenizer: model.tokenizer.clone(),
             raw_prompt: model.template.is_server_side(),
             chunk_tokens: model.settings.prefill_chunk(),
@@ -450,6 +452,9 @@ struct RkllmRunner {
     constrained: constrained::ConstrainedState,
     /// Its conversation snapshots, when it keeps them.
     snapshots: Option<Snapshots>,
+    /// Returning conversations whose snapshots wait to be brought up to
+    /// date.
+    refreshes: refresh::Refreshes,
     /// Its tokenizer, when it has one (to close a thinking block whose
     /// budget is spent, and to cut a long prompt into chunks).
     tokenizer: Option<crate::model::tokenizer::TokenizerSource>,
@@ -532,10 +537,20 @@ impl Runner for RkllmRunner {
                 ..Generation::ended(FinishReason::Stop)
             });
         }
+        if request.refresh_snapshot {
+            let cancel = sink.cancel_token().clone();
+            let mut generation = self.refresh_snapshot(&request.model, &cancel);
+            generation.idle_work = self.refreshes.any();
+            return Ok(generation);
+        }
+        if request.prompt.turns().is_some() {
+            self.refreshes.running(&request.prompt.text);
+        }
         let mut result = self.generate_inner(request, sink);
         if let Ok(generation) = &mut result {
             generation.kv_cache_tokens = self.kv_cache_size();
             generation.snapshots = self.snapshots.as_mut().map(Snapshots::report);
+            generation.idle_work = self.refreshes.any();
         }
         result
     }
@@ -656,6 +671,10 @@ impl RkllmRunner {
                 self.conversation.commit(conversation, &answer);
                 if checked && !self.check_history(before.unwrap_or(0), g) {
                     self.conversation.reset();
+                }
+                if request.prompt.whole_chat().is_none() {
+                    let sent_whole = !matches!(plan, Some(Plan::Continue(_)));
+                    self.chat_answered(request, &answer, sent_whole);
                 }
             }
             _ => {
@@ -923,6 +942,7 @@ fn generation_of(
             embedding: Some(spec.pool(rows, *width)),
             kv_cache_tokens: None,
             snapshots: None,
+            idle_work: false,
         });
     }
     let generated = perf.map_or(run.tokens, |p| {
@@ -946,5 +966,6 @@ fn generation_of(
         embedding: None,
         kv_cache_tokens: None,
         snapshots: None,
+        idle_work: false,
     })
 }

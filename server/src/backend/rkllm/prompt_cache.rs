@@ -597,6 +597,7 @@ impl RkllmRunner {
             images: Vec::new(),
             embed: None,
             clear_cache: false,
+            refresh_snapshot: false,
             stop: Vec::new(),
             constraint: None,
             lora: None,

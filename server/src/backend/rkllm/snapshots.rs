@@ -521,6 +521,21 @@ impl Snapshots {
         }
     }
 
+    /// The hits and misses not yet reported, taken (to be put back after a
+    /// restore that is not a conversation's).
+    pub(super) fn take_tally(&mut self) -> (u32, u32) {
+        (
+            std::mem::take(&mut self.hits),
+            std::mem::take(&mut self.misses),
+        )
+    }
+
+    /// Puts back what [`Snapshots::take_tally`] took.
+    pub(super) fn put_tally(&mut self, (hits, misses): (u32, u32)) {
+        self.hits = hits;
+        self.misses = misses;
+    }
+
     /// A conversation sent whole with no snapshot to start from.
     pub(super) fn missed(&mut self) {
         self.misses += 1;
