@@ -194,7 +194,8 @@ async fn a_chat_alone_keeps_the_runtimes_history_and_nothing_is_brought_up_to_da
     for question in ["What is the NPU?", "And its cores?", "And the clock?"] {
         assert_eq!(board.turn(&mut a, question).await, ANSWER);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Long enough for an update to begin (0.25 s of idleness) and end.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let log = board.log();
     // Each later turn sent only its new message, with the history kept.
     assert_eq!(log.matches("run role=").count(), 3, "{log}");
@@ -205,8 +206,9 @@ async fn a_chat_alone_keeps_the_runtimes_history_and_nothing_is_brought_up_to_da
 #[tokio::test]
 async fn a_request_that_arrives_during_an_update_stops_it_and_it_is_made_once_nothing_waits() {
     for fake in [Fake::V1_3, Fake::V1_2] {
-        // The reply's line takes about 0.1 s to prefill.
-        let board = Board::start(fake, 3000);
+        // The reply's line takes about 0.5 s to prefill: time for the
+        // request to arrive during it, under an emulator too.
+        let board = Board::start(fake, 10_000);
         let mut a = vec![json!({"role": "system", "content": SYSTEM})];
         let mut b = Vec::new();
         board.turn(&mut a, "What is the NPU?").await;

@@ -12,6 +12,7 @@ use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures_util::future::Either;
 use futures_util::{Stream, StreamExt};
 
 use crate::service::{Batch, Running, Step};
@@ -69,23 +70,30 @@ pub fn frames<F: Framer>(
             driven.started = true;
             driven.framer.start(&mut out);
             if !out.is_empty() {
-                return Some((pieces(out), driven));
+                return Some((frames_of(out), driven));
             }
         }
         match driven.running.next_step().await? {
             Step::Batch(batch) => driven.framer.batch(&batch, &mut out),
             Step::Prefill { tokens, of } => {
-                let piece = Piece::Prefill { tokens, of };
-                return Some((futures_util::stream::iter(vec![piece]), driven));
+                let step = std::iter::once(Piece::Prefill { tokens, of });
+                return Some((Either::Right(futures_util::stream::iter(step)), driven));
             }
         }
-        Some((pieces(out), driven))
+        Some((frames_of(out), driven))
     })
     .flatten()
 }
 
-fn pieces<T>(frames: Vec<T>) -> futures_util::stream::Iter<std::vec::IntoIter<Piece<T>>> {
-    futures_util::stream::iter(frames.into_iter().map(Piece::Frame).collect::<Vec<_>>())
+/// What one read gives out: an API's frames, or a prefill step.
+type Pieces<T> = Either<
+    futures_util::stream::Iter<std::iter::Map<std::vec::IntoIter<T>, fn(T) -> Piece<T>>>,
+    futures_util::stream::Iter<std::iter::Once<Piece<T>>>,
+>;
+
+fn frames_of<T>(frames: Vec<T>) -> Pieces<T> {
+    let frame: fn(T) -> Piece<T> = Piece::Frame;
+    Either::Left(futures_util::stream::iter(frames.into_iter().map(frame)))
 }
 
 /// A frame that is one server-sent event.
