@@ -190,7 +190,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     registry.register(
         "snapshot_refreshes",
         "Returning conversations' snapshots brought up to date while the NPU was idle, per model \
-         and outcome (done, or yielded to a request)",
+         and outcome (done, or yielded: stopped by a request, an unload or shutdown)",
         snapshot_refreshes.clone(),
     );
     let snapshot_refresh_seconds =

@@ -4,8 +4,9 @@
 //! generation it returns; its lane asks for it [`GRACE`] after that job,
 //! when no model has a job running or waiting. Any job queued meanwhile,
 //! for any model, stops it, as do an unload and shutdown: such a request
-//! waits only for the runtime to notice the abort, at the end of the
-//! work's prefill, which the runner keeps to a prefill chunk's worth.
+//! waits only for what the work has begun (loading a snapshot, and a
+//! prefill the runtime ends before it notices the abort, which the runner
+//! keeps to a prefill chunk's worth).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -15,7 +16,8 @@ use crate::backend::{BackendError, Runner, TokenOutput, TokenSink, ValidRunReque
 use crate::model::{Prompt, Sampling};
 use crate::vocab::{CancelToken, FinishReason};
 
-/// The token that stops a lane's idle work, while it runs.
+/// The token that stops a lane's idle work, while it runs. One per model:
+/// only a backend with one lane per model (rkllm) has idle work.
 #[derive(Debug, Default)]
 pub(super) struct IdleStop(Mutex<Option<CancelToken>>);
 
@@ -25,6 +27,11 @@ impl IdleStop {
         if let Some(token) = self.0.lock().as_ref() {
             token.cancel();
         }
+    }
+
+    /// Whether idle work runs now (or is about to look whether it may).
+    pub fn running(&self) -> bool {
+        self.0.lock().is_some()
     }
 }
 
@@ -73,8 +80,9 @@ pub(super) struct Lane<'a> {
     pub snapshots: &'a Mutex<Option<crate::backend::SnapshotReport>>,
 }
 
-/// Runs `runner`'s idle work for `lane` unless `npu_idle` (no job running
-/// or waiting on any model) says no.
+/// Runs `runner`'s idle work for `lane` unless `npu_idle` (no job taken,
+/// running or waiting on any model, no other idle work, this model not
+/// leaving) says no.
 pub(super) fn idle_work(
     lane: &Lane<'_>,
     npu_idle: impl FnOnce() -> bool,
@@ -109,8 +117,12 @@ pub(super) fn idle_work(
     *lane.stop.0.lock() = None;
     match result {
         Ok(Ok(generation)) => {
+            // Counted when it put the NPU to work: an update made, or
+            // stopped (a runner with nothing to do reports no usage).
             let yielded = generation.finish_reason == FinishReason::Abort;
-            crate::metrics::idle_work(lane.model, yielded, started.elapsed());
+            if yielded || generation.usage.is_some() {
+                crate::metrics::idle_work(lane.model, yielded, started.elapsed());
+            }
             if let Some(report) = generation.snapshots {
                 super::job::add_snapshots(lane.model, report, lane.snapshots);
             }

@@ -95,6 +95,9 @@ pub(super) struct Life {
     lanes_loaded: usize,
     /// Lanes running a job.
     busy: usize,
+    /// Jobs taken from the queue and not yet ended (loading their model
+    /// included).
+    starting: usize,
     /// Unload as soon as the lanes are idle (eviction, `unload`), and why.
     unload_now: bool,
     unload_reason: &'static str,
@@ -127,6 +130,7 @@ impl Life {
             place: Place::None,
             lanes_loaded: 0,
             busy: 0,
+            starting: 0,
             unload_now: false,
             unload_reason: "idle",
             load_wanted: 0,
@@ -409,11 +413,20 @@ impl Shared {
         self.slots.read().clone()
     }
 
-    /// No model has a job running or waiting.
-    pub fn npu_idle(&self) -> bool {
+    /// Whether `me` may do idle work now: no model has a job taken,
+    /// running or waiting, no other model does idle work, and `me` is not
+    /// on its way out.
+    pub fn npu_idle(&self, me: &ModelSlot) -> bool {
         self.snapshot().iter().all(|slot| {
+            let mine = std::ptr::eq(Arc::as_ptr(slot), me);
+            if !mine && slot.idle_stop.running() {
+                return false;
+            }
             let life = slot.life.lock();
-            life.busy == 0 && life.waiting() == 0
+            life.busy == 0
+                && life.starting == 0
+                && life.waiting() == 0
+                && !(mine && (life.unload_now || life.shutdown))
         })
     }
 
@@ -468,7 +481,10 @@ pub(super) fn lane(shared: &Shared, slot: &Arc<ModelSlot>, lane: usize) {
     loop {
         match next_step(slot, lane, runner.is_some(), idle_at) {
             Step::Exit => break,
-            Step::Unload => unload(shared, slot, &mut runner, None),
+            Step::Unload => {
+                idle_at = None;
+                unload(shared, slot, &mut runner, None);
+            }
             Step::Check => {
                 if let Some(r) = runner.as_mut()
                     && let Err(err) = r.alive()
@@ -488,7 +504,8 @@ pub(super) fn lane(shared: &Shared, slot: &Arc<ModelSlot>, lane: usize) {
             }
             Step::Run(job) => {
                 let more = run(shared, slot, &mut runner, *job);
-                idle_at = more.then(|| Instant::now() + super::idle::GRACE);
+                slot.life.lock().starting -= 1;
+                idle_at = (more && runner.is_some()).then(|| Instant::now() + super::idle::GRACE);
             }
             Step::Idle => {
                 idle_at = None;
@@ -498,7 +515,7 @@ pub(super) fn lane(shared: &Shared, slot: &Arc<ModelSlot>, lane: usize) {
                     stop: &slot.idle_stop,
                     snapshots: &slot.snapshots,
                 };
-                match super::idle::idle_work(&idle, || shared.npu_idle(), r.as_mut()) {
+                match super::idle::idle_work(&idle, || shared.npu_idle(slot), r.as_mut()) {
                     Idle::Ran(more) => idle_at = more.then(Instant::now),
                     Idle::Deferred => idle_at = Some(Instant::now() + super::idle::RETRY),
                     Idle::Lost(err) => lost(shared, slot, &mut runner, &err),
@@ -535,6 +552,9 @@ fn next_step(slot: &ModelSlot, lane: usize, has_runner: bool, idle_at: Option<In
             life.backoff_until = None;
         }
         if let Some(job) = life.jobs.take(now, |job| !job.stream.is_ended()) {
+            // Counted until the job ends: idle work does not start while
+            // it waits for its model to load.
+            life.starting += 1;
             return Step::Run(Box::new(job));
         }
         if !has_runner

@@ -113,8 +113,9 @@ impl Progress {
     /// `of` prompt tokens prefilled: `progress` is the share prefilled
     /// (below 1, where the tokens generated begin), with no `total` and no
     /// `message` (the message is the answer's text), and
-    /// `_meta.prefill {tokens, of}`. None once generating, or when it
-    /// would not rise.
+    /// `_meta.prefill {tokens, of}`. None once generating, or for a
+    /// prefill that is over. The share rises because a stream hands out
+    /// each new, larger position once.
     fn prefill(&self, tokens: u32, of: u32) -> Option<String> {
         if self.progress > 0 || tokens >= of {
             return None;

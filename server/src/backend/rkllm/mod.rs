@@ -534,6 +534,7 @@ impl Runner for RkllmRunner {
             self.clear_history();
             return Ok(Generation {
                 kv_cache_tokens: self.kv_cache_size(),
+                idle_work: self.refreshes.any(),
                 ..Generation::ended(FinishReason::Stop)
             });
         }

@@ -582,6 +582,20 @@ impl RkllmRunner {
         tmp: &Path,
         cancel: &CancelToken,
     ) -> Result<(), NotBuilt> {
+        self.prefill_and_save_as(prompt, ("user", false), model, tmp, cancel)
+    }
+
+    /// [`RkllmRunner::prefill_and_save`] with the runtime's template applied
+    /// as `role` and the thinking switch of a chat's own run (`voice`), so
+    /// that the state matches that run's.
+    pub(super) fn prefill_and_save_as(
+        &mut self,
+        prompt: &str,
+        (role, thinking): (&str, bool),
+        model: &str,
+        tmp: &Path,
+        cancel: &CancelToken,
+    ) -> Result<(), NotBuilt> {
         let failed = NotBuilt::Failed;
         let _ = std::fs::remove_file(tmp);
         self.save_cache_to = Some(
@@ -589,7 +603,10 @@ impl RkllmRunner {
                 .map_err(|_| failed("the path contains a NUL byte".into()))?,
         );
         let request = ValidRunRequest {
-            prompt: Prompt::plain(prompt),
+            prompt: Prompt {
+                thinking,
+                ..Prompt::plain(prompt)
+            },
             model: model.to_owned(),
             max_tokens: 1,
             max_tokens_requested: true,
@@ -604,7 +621,7 @@ impl RkllmRunner {
         };
         let null = NullOutput(cancel.clone());
         let mut sink = TokenSink::new(&null, false);
-        let built = self.run_once(&request, &mut sink, prompt, "user", false, None);
+        let built = self.run_once(&request, &mut sink, prompt, role, false, None);
         self.save_cache_to = None;
         self.clear_history();
         match built {

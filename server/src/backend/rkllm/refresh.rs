@@ -25,7 +25,7 @@ use super::prompt_cache::NotBuilt;
 use super::snapshots::Snapshots;
 use crate::backend::{Generation, ValidRunRequest};
 use crate::model::prompt::{Turn, transcript};
-use crate::vocab::{CancelToken, FinishReason};
+use crate::vocab::{CancelToken, FinishReason, Usage};
 
 /// Bytes a token is taken for when a reply is measured against the
 /// chunk's tokens (what the engine's estimates take too).
@@ -41,6 +41,19 @@ struct Pending {
     text: String,
     /// Its system message's text (empty without one).
     system: String,
+    /// How its own turn ran, which the runtime's template follows.
+    voice: Voice,
+}
+
+/// What the runtime's template around a transcript depends on besides
+/// its text: the role it was sent as, the thinking switch and the tools
+/// handed to the runtime. An update made otherwise would not share its
+/// snapshot's prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Voice {
+    role: String,
+    thinking: bool,
+    tools: Option<String>,
 }
 
 /// What the runner has to bring up to date, newest first, and the last
@@ -100,6 +113,7 @@ impl Refreshes {
                 .filter(|t| t.role == "system")
                 .map_or_else(String::new, |t| t.text.clone()),
             text,
+            voice: Voice::default(),
         })
     }
 
@@ -125,23 +139,40 @@ impl RkllmRunner {
         if self.snapshots.is_none() || request.lora.is_some() {
             return;
         }
-        if let Some(pending) = self
-            .refreshes
-            .answered(turns, reply, sent_whole, self.chunk_tokens)
+        if let Some(mut pending) =
+            self.refreshes
+                .answered(turns, reply, sent_whole, self.chunk_tokens)
         {
+            pending.voice = Voice {
+                role: request.prompt.role.as_str().to_owned(),
+                thinking: request.prompt.thinking,
+                tools: self.tools_set.clone(),
+            };
             self.refreshes.add(pending);
         }
     }
 
     /// The engine's idle work: brings the newest conversation waiting up
-    /// to date, unless `cancel` stops it first.
+    /// to date, unless `cancel` stops it first. The generation has usage
+    /// (empty) when the NPU was put to work, none when nothing was to be
+    /// done (see [`crate::engine`]'s idle work, which counts them).
     pub(super) fn refresh_snapshot(&mut self, model: &str, cancel: &CancelToken) -> Generation {
         let Some(pending) = self.refreshes.pending.pop_front() else {
-            return self.refreshed(FinishReason::Stop);
+            return self.refreshed(FinishReason::Stop, false);
         };
-        let Some(snapshots) = self.snapshots.as_ref() else {
-            return self.refreshed(FinishReason::Stop);
+        if pending.voice.tools != self.tools_set {
+            // Another chat's tools are set now: the runtime's template
+            // differs from the one the snapshot was made with.
+            return self.refreshed(FinishReason::Stop, false);
+        }
+        let Some(snapshots) = self.snapshots.as_mut() else {
+            return self.refreshed(FinishReason::Stop, false);
         };
+        // Nothing to save (one of exactly it is kept, no room, saves fail):
+        // the runtime's history is left as it is.
+        if !snapshots.would_save(&pending.text) {
+            return self.refreshed(FinishReason::Stop, false);
+        }
         // The snapshot it starts from must leave no more than the reply.
         let covered = snapshots
             .best(&pending.text)
@@ -155,7 +186,7 @@ impl RkllmRunner {
                 bytes = pending.text.len() - covered,
                 "snapshot not brought up to date: too much of it is not in a snapshot"
             );
-            return self.refreshed(FinishReason::Stop);
+            return self.refreshed(FinishReason::Stop, false);
         }
         let started = std::time::Instant::now();
         if self.history_dirty {
@@ -171,11 +202,12 @@ impl RkllmRunner {
         let Some(tmp) = save_to else {
             if cancel.is_cancelled() {
                 self.refreshes.add(pending);
-                return self.refreshed(FinishReason::Abort);
+                return self.refreshed(FinishReason::Abort, true);
             }
-            return self.refreshed(FinishReason::Stop);
+            return self.refreshed(FinishReason::Stop, false);
         };
-        let built = self.prefill_and_save(&pending.text, model, &tmp, cancel);
+        let voice = (pending.voice.role.as_str(), pending.voice.thinking);
+        let built = self.prefill_and_save_as(&pending.text, voice, model, &tmp, cancel);
         let ran = built.is_ok();
         let finish = match built {
             Ok(()) => FinishReason::Stop,
@@ -198,11 +230,14 @@ impl RkllmRunner {
             bytes = pending.text.len() - covered,
             "conversation snapshot brought up to date"
         );
-        self.refreshed(finish)
+        self.refreshed(finish, ran || finish == FinishReason::Abort)
     }
 
-    fn refreshed(&mut self, finish: FinishReason) -> Generation {
+    /// The idle work's report: how it ended, whether it was an update made
+    /// or stopped (`worked`), and the snapshots now.
+    fn refreshed(&mut self, finish: FinishReason, worked: bool) -> Generation {
         Generation {
+            usage: worked.then(Usage::default),
             snapshots: self.snapshots.as_mut().map(Snapshots::report),
             ..Generation::ended(finish)
         }
@@ -283,6 +318,7 @@ mod tests {
         let pending = |text: &str| Pending {
             text: text.into(),
             system: String::new(),
+            voice: Voice::default(),
         };
         refreshes.add(pending("user: a1\nassistant: r1"));
         refreshes.add(pending("user: b1\nassistant: q1"));

@@ -521,6 +521,13 @@ impl Snapshots {
         }
     }
 
+    /// Whether a snapshot of `prompt` would be saved now: none of exactly
+    /// it is kept (one that is is marked used), saves work and there is
+    /// room.
+    pub(super) fn would_save(&mut self, prompt: &str) -> bool {
+        !self.saves_failed && !self.holds(prompt) && self.room_for(prompt)
+    }
+
     /// The hits and misses not yet reported, taken (to be put back after a
     /// restore that is not a conversation's).
     pub(super) fn take_tally(&mut self) -> (u32, u32) {
