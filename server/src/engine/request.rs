@@ -239,11 +239,7 @@ impl RunRequest {
     }
 }
 
-/// Bytes of text per token, for estimating a prompt's tokens when nothing
-/// counts them: about four in English text and code, fewer tokens per
-/// byte in scripts of several bytes a character. The estimate errs low,
-/// so only a prompt that surely does not fit is refused.
-pub const BYTES_PER_TOKEN: usize = 4;
+pub use crate::model::BYTES_PER_TOKEN;
 
 /// Checks that a request's prompt fits the model's context (`context`
 /// tokens, when the backend knows it): a prompt that does not is refused

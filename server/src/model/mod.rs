@@ -24,6 +24,12 @@ mod spec;
 pub mod template;
 pub mod tokenizer;
 
+/// Bytes of text per token, for estimating a prompt's tokens when nothing
+/// counts them: about four in English text and code, fewer tokens per
+/// byte in scripts of several bytes a character. The estimate errs low,
+/// so only a prompt that surely does not fit is refused.
+pub const BYTES_PER_TOKEN: usize = 4;
+
 pub use fim::Fim;
 pub use message::{ImageSource, Message, Part, Speaker, ToolCall};
 pub use prompt::{Chat, Input, Prompt, Turn};

@@ -24,12 +24,9 @@ use super::RkllmRunner;
 use super::prompt_cache::NotBuilt;
 use super::snapshots::Snapshots;
 use crate::backend::{Generation, ValidRunRequest};
+use crate::model::BYTES_PER_TOKEN;
 use crate::model::prompt::{Turn, transcript};
 use crate::vocab::{CancelToken, FinishReason, Usage};
-
-/// Bytes a token is taken for when a reply is measured against the
-/// chunk's tokens (what the engine's estimates take too).
-const BYTES_PER_TOKEN: usize = 4;
 
 /// Conversations waiting to be brought up to date, at most.
 const MAX_PENDING: usize = 4;
@@ -65,6 +62,13 @@ pub(super) struct Refreshes {
     last: Option<String>,
 }
 
+/// Bytes of text an update may prefill: a chunk's tokens' worth.
+fn reply_bound(chunk_tokens: u32) -> usize {
+    usize::try_from(chunk_tokens)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(BYTES_PER_TOKEN)
+}
+
 impl Refreshes {
     /// Whether a conversation waits to be brought up to date.
     pub fn any(&self) -> bool {
@@ -88,13 +92,14 @@ impl Refreshes {
         sent_whole: bool,
         chunk_tokens: u32,
     ) -> Option<Pending> {
-        let mut all = turns.to_vec();
-        all.push(Turn {
+        let prompt = transcript(turns);
+        // The transcript of the turns and the reply: the reply's line after
+        // the prompt's.
+        let line = transcript(&[Turn {
             role: "assistant".into(),
             text: reply.to_owned(),
-        });
-        let text = transcript(&all);
-        let prompt = transcript(turns);
+        }]);
+        let text = format!("{prompt}\n{line}");
         let returning = sent_whole
             && turns.iter().any(|t| t.role == "assistant")
             && self
@@ -102,12 +107,8 @@ impl Refreshes {
                 .as_ref()
                 .is_some_and(|last| !prompt.starts_with(last.as_str()));
         self.last = Some(text.clone());
-        let bound = usize::try_from(chunk_tokens)
-            .unwrap_or(usize::MAX)
-            .saturating_mul(BYTES_PER_TOKEN);
-        // What follows the prompt's transcript: the reply's line.
-        let added = text.len().saturating_sub(prompt.len());
-        (returning && added <= bound).then(|| Pending {
+        let added = text.len() - prompt.len();
+        (returning && added <= reply_bound(chunk_tokens)).then(|| Pending {
             system: turns
                 .first()
                 .filter(|t| t.role == "system")
@@ -177,10 +178,7 @@ impl RkllmRunner {
         let covered = snapshots
             .best(&pending.text)
             .map_or(0, |(_, shared)| shared);
-        let bound = usize::try_from(self.chunk_tokens)
-            .unwrap_or(usize::MAX)
-            .saturating_mul(BYTES_PER_TOKEN);
-        if pending.text.len() - covered > bound {
+        if pending.text.len() - covered > reply_bound(self.chunk_tokens) {
             tracing::debug!(
                 model,
                 bytes = pending.text.len() - covered,
