@@ -16,6 +16,7 @@ pub mod engine;
 pub mod metrics;
 pub mod model;
 pub mod notify;
+pub mod plan;
 pub mod rpc;
 pub mod sandbox;
 pub mod service;

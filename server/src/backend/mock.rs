@@ -32,9 +32,9 @@ mod constrained;
 mod logprobs;
 
 use crate::backend::{
-    ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, Plan, Runner, TokenSink,
-    ValidRunRequest,
+    ALL_OVERRIDES, Backend, BackendError, Generation, Runner, TokenSink, ValidRunRequest,
 };
+use crate::plan::{ConversationState, Plan};
 
 use crate::model::tokenizer::TokenizerSource;
 use crate::model::{ModelSpec, ReasoningMode};

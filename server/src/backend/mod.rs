@@ -10,12 +10,10 @@
 //! Below the engine: it knows nothing of streams, queues or transports.
 
 mod api;
-mod conversation;
 pub mod image;
 pub mod mock;
 pub mod process;
 mod request;
-#[allow(unsafe_code)]
 pub mod rkllm;
 mod sink;
 mod utf8;
@@ -25,7 +23,6 @@ pub use api::{
     ALL_OVERRIDES, Backend, BackendError, BackendSettings, Generation, Runner, SnapshotReport,
     files_present,
 };
-pub use conversation::{ConversationState, Plan};
 pub use mock::{MockBackend, MockConfig};
 pub use request::{Constrained, ValidRunRequest};
 pub use rkllm::{InitSettings, RkllmBackend, RkllmSettings, SamplingValues, SnapshotSettings};

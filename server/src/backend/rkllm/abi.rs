@@ -9,8 +9,9 @@ use std::ptr::NonNull;
 
 use rkllm_sys::{v1_2, v1_3_0};
 
-use super::handle::{CallbackSlot, Perf, RawHandle, Report};
-use super::steer::Logits;
+use super::handle::{CallbackSlot, RawHandle, Report};
+use super::tap::Perf;
+use crate::plan::steer::Logits;
 
 /// Init parameters (`RKLLMParam`), from the `[rkllm]` config section.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -18,21 +18,25 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::abi::{self, ImageMarkers, ImageRun, RunSettings, SamplingValues};
-use super::handle::{AbortHandle, ActiveRun};
-use super::runtime::Api;
-use super::steer::{Ending, Outcome, SteerSettings, Steering, check_width};
+use super::abi::{ImageMarkers, ImageRun, RunSettings, SamplingValues};
+use super::handle::{ActiveRun, CallbackMode};
+use super::ops::Watch;
 use super::{RkllmRunner, runtime_error};
 use crate::backend::{BackendError, Constrained, Generation, TokenSink, ValidRunRequest};
 use crate::model::constraint::SamplingParams;
-use crate::model::tokenizer::{TokenizerSource, Vocabulary};
+use crate::model::tokenizer::{Encoder, TokenizerSource, Vocabulary};
+use crate::plan::steer::{Ending, Outcome, SteerSettings, Steering, check_width};
 use crate::vocab::FinishReason;
 
-/// What a runner keeps for constrained answers.
+/// What a runner keeps of its model's tokenizer: for constrained answers,
+/// log probabilities, chunks and a budget's close.
 #[derive(Debug, Default)]
-pub(super) struct ConstrainedState {
-    /// The model's vocabulary, loaded with the first constrained request.
+pub(super) struct Tokens {
+    /// The model's vocabulary, loaded with the first request that reads
+    /// rows.
     vocabulary: Option<(TokenizerSource, Arc<Vocabulary>)>,
+    /// Its encoder, loaded with the first request that needs ids.
+    pub encoder: Option<Arc<Encoder>>,
     /// The logits rows' width found on the first row, when it did not fit
     /// the vocabulary.
     mismatch: Option<usize>,
@@ -54,7 +58,7 @@ impl RkllmRunner {
         &mut self,
         source: &TokenizerSource,
     ) -> Result<Arc<Vocabulary>, BackendError> {
-        if let Some((loaded, vocabulary)) = &self.constrained.vocabulary
+        if let Some((loaded, vocabulary)) = &self.tokens.vocabulary
             && loaded == source
         {
             return Ok(Arc::clone(vocabulary));
@@ -67,11 +71,40 @@ impl RkllmRunner {
             memory_mb = vocabulary.memory_bytes() as f64 / 1e6,
             "tokenizer loaded for structured output"
         );
-        self.constrained = ConstrainedState {
-            vocabulary: Some((source.clone(), Arc::clone(&vocabulary))),
-            ..ConstrainedState::default()
-        };
+        self.tokens.vocabulary = Some((source.clone(), Arc::clone(&vocabulary)));
+        self.tokens.mismatch = None;
+        self.tokens.implausible = 0;
         Ok(vocabulary)
+    }
+
+    /// The vocabulary log probabilities are read with: the model's
+    /// tokenizer's.
+    ///
+    /// # Errors
+    /// A model without a tokenizer (the engine refuses log probabilities
+    /// for one), or one that cannot be read.
+    pub(super) fn logprob_vocabulary(&mut self) -> Result<Arc<Vocabulary>, BackendError> {
+        let source = self.tokenizer.clone().ok_or_else(|| {
+            runtime_error(
+                None,
+                "log probabilities need the model's tokenizer (set `tokenizer` in its [[models]] entry)",
+            )
+        })?;
+        self.vocabulary(&source)
+    }
+
+    /// The model's encoder, loaded once per runner; `None` without a
+    /// tokenizer.
+    pub(super) fn encoder(&mut self) -> Option<Result<Arc<Encoder>, BackendError>> {
+        if let Some(encoder) = &self.tokens.encoder {
+            return Some(Ok(Arc::clone(encoder)));
+        }
+        let source = self.tokenizer.as_ref()?;
+        Some(
+            crate::backend::vocabularies::load_encoder(source)
+                .inspect(|encoder| self.tokens.encoder = Some(Arc::clone(encoder)))
+                .map_err(|e| runtime_error(None, format!("the model's tokenizer: {e}"))),
+        )
     }
 
     /// Why the runtime's rows do not fit the vocabulary, for the client.
@@ -103,7 +136,7 @@ impl RkllmRunner {
         constrained: &Constrained,
     ) -> Result<Generation, BackendError> {
         let vocabulary = self.vocabulary(&constrained.tokenizer)?;
-        if let Some(width) = self.constrained.mismatch {
+        if let Some(width) = self.tokens.mismatch {
             return Err(Self::mismatch_error(
                 request,
                 &constrained.tokenizer,
@@ -118,11 +151,11 @@ impl RkllmRunner {
             }
             _ => None,
         };
-        if self.history_dirty {
+        if self.held.dirty {
             self.clear_history();
         }
         self.sync_prompt_cache(&request.prompt.text, &sink.cancel_token().clone());
-        self.conversation.reset();
+        self.held.conversation.reset();
         let result = self.steered_runs(request, sink, constrained, &vocabulary, embed.as_deref());
         // The runtime may be paused mid-answer: end that generation.
         self.clear_history();
@@ -190,23 +223,19 @@ impl RkllmRunner {
                 abort.set_running(0);
                 break Ending::Closed;
             }
-            let (rc, run) = self.logits_run(sink, run_id, &abort, Some(&mut steering), &settings);
+            let watch = Watch {
+                run_id,
+                cap: None,
+                mode: CallbackMode::Steered(&mut steering),
+            };
+            let (rc, run) = self.handle.run(&settings, sink, watch)?;
             runs += 1;
             if runs == 1
                 && let Some(rows) = steering.prompt_rows()
             {
                 sink.set_prompt_tokens(u32::try_from(rows).unwrap_or(u32::MAX));
             }
-            let Some(run) = run else {
-                return Err(runtime_error(Some(rc), "the run's state was lost"));
-            };
-            if run.panicked {
-                return Err(runtime_error(
-                    None,
-                    "internal error while reading the runtime's output",
-                ));
-            }
-            self.constrained.implausible = steering.implausible();
+            self.tokens.implausible = steering.implausible();
             match steering.take_outcome() {
                 Some(Outcome::Feed(tokens)) => {
                     steering.counts.feeds += 1;
@@ -246,7 +275,7 @@ impl RkllmRunner {
             vocabulary,
             &constrained.constraint,
             &SteerSettings {
-                mode: self.reasoning,
+                mode: self.profile.reasoning,
                 params: SamplingParams {
                     temperature: sampling.temperature,
                     top_p: sampling.top_p,
@@ -258,7 +287,7 @@ impl RkllmRunner {
                 runtime_top_k: sampling.top_k,
                 seed: std::collections::hash_map::RandomState::new().hash_one(run_id),
                 cap: request.max_tokens,
-                implausible: self.constrained.implausible,
+                implausible: self.tokens.implausible,
             },
         )
         .map_err(|e| runtime_error(None, format!("the format cannot be followed: {e}")))
@@ -294,34 +323,6 @@ impl RkllmRunner {
             .map(|(_, name, _)| name.as_c_str())
     }
 
-    /// One run in logits mode, `steering` answering its rows from the
-    /// callback; without steering, a run that only prefills (a chunk of a
-    /// long prompt: its first callback pauses it). Returns `rkllm_run`'s
-    /// code and the run's state.
-    pub(super) fn logits_run(
-        &self,
-        sink: &mut TokenSink<'_>,
-        run_id: u64,
-        abort: &Arc<AbortHandle>,
-        steering: Option<&mut Steering>,
-        settings: &RunSettings<'_>,
-    ) -> (i32, Option<ActiveRun>) {
-        let prefill_only = steering.is_none();
-        self.handle
-            .slot
-            .install(sink, run_id, Arc::clone(abort), None, false, steering);
-        if prefill_only {
-            self.handle.slot.set_prefill_only();
-        }
-        let userdata = self.handle.userdata();
-        let rc = match &self.handle.runtime.api {
-            Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, settings, userdata),
-            Api::V1_2(api) => abi::run_v1_2(api, self.handle.handle, settings, userdata),
-        };
-        abort.set_running(0);
-        (rc, self.handle.slot.remove())
-    }
-
     /// The first logits row was not as wide as the vocabulary: remembered,
     /// so that every later constrained request of the model fails at once.
     fn mismatch_found(
@@ -331,7 +332,7 @@ impl RkllmRunner {
         vocabulary: &Vocabulary,
         width: usize,
     ) -> BackendError {
-        self.constrained.mismatch = Some(width);
+        self.tokens.mismatch = Some(width);
         tracing::error!(
             model = %request.model,
             width,

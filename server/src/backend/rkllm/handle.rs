@@ -18,9 +18,10 @@ use parking_lot::Mutex;
 
 use super::runtime::Runtime;
 use super::runtime::shared_call;
-use super::steer::{Logits, RowAnswer, Steering};
+use super::tap::{Perf, Tap};
 use crate::backend::TokenSink;
 use crate::model::tokenizer::Vocabulary;
+use crate::plan::steer::{Logits, RowAnswer, Steering};
 
 /// A runtime handle (`LLMHandle`).
 #[derive(Debug, Clone, Copy)]
@@ -81,16 +82,6 @@ impl AbortHandle {
     }
 }
 
-/// What the callback learns about the run in progress.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub(super) struct Perf {
-    pub prefill_time_ms: f32,
-    pub prefill_tokens: i32,
-    pub generate_time_ms: f32,
-    pub generate_tokens: i32,
-    pub memory_usage_mb: f32,
-}
-
 /// The request a callback reports to, while its run is in progress.
 pub(super) struct ActiveRun {
     /// The request's sink, borrowed for the duration of `rkllm_run`.
@@ -106,36 +97,63 @@ pub(super) struct ActiveRun {
     pub finished: Option<Perf>,
     pub failed: bool,
     pub panicked: bool,
-    /// A hidden-layer run: the rows are kept, no text is expected.
-    pub hidden_mode: bool,
+    /// What each callback does.
+    mode: Mode,
     /// The last hidden layer it returned (rows, width).
     pub hidden: Option<(Vec<f32>, usize)>,
-    /// A logits run of a constrained answer: what answers each row,
-    /// borrowed for the duration of `rkllm_run` like the sink.
-    steering: Option<NonNull<Steering>>,
-    /// The thinking budget, in tokens: once the thinking block has taken
-    /// them, the run is paused for the runner to close the block.
-    pub budget: Option<u32>,
-    /// Whether the run was paused for that.
+    /// Whether the run was paused at the thinking budget.
     pub budget_paused: bool,
+    /// The token whose callback paused it there (the runtime's pick, not
+    /// decoded: `paused_token_not_in_kv`), when it gave one.
+    pub paused_token: Option<i32>,
     /// Whether the runtime went on after that pause (it was aborted).
     pub pause_ignored: bool,
-    /// A logits run for log probabilities: the vocabulary, and how many
-    /// of the likeliest tokens to report with each.
-    pub logprobs: Option<(Arc<Vocabulary>, usize)>,
-    /// A run that only prefills (a chunk of a long prompt): its first
-    /// callback, the prefill's rows, pauses it, and nothing is reported.
-    pub prefill_only: bool,
-    /// Whether it paused there.
+    /// Whether a run that only prefills paused after its prefill.
     pub prefill_paused: bool,
 }
 
-// SAFETY: `sink` points at a `TokenSink` and `steering` at a `Steering` on
-// the worker thread's stack that outlive the run: they are installed before
-// `rkllm_run` and removed (under the slot's lock) after it returns, and
-// they are only dereferenced under that lock, so they are never used from
-// two threads at once nor after they are gone. The worker thread does not
-// touch them while `rkllm_run` runs. Both are `Send`.
+/// What each callback of a run does.
+pub(super) enum CallbackMode<'m> {
+    /// Text to the sink: the thinking budget, in tokens (once the thinking
+    /// block has taken them, the run is paused for the runner to close the
+    /// block), and for a logits run the log probabilities to report (the
+    /// vocabulary, and how many of the likeliest tokens with each).
+    Text {
+        budget: Option<u32>,
+        logprobs: Option<(Arc<Vocabulary>, usize)>,
+    },
+    /// A hidden-layer run: the rows are kept, no text is expected.
+    Hidden,
+    /// A run that only prefills (a chunk of a long prompt): its first
+    /// callback, the prefill's rows, pauses it, and nothing is reported.
+    PrefillOnly,
+    /// A logits run of a constrained answer: what answers each row.
+    Steered(&'m mut Steering),
+    /// A probe's run: each callback is recorded, and the tap says when to
+    /// pause.
+    Probe(&'m mut Tap),
+}
+
+/// [`CallbackMode`] with its borrow held as a pointer while the run is
+/// installed.
+enum Mode {
+    Text {
+        budget: Option<u32>,
+        logprobs: Option<(Arc<Vocabulary>, usize)>,
+    },
+    Hidden,
+    PrefillOnly,
+    Steered(NonNull<Steering>),
+    Probe(NonNull<Tap>),
+}
+
+// SAFETY: `sink` points at a `TokenSink`, and a steered or probe run's
+// mode at a `Steering` or `Tap`, on the worker thread's stack that outlive
+// the run: they are installed before `rkllm_run` and removed (under the
+// slot's lock) after it returns, and they are only dereferenced under that
+// lock, so they are never used from two threads at once nor after they are
+// gone. The worker thread does not touch them while `rkllm_run` runs. All
+// are `Send`.
 unsafe impl Send for ActiveRun {}
 
 /// What one callback reported, borrowed from the runtime's result for the
@@ -151,6 +169,96 @@ pub(super) struct Report<'a> {
     pub logits: Option<Logits<'a>>,
 }
 
+impl ActiveRun {
+    /// A `NORMAL` or `WAITING` callback: a token (or a step's rows) of the
+    /// run in progress. Returns the callback's return value.
+    fn on_token(
+        &mut self,
+        state: u32,
+        text: Option<&[u8]>,
+        token: i32,
+        hidden: Option<(&[f32], usize)>,
+        logits: Option<Logits<'_>>,
+    ) -> i32 {
+        use rkllm_sys::v1_3_0::RKLLM_RUN_NORMAL;
+        let (budget, logprobs) = match &mut self.mode {
+            Mode::PrefillOnly => {
+                // The prefill is done and in the KV cache: pause before the
+                // runtime's pick is taken (RKLLM_ABI.md §3.5c).
+                self.prefill_paused = true;
+                return 1;
+            }
+            Mode::Steered(steering) => {
+                // SAFETY: see `ActiveRun`: both are alive while installed,
+                // and the slot's lock makes this the only access.
+                let (steering, sink) = unsafe { (steering.as_mut(), self.sink.as_mut()) };
+                self.tokens += 1;
+                return match steering.on_row(logits, token, &mut |bytes| sink.token_bytes(bytes)) {
+                    RowAnswer::Continue => 0,
+                    RowAnswer::Pause => 1,
+                    RowAnswer::Abort => {
+                        self.abort.abort(self.run_id);
+                        1
+                    }
+                };
+            }
+            Mode::Hidden => {
+                if let Some((rows, width)) = hidden {
+                    self.hidden = Some((rows.to_vec(), width));
+                }
+                return 0;
+            }
+            Mode::Text { budget, logprobs } => (*budget, logprobs.clone()),
+            Mode::Probe(_) => (None, None),
+        };
+        if self.capped || self.pause_ignored {
+            return 0;
+        }
+        if self.budget_paused {
+            // The runtime went on after the pause: stop it.
+            self.pause_ignored = true;
+            self.abort.abort(self.run_id);
+            return 1;
+        }
+        self.tokens += 1;
+        // WAITING text is never used: the runtime carries the bytes of an
+        // incomplete character into the next NORMAL piece.
+        let bytes = if state == RKLLM_RUN_NORMAL {
+            text.unwrap_or_default()
+        } else {
+            &[]
+        };
+        // SAFETY: see `ActiveRun`: the sink is alive while installed, and
+        // the slot's lock makes this the only access.
+        let sink = unsafe { self.sink.as_mut() };
+        if let (Some((vocabulary, top)), Some(logits)) = (&logprobs, &logits) {
+            let row = logits.last_row();
+            let pick = usize::try_from(token).unwrap_or_else(|_| crate::plan::rows::argmax(row));
+            if let Some(entry) = crate::plan::rows::entry(row, pick, *top, vocabulary) {
+                sink.logprob(entry);
+            }
+        }
+        if !sink.tokens_bytes(bytes, 1) {
+            // The request is gone: ask once more, in case the first abort
+            // reached the runtime before this run began.
+            if !self.reaborted {
+                self.reaborted = true;
+                self.abort.abort(self.run_id);
+            }
+        } else if self.cap.is_some_and(|cap| self.tokens >= cap) {
+            self.capped = true;
+            self.abort.abort(self.run_id);
+        } else if budget.is_some_and(|budget| sink.thinking() && sink.thought() >= budget) {
+            // The thinking took its budget: pause, for the runner to feed
+            // the block's end (RKLLM_ABI.md §3.5c).
+            self.budget_paused = true;
+            self.paused_token = Some(token);
+            return 1;
+        }
+        0
+    }
+}
+
 /// Where the callback's `userdata` points: one per handle, alive until
 /// after `rkllm_destroy`.
 #[derive(Default)]
@@ -161,19 +269,24 @@ pub(super) struct CallbackSlot {
 }
 
 impl CallbackSlot {
-    /// Installs a run. The sink (and the steering of a logits run) must
-    /// stay alive until [`Self::remove`].
+    /// Installs a run. The sink (and what `mode` borrows) must stay alive
+    /// until [`Self::remove`].
     pub(super) fn install(
         &self,
         sink: &mut TokenSink<'_>,
         run_id: u64,
         abort: Arc<AbortHandle>,
         cap: Option<u32>,
-        hidden_mode: bool,
-        steering: Option<&mut Steering>,
+        mode: CallbackMode<'_>,
     ) {
         let sink = NonNull::from(sink).cast::<TokenSink<'static>>();
-        let steering = steering.map(NonNull::from);
+        let mode = match mode {
+            CallbackMode::Text { budget, logprobs } => Mode::Text { budget, logprobs },
+            CallbackMode::Hidden => Mode::Hidden,
+            CallbackMode::PrefillOnly => Mode::PrefillOnly,
+            CallbackMode::Steered(steering) => Mode::Steered(NonNull::from(steering)),
+            CallbackMode::Probe(tap) => Mode::Probe(NonNull::from(tap)),
+        };
         *self.run.lock() = Some(ActiveRun {
             sink,
             run_id,
@@ -185,37 +298,13 @@ impl CallbackSlot {
             finished: None,
             failed: false,
             panicked: false,
-            hidden_mode,
+            mode,
             hidden: None,
-            steering,
-            budget: None,
             budget_paused: false,
+            paused_token: None,
             pause_ignored: false,
-            logprobs: None,
-            prefill_only: false,
             prefill_paused: false,
         });
-    }
-
-    /// Makes the installed run one that only prefills.
-    pub(super) fn set_prefill_only(&self) {
-        if let Some(run) = self.run.lock().as_mut() {
-            run.prefill_only = true;
-        }
-    }
-
-    /// Sets the installed run's log probabilities (a logits run).
-    pub(super) fn set_logprobs(&self, logprobs: Option<(Arc<Vocabulary>, usize)>) {
-        if let Some(run) = self.run.lock().as_mut() {
-            run.logprobs = logprobs;
-        }
-    }
-
-    /// Sets the installed run's thinking budget.
-    pub(super) fn set_budget(&self, budget: Option<u32>) {
-        if let Some(run) = self.run.lock().as_mut() {
-            run.budget = budget;
-        }
     }
 
     /// Removes the run; later callbacks are ignored.
@@ -244,83 +333,18 @@ impl CallbackSlot {
             tracing::debug!(state, "callback after the run ended; ignored");
             return 0;
         };
-        match state {
-            RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING if run.prefill_only => {
-                // The prefill is done and in the KV cache: pause before the
-                // runtime's pick is taken (RKLLM_ABI.md §3.5c).
-                run.prefill_paused = true;
+        if let Mode::Probe(mut tap) = run.mode {
+            // SAFETY: see `ActiveRun`: the tap is alive while installed, and
+            // the slot's lock makes this the only access.
+            let tap = unsafe { tap.as_mut() };
+            let answer = tap.on_callback(state, text, token, perf, logits.as_ref());
+            if answer == 1 {
                 return 1;
             }
-            RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING if run.steering.is_some() => {
-                let Some(mut steering) = run.steering else {
-                    return 0;
-                };
-                // SAFETY: see `ActiveRun`: both are alive while installed,
-                // and the slot's lock makes this the only access.
-                let (steering, sink) = unsafe { (steering.as_mut(), run.sink.as_mut()) };
-                run.tokens += 1;
-                return match steering.on_row(logits, token, sink) {
-                    RowAnswer::Continue => 0,
-                    RowAnswer::Pause => 1,
-                    RowAnswer::Abort => {
-                        run.abort.abort(run.run_id);
-                        1
-                    }
-                };
-            }
-            RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING if run.hidden_mode => {
-                if let Some((rows, width)) = hidden {
-                    run.hidden = Some((rows.to_vec(), width));
-                }
-            }
+        }
+        match state {
             RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING => {
-                if run.capped || run.pause_ignored {
-                    return 0;
-                }
-                if run.budget_paused {
-                    // The runtime went on after the pause: stop it.
-                    run.pause_ignored = true;
-                    run.abort.abort(run.run_id);
-                    return 1;
-                }
-                run.tokens += 1;
-                // WAITING text is never used: the runtime carries the bytes
-                // of an incomplete character into the next NORMAL piece.
-                let bytes = if state == RKLLM_RUN_NORMAL {
-                    text.unwrap_or_default()
-                } else {
-                    &[]
-                };
-                // SAFETY: see `ActiveRun`: the sink is alive while installed,
-                // and the slot's lock makes this the only access.
-                let sink = unsafe { run.sink.as_mut() };
-                if let (Some((vocabulary, top)), Some(logits)) = (&run.logprobs, &logits) {
-                    let row = logits.last_row();
-                    let pick =
-                        usize::try_from(token).unwrap_or_else(|_| super::logprobs::argmax(row));
-                    if let Some(entry) = super::logprobs::entry(row, pick, *top, vocabulary) {
-                        sink.logprob(entry);
-                    }
-                }
-                if !sink.tokens_bytes(bytes, 1) {
-                    // The request is gone: ask once more, in case the first
-                    // abort reached the runtime before this run began.
-                    if !run.reaborted {
-                        run.reaborted = true;
-                        run.abort.abort(run.run_id);
-                    }
-                } else if run.cap.is_some_and(|cap| run.tokens >= cap) {
-                    run.capped = true;
-                    run.abort.abort(run.run_id);
-                } else if run
-                    .budget
-                    .is_some_and(|budget| sink.thinking() && sink.thought() >= budget)
-                {
-                    // The thinking took its budget: pause, for the runner
-                    // to feed the block's end (RKLLM_ABI.md §3.5c).
-                    run.budget_paused = true;
-                    return 1;
-                }
+                return run.on_token(state, text, token, hidden, logits);
             }
             RKLLM_RUN_FINISH => run.finished = Some(perf.unwrap_or_default()),
             RKLLM_RUN_ERROR => run.failed = true,

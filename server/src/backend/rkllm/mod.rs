@@ -1,30 +1,40 @@
 //! The `rkllm` backend: Rockchip's RKLLM runtime through `rkllm-sys`.
 //!
-//! This module tree and `rkllm-sys` are the only places with `unsafe`.
-//! Each model's handle is created, run and destroyed on that model's
-//! worker thread ([`ModelHandle`]); other threads reach it only to abort.
-//! Text arrives through the result callback, which may run on any thread,
-//! and goes through the sink's UTF-8 assembly, so a delta never holds
-//! half a character whatever pieces the runtime sends.
+//! The runner carries out what the plan (`crate::plan`) decides: it keeps
+//! the runtime's handle and what the runtime holds, and no policy. Only
+//! the files that call the runtime hold `unsafe`: the ABI bindings and
+//! the callback (`abi`), the handle's owner and the callback's state
+//! (`handle`), the handle's calls (`ops`), the library (`runtime`) and the
+//! vision encoder (`encoder`). Each model's handle is created, run and
+//! destroyed on that model's worker thread ([`ModelHandle`]); other
+//! threads reach it only to abort. Text arrives through the result
+//! callback, which may run on any thread, and goes through the sink's
+//! UTF-8 assembly, so a delta never holds half a character whatever
+//! pieces the runtime sends.
 
+#[allow(unsafe_code)]
 mod abi;
 mod budget;
-mod chunks;
+mod chunked;
 mod constrained;
+#[allow(unsafe_code)]
 mod encoder;
+#[allow(unsafe_code)]
 mod handle;
-mod history;
-mod logprobs;
+#[allow(unsafe_code)]
+mod ops;
 mod prompt_cache;
 mod refresh;
+#[allow(unsafe_code)]
 mod runtime;
 mod snapshots;
-mod steer;
+mod tap;
+mod text;
 
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use crate::backend::image;
 
@@ -34,20 +44,24 @@ pub use self::abi::{InitSettings, SamplingValues};
 pub use encoder::RknnRuntime;
 pub use runtime::{LoadError, Runtime};
 
-use self::abi::{ImageMarkers, ImageRun, RunSettings};
+use self::abi::{ImageMarkers, ImageRun};
 use self::encoder::Encoder;
 use self::handle::{CallbackSlot, ModelHandle};
 use self::prompt_cache::PromptCache;
-use self::runtime::{Api, shared_call};
+use self::runtime::Api;
 pub use self::snapshots::SnapshotSettings;
 use self::snapshots::Snapshots;
+use self::text::Once;
 use crate::backend::{
-    ALL_OVERRIDES, Backend, BackendError, ConversationState, Generation, Plan, Runner, TokenSink,
-    ValidRunRequest,
+    ALL_OVERRIDES, Backend, BackendError, Generation, Runner, TokenSink, ValidRunRequest,
 };
 use crate::model::image::ImageLimits;
 use crate::model::{ModelSpec, VisionSpec};
-use crate::vocab::{FinishReason, Usage};
+use crate::plan::ConversationState;
+use crate::plan::history::History;
+use crate::plan::profile::{Features, Profile};
+use crate::plan::refresh::Refreshes;
+use crate::vocab::FinishReason;
 
 /// Per-request overrides runtimes 1.2.x apply (`max_tokens` by aborting
 /// at the count; sampling is fixed at init).
@@ -294,16 +308,7 @@ impl Backend for RkllmBackend {
         let handle = ModelHandle::new(Arc::clone(&self.runtime), handle, slot, c_path);
         if model.template.is_server_side() {
             // The server renders the chat itself: switch the runtime's off.
-            let raw = handle.handle.0.as_ptr();
-            let empty = c"".as_ptr();
-            // SAFETY: the handle is live and owned by this thread; the
-            // strings are static.
-            let rc = unsafe {
-                shared_call!(
-                    self.runtime.api,
-                    rkllm_set_chat_template(raw, empty, empty, empty)
-                )
-            };
+            let rc = handle.template_off();
             if rc != 0 {
                 return Err(load_error(format!(
                     "rkllm_set_chat_template failed (code {rc})"
@@ -343,23 +348,32 @@ impl Backend for RkllmBackend {
         }
         let mut runner = RkllmRunner {
             handle,
-            prompt_cache: None,
-            save_cache_to: None,
-            lora,
+            model: model.name.clone(),
             init,
             next_run: Arc::clone(&self.next_run),
-            conversation: ConversationState::default(),
-            history: history::History::new(&model.name, model.settings.history_reuse),
-            history_dirty: false,
-            tools_set: None,
+            lora,
             vision,
-            reasoning: model.reasoning,
-            constrained: constrained::ConstrainedState::default(),
+            profile: Profile {
+                reasoning: model.reasoning,
+                server_template: model.template.is_server_side(),
+                tokenizer: model.tokenizer.is_some(),
+                chunk_tokens: model.settings.prefill_chunk(),
+                features: Features::default(),
+            },
+            held: Held {
+                conversation: ConversationState::default(),
+                history: History::new(
+                    model.settings.history_reuse,
+                    history_dropped_before(&model.name),
+                ),
+                dirty: false,
+                tools: None,
+            },
+            tokens: constrained::Tokens::default(),
+            prompt_cache: None,
             snapshots: None,
-            refreshes: refresh::Refreshes::default(),
+            refreshes: Refreshes::default(),
             tokenizer: model.tokenizer.clone(),
-            raw_prompt: model.template.is_server_side(),
-            chunk_tokens: model.settings.prefill_chunk(),
         };
         runner.snapshots = Snapshots::open(model, &self.snapshots, &runner.handle.runtime);
         if let Some(spec) = &model.prompt_cache {
@@ -424,45 +438,56 @@ impl Vision {
 /// One loaded model, owned by its worker thread.
 struct RkllmRunner {
     handle: ModelHandle,
+    /// The model's name, for the log.
+    model: String,
     init: InitSettings,
     next_run: Arc<AtomicU64>,
-    /// The chat the runtime's history holds (runs with `keep_history`).
-    conversation: ConversationState,
-    /// Whether the runtime is trusted to keep that history.
-    history: history::History,
-    /// Whether the runtime's history may hold anything (cleared before a
-    /// chat restarts or a run without a chat).
-    history_dirty: bool,
-    /// The tools last handed to `rkllm_set_function_tools`.
-    tools_set: Option<String>,
-    /// The model's prompt cache, when it has one.
-    prompt_cache: Option<PromptCache>,
-    /// Where the next run saves its prefill (while building the cache).
-    save_cache_to: Option<CString>,
     /// Loaded LoRA adapters: name, and the C strings the runtime was
     /// given (kept for the handle's life).
     lora: Vec<(String, CString, CString)>,
     /// The vision encoder, for a vision model. Declared after `handle`, so
     /// the markers outlive the runtime handle that may point at them.
     vision: Option<Vision>,
-    /// How its replies carry thinking (the history holds the answer).
-    reasoning: crate::model::reasoning::ReasoningMode,
-    /// Its tokenizer and what was learnt of the runtime's logits, for
-    /// constrained answers.
-    constrained: constrained::ConstrainedState,
+    /// What the plan knows of the model.
+    profile: Profile,
+    /// What the runtime holds.
+    held: Held,
+    /// What is kept of its tokenizer.
+    tokens: constrained::Tokens,
+    /// The model's prompt cache, when it has one.
+    prompt_cache: Option<PromptCache>,
     /// Its conversation snapshots, when it keeps them.
     snapshots: Option<Snapshots>,
     /// Returning conversations whose snapshots wait to be brought up to
     /// date.
-    refreshes: refresh::Refreshes,
-    /// Its tokenizer, when it has one (to close a thinking block whose
-    /// budget is spent, and to cut a long prompt into chunks).
+    refreshes: Refreshes,
+    /// Its tokenizer, when it has one.
     tokenizer: Option<crate::model::tokenizer::TokenizerSource>,
-    /// Whether the runtime takes the prompt as it is (the server renders
-    /// the model's template; the runtime's is switched off).
-    raw_prompt: bool,
-    /// Tokens a prefill run takes of a long prompt (0: one run).
-    chunk_tokens: u32,
+}
+
+/// What the runtime holds besides its weights, as the runner knows it.
+#[derive(Debug)]
+struct Held {
+    /// The chat its history holds (runs with `keep_history`).
+    conversation: ConversationState,
+    /// Whether it is trusted to keep that history.
+    history: History,
+    /// Whether its history may hold anything (cleared before a chat
+    /// restarts or a run without a chat).
+    dirty: bool,
+    /// The tools last handed to `rkllm_set_function_tools`.
+    tools: Option<String>,
+}
+
+/// Models seen to drop their history, by name, for the life of the
+/// process: a reloaded runner (`runner = "thread"`) does not trust the
+/// runtime again. Short critical sections only.
+static HISTORY_DROPPED: std::sync::LazyLock<parking_lot::Mutex<std::collections::HashSet<String>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Whether `model`'s runtime was seen to drop its history in this process.
+fn history_dropped_before(model: &str) -> bool {
+    HISTORY_DROPPED.lock().contains(model)
 }
 
 impl RkllmRunner {
@@ -523,8 +548,9 @@ fn runtime_error(code: Option<i32>, message: impl Into<String>) -> BackendError 
 }
 
 impl Runner for RkllmRunner {
-    /// Generates (or embeds, or clears the cache), then reads how many
-    /// positions the runtime's KV cache holds.
+    /// Generates (or embeds, or clears the cache, or brings a snapshot up
+    /// to date), then reads how many positions the runtime's KV cache
+    /// holds.
     fn generate(
         &mut self,
         request: &ValidRunRequest,
@@ -533,7 +559,7 @@ impl Runner for RkllmRunner {
         if request.clear_cache {
             self.clear_history();
             return Ok(Generation {
-                kv_cache_tokens: self.kv_cache_size(),
+                kv_cache_tokens: self.handle.kv_size(),
                 idle_work: self.refreshes.any(),
                 ..Generation::ended(FinishReason::Stop)
             });
@@ -549,7 +575,7 @@ impl Runner for RkllmRunner {
         }
         let mut result = self.generate_inner(request, sink);
         if let Ok(generation) = &mut result {
-            generation.kv_cache_tokens = self.kv_cache_size();
+            generation.kv_cache_tokens = self.handle.kv_size();
             generation.snapshots = self.snapshots.as_mut().map(Snapshots::report);
             generation.idle_work = self.refreshes.any();
         }
@@ -558,25 +584,8 @@ impl Runner for RkllmRunner {
 }
 
 impl RkllmRunner {
-    /// The runtime's KV cache length (`rkllm_get_kv_cache_size`, one
-    /// sequence).
-    fn kv_cache_size(&self) -> Option<u32> {
-        let mut sizes = [0i32; 1];
-        let handle = self.handle.handle.0.as_ptr();
-        // SAFETY: the handle is live and owned by this thread, no run is in
-        // progress, and `sizes` has room for `n_batch` (1) entries.
-        let rc = unsafe {
-            shared_call!(
-                self.handle.runtime.api,
-                rkllm_get_kv_cache_size(handle, sizes.as_mut_ptr())
-            )
-        };
-        (rc == 0).then(|| u32::try_from(sizes[0]).unwrap_or(0))
-    }
-
-    /// Chats keep the runtime's history (`keep_history`): a request that
-    /// continues the held chat sends only its new message; any other chat,
-    /// or a plain prompt, clears the history first.
+    /// Hands the request to the path that carries out its kind: a
+    /// constrained answer, a run with images, an embedding, or text.
     fn generate_inner(
         &mut self,
         request: &ValidRunRequest,
@@ -594,111 +603,28 @@ impl RkllmRunner {
             return self.generate_with_images(request, sink);
         }
         if request.embed.is_some() {
-            if self.history_dirty {
+            if self.held.dirty {
                 self.clear_history();
             }
             let (prompt, role) = (request.prompt.text.clone(), request.prompt.role.as_str());
-            return self.run_once(request, sink, &prompt, role, false, None);
+            return self.run_once(request, sink, Once::plain(&prompt, role));
         }
-        // A budgeted run may pause, which the runtime documents for
-        // single-turn runs: its chat is sent whole.
-        let mut plan = request
-            .prompt
-            .turns()
-            .filter(|_| self.history.reuses() && request.sampling.thinking_budget.is_none())
-            .map(|c| self.conversation.plan(c));
-        if matches!(plan, Some(Plan::Continue(_))) && !self.history.still_held(self.kv_cache_size())
-        {
-            // The runtime dropped the history: the whole conversation goes.
-            self.conversation.reset();
-            plan = None;
-        }
-        let (prompt, role) = match plan {
-            Some(Plan::Continue(turn)) => (
-                turn.text.as_str(),
-                if turn.role == "tool" { "tool" } else { "user" },
-            ),
-            _ => (request.prompt.text.as_str(), request.prompt.role.as_str()),
-        };
-        let keep_history = plan.is_some();
-        let mut snapshot_to = None;
-        if !matches!(plan, Some(Plan::Continue(_))) {
-            if self.history_dirty {
-                self.clear_history();
-            }
-            let cancel = sink.cancel_token().clone();
-            self.sync_prompt_cache(prompt, &cancel);
-            // A chat sent whole: the server's render, or the transcript.
-            let system = match (request.prompt.whole_chat(), request.prompt.turns()) {
-                (Some(system), _) => Some(system),
-                (None, Some(conversation)) => Some(
-                    conversation
-                        .first()
-                        .filter(|t| t.role == "system")
-                        .map_or("", |t| t.text.as_str()),
-                ),
-                (None, None) => None,
-            };
-            // A LoRA adapter changes the state a prompt leaves: such runs
-            // neither use nor make snapshots.
-            if let Some(system) = system.filter(|_| request.lora.is_none()) {
-                snapshot_to = self.restore_snapshot(&request.model, system, prompt, &cancel);
-            }
-        }
-        self.history_dirty |= keep_history;
-        let checked = keep_history && self.history.checks();
-        let before = if checked { self.kv_cache_size() } else { None };
-        self.save_cache_to = snapshot_to
-            .as_deref()
-            .and_then(|p| CString::new(p.to_string_lossy().into_owned()).ok());
-        let chunks = (!keep_history)
-            .then(|| self.chunks_for(request, prompt))
-            .flatten();
-        let result = match &chunks {
-            Some(chunks) => self.run_chunked(request, sink, prompt, role, chunks),
-            None => self.run_once(request, sink, prompt, role, keep_history, None),
-        };
-        self.save_cache_to = None;
-        if let Some(tmp) = snapshot_to {
-            let ran = matches!(&result, Ok(g) if g.finish_reason != FinishReason::Abort)
-                && !sink.cancel_token().is_cancelled();
-            self.keep_snapshot(prompt, &tmp, ran);
-        }
-        match (request.prompt.turns(), &result) {
-            (Some(conversation), Ok(g))
-                if keep_history && g.finish_reason != FinishReason::Abort && sink.is_open() =>
-            {
-                let answer = crate::model::reasoning::answer_of(sink.produced(), self.reasoning);
-                self.conversation.commit(conversation, &answer);
-                if checked && !self.check_history(before.unwrap_or(0), g) {
-                    self.conversation.reset();
-                }
-                if request.prompt.whole_chat().is_none() {
-                    let sent_whole = !matches!(plan, Some(Plan::Continue(_)));
-                    self.chat_answered(request, &answer, sent_whole);
-                }
-            }
-            _ => {
-                self.conversation.reset();
-                self.history.forget();
-            }
-        }
-        result
+        self.generate_text(request, sink)
     }
-}
 
-impl RkllmRunner {
-    /// After a kept-history run that started with `before` KV positions:
-    /// whether the runtime still holds the history ([`history`]).
-    fn check_history(&mut self, before: u32, generation: &Generation) -> bool {
-        let usage = generation.usage.unwrap_or_default();
-        self.history.after_run(history::RunCounts {
-            before,
-            after: self.kv_cache_size(),
-            prefilled: usage.prompt_tokens,
-            generated: usage.completion_tokens,
-            context: u32::try_from(self.init.max_context_len).unwrap_or(0),
-        })
+    /// The runtime was just seen to drop the history: remembered for the
+    /// model, and said once.
+    fn history_dropped(&mut self) {
+        let Some(why) = self.held.history.take_dropped() else {
+            return;
+        };
+        if HISTORY_DROPPED.lock().insert(self.model.clone()) {
+            tracing::warn!(
+                model = %self.model,
+                why,
+                "the model's runtime keeps no chat history: every turn now sends the whole conversation (history_reuse = \"off\" says so from the start)"
+            );
+        }
     }
 
     /// A run with images: the whole prompt, outside the runtime's history
@@ -712,11 +638,11 @@ impl RkllmRunner {
             return Err(runtime_error(None, "this model does not take images"));
         };
         let embed = vision.encode(request)?;
-        if self.history_dirty {
+        if self.held.dirty {
             self.clear_history();
         }
         self.sync_prompt_cache(&request.prompt.text, &sink.cancel_token().clone());
-        self.conversation.reset();
+        self.held.conversation.reset();
         let Some(vision) = self.vision.as_ref() else {
             return Err(runtime_error(None, "this model does not take images"));
         };
@@ -730,13 +656,17 @@ impl RkllmRunner {
             markers: &markers,
         };
         let (prompt, role) = (request.prompt.text.clone(), request.prompt.role.as_str());
-        self.run_once(request, sink, &prompt, role, false, Some(images))
+        let once = Once {
+            images: Some(images),
+            ..Once::plain(&prompt, role)
+        };
+        self.run_once(request, sink, once)
     }
 
     /// Hands the request's tools to the runtime when they changed. The
     /// system prompt is the chat's system message, if any.
     fn set_tools(&mut self, request: &ValidRunRequest, tools: &str) -> Result<(), BackendError> {
-        if self.tools_set.as_deref() == Some(tools) {
+        if self.held.tools.as_deref() == Some(tools) {
             return Ok(());
         }
         let system = request
@@ -749,224 +679,25 @@ impl RkllmRunner {
                 .map_err(|_| runtime_error(None, "tools or system prompt contain a NUL byte"))
         };
         let (system, tools_c, tag) = (c(system)?, c(tools)?, c("tool_response")?);
-        let handle = self.handle.handle.0.as_ptr();
-        // SAFETY: the handle is live and owned by this thread; the strings
-        // outlive the call.
-        let rc = unsafe {
-            shared_call!(
-                self.handle.runtime.api,
-                rkllm_set_function_tools(handle, system.as_ptr(), tools_c.as_ptr(), tag.as_ptr())
-            )
-        };
+        let rc = self.handle.set_tools(&system, &tools_c, &tag);
         if rc != 0 {
             return Err(runtime_error(
                 Some(rc),
                 format!("rkllm_set_function_tools failed (code {rc})"),
             ));
         }
-        self.tools_set = Some(tools.to_owned());
+        self.held.tools = Some(tools.to_owned());
         // The runtime's template changed: what it held no longer applies.
         self.clear_history();
         Ok(())
     }
 
+    /// Clears the runtime's KV cache: it holds no conversation afterwards.
     fn clear_history(&mut self) {
-        let handle = self.handle.handle.0.as_ptr();
-        // SAFETY: the handle is live and owned by this thread; no run is in
-        // progress; NULL ranges ask to clear everything.
-        let rc = unsafe {
-            shared_call!(
-                self.handle.runtime.api,
-                rkllm_clear_kv_cache(handle, 0, std::ptr::null_mut(), std::ptr::null_mut())
-            )
-        };
+        let rc = self.handle.clear_kv();
         tracing::debug!(rc, "rkllm_clear_kv_cache");
-        self.history_dirty = false;
-        self.conversation.reset();
-        self.history.forget();
+        self.held.dirty = false;
+        self.held.conversation.reset();
+        self.held.history.forget();
     }
-
-    fn run_once(
-        &mut self,
-        request: &ValidRunRequest,
-        sink: &mut TokenSink<'_>,
-        prompt: &str,
-        role: &str,
-        keep_history: bool,
-        images: Option<ImageRun<'_>>,
-    ) -> Result<Generation, BackendError> {
-        let prompt = CString::new(prompt).map_err(|_| {
-            runtime_error(
-                None,
-                "the prompt contains a NUL character, which the runtime cannot take",
-            )
-        })?;
-        let role = CString::new(role).map_err(|_| runtime_error(None, "bad role"))?;
-        // Owned here: the run borrows them while the runner runs it.
-        let save_cache = self.save_cache_to.clone();
-        let lora = request
-            .lora
-            .as_deref()
-            .and_then(|wanted| self.lora.iter().find(|(name, ..)| name == wanted))
-            .map(|(_, name, _)| name.clone());
-        let settings = RunSettings {
-            prompt: &prompt,
-            role: &role,
-            enable_thinking: request.prompt.thinking,
-            sampling: self.sampling(request),
-            max_new_tokens: i32::try_from(request.max_tokens).unwrap_or(i32::MAX),
-            keep_history,
-            images,
-            hidden_layer: request.embed.is_some(),
-            // Log probabilities are read from the logits rows.
-            logits: request.sampling.logprobs.is_some() && request.embed.is_none(),
-            tokens: None,
-            save_cache: save_cache.as_deref(),
-            lora: lora.as_deref(),
-        };
-        self.execute(request, sink, &settings)
-    }
-
-    /// Runs `settings` once, reporting to `sink`, and reads how it ended;
-    /// a run paused at the thinking budget goes on with the block closed.
-    fn execute(
-        &mut self,
-        request: &ValidRunRequest,
-        sink: &mut TokenSink<'_>,
-        settings: &RunSettings<'_>,
-    ) -> Result<Generation, BackendError> {
-        let logprobs = if settings.logits {
-            let top = usize::from(request.sampling.logprobs.unwrap_or(0));
-            Some((self.logprob_vocabulary()?, top))
-        } else {
-            None
-        };
-        let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
-        let abi = self.handle.runtime.abi();
-        let cap = (abi == Abi::V1_2).then(|| u32::try_from(settings.max_new_tokens).unwrap_or(0));
-        let abort = Arc::clone(&self.handle.abort);
-        abort.set_running(run_id);
-        let hook_abort = Arc::clone(&abort);
-        sink.cancel_token()
-            .on_cancel(move || hook_abort.abort(run_id));
-        if !sink.is_open() {
-            abort.set_running(0);
-            return Ok(Generation::ended(FinishReason::Abort));
-        }
-        let budget = request
-            .sampling
-            .thinking_budget
-            .filter(|_| settings.tokens.is_none())
-            .map(|b| b.tokens);
-        if budget.is_some() {
-            sink.watch_thinking(self.reasoning);
-        }
-        self.handle.slot.install(
-            sink,
-            run_id,
-            Arc::clone(&abort),
-            cap,
-            request.embed.is_some(),
-            None,
-        );
-        self.handle.slot.set_budget(budget);
-        self.handle.slot.set_logprobs(logprobs);
-        let userdata = self.handle.userdata();
-        let rc = match &self.handle.runtime.api {
-            Api::V1_3(api) => abi::run_v1_3(api, self.handle.handle, settings, userdata),
-            Api::V1_2(api) => abi::run_v1_2(api, self.handle.handle, settings, userdata),
-        };
-        abort.set_running(0);
-        let run = self.handle.slot.remove();
-        let Some(run) = run else {
-            return Err(runtime_error(Some(rc), "the run's state was lost"));
-        };
-        if run.panicked {
-            return Err(runtime_error(
-                None,
-                "internal error while reading the runtime's output",
-            ));
-        }
-        if sink.cancel_token().is_cancelled() {
-            return Ok(Generation::ended(FinishReason::Abort));
-        }
-        if sink.hit_stop() {
-            // The server stopped the run at a stop string: a normal end,
-            // whatever the runtime reported after the abort.
-            return Ok(Generation::ended(FinishReason::Stop));
-        }
-        if run.capped {
-            return Ok(Generation::ended(FinishReason::Length));
-        }
-        if run.budget_paused {
-            return self.after_budget(request, sink, settings, &run);
-        }
-        if rc != 0 || run.failed {
-            return Err(runtime_error(
-                Some(rc),
-                format!("the runtime reported an error (rkllm_run returned {rc})"),
-            ));
-        }
-        generation_of(request, &run, rc)
-    }
-}
-
-/// What a run that ended by itself generated (or embedded), from the
-/// runtime's counts where it reported them.
-///
-/// # Errors
-/// An embedding run without the hidden layer it asked for.
-fn generation_of(
-    request: &ValidRunRequest,
-    run: &handle::ActiveRun,
-    rc: i32,
-) -> Result<Generation, BackendError> {
-    let perf = run.finished;
-    if let Some(spec) = request.embed {
-        let Some((rows, width)) = &run.hidden else {
-            return Err(runtime_error(
-                Some(rc),
-                "the runtime returned no hidden layer for the embedding",
-            ));
-        };
-        return Ok(Generation {
-            finish_reason: FinishReason::Stop,
-            usage: Some(Usage {
-                prompt_tokens: perf.map_or(u32::try_from(rows.len() / width).unwrap_or(0), |p| {
-                    u32::try_from(p.prefill_tokens).unwrap_or(0)
-                }),
-                completion_tokens: 0,
-                reasoning_tokens: 0,
-            }),
-            runtime_timings: perf.map(|p| (f64::from(p.prefill_time_ms), 0.0)),
-            memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
-            embedding: Some(spec.pool(rows, *width)),
-            kv_cache_tokens: None,
-            snapshots: None,
-            idle_work: false,
-        });
-    }
-    let generated = perf.map_or(run.tokens, |p| {
-        u32::try_from(p.generate_tokens).unwrap_or(run.tokens)
-    });
-    let finish_reason = if generated >= request.max_tokens {
-        FinishReason::Length
-    } else {
-        FinishReason::Stop
-    };
-    Ok(Generation {
-        finish_reason,
-        usage: perf.map(|p| Usage {
-            prompt_tokens: u32::try_from(p.prefill_tokens).unwrap_or(0),
-            completion_tokens: generated,
-            reasoning_tokens: 0,
-        }),
-        runtime_timings: perf
-            .map(|p| (f64::from(p.prefill_time_ms), f64::from(p.generate_time_ms))),
-        memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
-        embedding: None,
-        kv_cache_tokens: None,
-        snapshots: None,
-        idle_work: false,
-    })
 }

@@ -29,7 +29,8 @@ use std::time::SystemTime;
 use sha2::{Digest as _, Sha256};
 
 use super::RkllmRunner;
-use super::runtime::{Runtime, shared_call};
+use super::runtime::Runtime;
+use super::text::Once;
 use crate::backend::{TokenOutput, TokenSink, ValidRunRequest};
 use crate::model::{ModelSpec, Prompt, PromptCacheSpec, Sampling};
 use crate::vocab::{CancelToken, FinishReason};
@@ -598,10 +599,8 @@ impl RkllmRunner {
     ) -> Result<(), NotBuilt> {
         let failed = NotBuilt::Failed;
         let _ = std::fs::remove_file(tmp);
-        self.save_cache_to = Some(
-            CString::new(tmp.to_string_lossy().into_owned())
-                .map_err(|_| failed("the path contains a NUL byte".into()))?,
-        );
+        let save = CString::new(tmp.to_string_lossy().into_owned())
+            .map_err(|_| failed("the path contains a NUL byte".into()))?;
         let request = ValidRunRequest {
             prompt: Prompt {
                 thinking,
@@ -621,8 +620,11 @@ impl RkllmRunner {
         };
         let null = NullOutput(cancel.clone());
         let mut sink = TokenSink::new(&null, false);
-        let built = self.run_once(&request, &mut sink, prompt, role, false, None);
-        self.save_cache_to = None;
+        let once = Once {
+            save: Some(&save),
+            ..Once::plain(prompt, role)
+        };
+        let built = self.run_once(&request, &mut sink, once);
         self.clear_history();
         match built {
             _ if cancel.is_cancelled() => Err(NotBuilt::Aborted),
@@ -635,29 +637,17 @@ impl RkllmRunner {
 
     /// `rkllm_release_prompt_cache`: prompts prefill from their start.
     pub(super) fn release_cache_file(&self) {
-        let handle = self.handle.handle.0.as_ptr();
-        // SAFETY: the handle is live and owned by this thread, no run is in
-        // progress.
-        let rc =
-            unsafe { shared_call!(self.handle.runtime.api, rkllm_release_prompt_cache(handle)) };
+        let rc = self.handle.release_cache();
         tracing::debug!(rc, "rkllm_release_prompt_cache");
     }
 
     /// `rkllm_load_prompt_cache`; the runtime's code when it refuses.
     pub(super) fn load_cache_file(&self, path: &CStr) -> Result<(), i32> {
-        let handle = self.handle.handle.0.as_ptr();
-        // SAFETY: the handle is live and owned by this thread, no run is in
-        // progress; the path is a NUL-terminated string.
-        let rc = unsafe {
-            shared_call!(
-                self.handle.runtime.api,
-                rkllm_load_prompt_cache(handle, path.as_ptr())
-            )
-        };
-        if rc == 0 { Ok(()) } else { Err(rc) }
+        self.handle.load_cache(path)
     }
 }
 
+/// What a refusal of `rkllm_load_prompt_cache` says.
 pub(super) fn refused(rc: i32) -> String {
     format!("the runtime cannot load it (rkllm_load_prompt_cache returned {rc})")
 }

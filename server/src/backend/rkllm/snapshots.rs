@@ -42,14 +42,8 @@ use super::prompt_cache::{
 use super::runtime::Runtime;
 use crate::backend::SnapshotReport;
 use crate::model::ModelSpec;
+use crate::plan::snapshots::{self as plan, Kept, Load, Store, common_prefix};
 use crate::vocab::CancelToken;
-
-/// A loaded snapshot is worth its file only when it covers this much.
-const MIN_REUSE_BYTES: usize = 64;
-
-/// A system prompt at least this long (about 500 tokens) is saved on its
-/// own before the first conversation that starts with it.
-pub(super) const SYSTEM_PREFIX_MIN_BYTES: usize = 2048;
 
 /// Files at most per model, whatever their bytes.
 const MAX_FILES: usize = 256;
@@ -185,13 +179,6 @@ impl Free {
 fn on_disk(meta: &std::fs::Metadata) -> u64 {
     use std::os::unix::fs::MetadataExt as _;
     meta.len().max(meta.blocks().saturating_mul(512))
-}
-
-/// Bytes two texts share from their start, cut back to a character
-/// boundary of `a`.
-pub(super) fn common_prefix(a: &str, b: &str) -> usize {
-    let n = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
-    (0..=n).rev().find(|&i| a.is_char_boundary(i)).unwrap_or(0)
 }
 
 fn stem_of(prompt: &str) -> String {
@@ -420,15 +407,22 @@ impl Snapshots {
         self.remove_files(&entry.stem);
     }
 
-    /// The snapshot sharing the longest prefix with `prompt` (at least
-    /// [`MIN_REUSE_BYTES`]), and that length.
-    pub(super) fn best(&self, prompt: &str) -> Option<(usize, usize)> {
+    /// The snapshots as the planner sees them.
+    fn kept(&self) -> Vec<Kept<'_>> {
         self.entries
             .iter()
-            .enumerate()
-            .map(|(i, e)| (i, common_prefix(&e.prompt, prompt)))
-            .filter(|&(_, shared)| shared >= MIN_REUSE_BYTES)
-            .max_by_key(|&(i, shared)| (shared, self.entries[i].used))
+            .map(|e| Kept {
+                prompt: &e.prompt,
+                used: e.used,
+                system_prefix: e.system_prefix,
+            })
+            .collect()
+    }
+
+    /// The snapshot sharing the longest prefix with `prompt`, and that
+    /// length ([`plan::best`]).
+    pub(super) fn best(&self, prompt: &str) -> Option<(usize, usize)> {
+        plan::best(&self.kept(), prompt)
     }
 
     /// Whether a snapshot of exactly `prompt` is kept (marked used).
@@ -732,12 +726,7 @@ impl Snapshots {
             .map(|p| std::fs::metadata(p).map_or(0, |m| on_disk(&m)))
             .sum();
         self.entries.retain(|e| e.stem != stem);
-        let earlier: Vec<usize> = (0..self.entries.len())
-            .filter(|&i| {
-                let e = &self.entries[i];
-                !e.system_prefix && e.prompt.len() < prompt.len() && prompt.starts_with(&e.prompt)
-            })
-            .collect();
+        let earlier = plan::superseded(&self.kept(), prompt);
         for index in earlier.into_iter().rev() {
             self.remove(index);
         }
@@ -766,22 +755,17 @@ impl Snapshots {
     /// Removes the least recently used snapshots until the folder fits the
     /// byte budget and [`MAX_FILES`].
     fn evict(&mut self) {
-        loop {
-            let total = self.total();
-            if (total <= self.max_bytes && self.entries.len() <= MAX_FILES)
-                || self.entries.is_empty()
-            {
-                return;
-            }
-            let oldest = (0..self.entries.len())
-                .min_by_key(|&i| self.entries[i].used)
-                .unwrap_or(0);
+        let folder = std::fs::metadata(&self.dir).map_or(0, |m| on_disk(&m));
+        let disk: Vec<u64> = self.entries.iter().map(|e| e.disk).collect();
+        let mut gone = plan::evicted(&self.kept(), &disk, folder, self.max_bytes, MAX_FILES);
+        gone.sort_unstable();
+        for index in gone.into_iter().rev() {
             tracing::debug!(
                 model = %self.model,
-                snapshot = %self.entries[oldest].stem,
+                snapshot = %self.entries[index].stem,
                 "conversation snapshot evicted"
             );
-            self.remove(oldest);
+            self.remove(index);
         }
     }
 
@@ -798,14 +782,6 @@ impl Snapshots {
         self.misses = 0;
         report
     }
-}
-
-/// Where the chat's system prompt (`system`, its text) ends in `prompt`.
-fn system_prefix_end(system: &str, prompt: &str) -> Option<usize> {
-    if system.is_empty() {
-        return None;
-    }
-    prompt.find(system).map(|at| at + system.len())
 }
 
 impl RkllmRunner {
@@ -834,11 +810,20 @@ impl RkllmRunner {
             snaps.unloaded();
         }
         let covered = system_cache.unwrap_or(0);
-        if let Some(end) = system_prefix_end(system, prompt)
-            && end >= SYSTEM_PREFIX_MIN_BYTES
-            && covered < end
-            && !snaps.saves_failed
-            && snaps.best(prompt).is_none_or(|(_, shared)| shared < end)
+        let store = |s: &Snapshots| {
+            let kept = s.kept();
+            plan::restore(
+                Store {
+                    kept: &kept,
+                    saves: !s.saves_failed,
+                },
+                system,
+                prompt,
+                covered,
+            )
+        };
+        let mut restore = store(&snaps);
+        if let Some(end) = restore.save_prefix
             && snaps.room_for(&prompt[..end])
         {
             let tmp = snaps.building_path();
@@ -851,58 +836,64 @@ impl RkllmRunner {
                     }
                 }
             }
+            restore = store(&snaps);
         }
         if cancel.is_cancelled() {
             self.snapshots = Some(snaps);
             return None;
         }
-        match snaps.best(prompt) {
-            Some((index, shared)) if shared > covered => {
-                if snaps.is_loaded(index) {
-                    snaps.loaded_now(index);
-                } else if let Ok((_, path)) = snaps.checked_path(index) {
-                    match self.load_cache_file(&path) {
-                        Ok(()) => {
-                            snaps.loaded_now(index);
-                            if let Some(cache) = self.prompt_cache.as_mut() {
-                                cache.displaced();
-                            }
-                        }
-                        Err(rc) => {
-                            snaps.damaged(index, &refused(rc));
-                            // What the runtime holds after a refusal is not
-                            // known: the system-prompt cache too is loaded
-                            // again when wanted.
-                            snaps.unloaded();
-                            if let Some(cache) = self.prompt_cache.as_mut() {
-                                cache.displaced();
-                            }
-                            snaps.missed();
-                        }
-                    }
-                } else {
-                    snaps.missed();
+        match restore.load {
+            Load::Snapshot(index) => self.hold_snapshot(&mut snaps, index),
+            Load::Release => {
+                snaps.missed();
+                if snaps.any_loaded() {
+                    self.handle.release_cache();
+                    snaps.unloaded();
                 }
             }
-            _ => {
-                if covered == 0 {
-                    snaps.missed();
-                    if snaps.any_loaded() {
-                        self.release_cache_file();
-                        snaps.unloaded();
-                    }
-                }
-            }
+            Load::AsItIs => {}
         }
-        let save =
-            (!snaps.saves_failed && !snaps.holds(prompt) && snaps.room_for(prompt)).then(|| {
-                let path = snaps.building_path();
-                // Nothing a run that went wrong left may pass for this one's.
-                let _ = std::fs::remove_file(&path);
-                path
-            });
+        // Marks an exact one used, as the plan saw it.
+        let save = (restore.save && !snaps.holds(prompt) && snaps.room_for(prompt)).then(|| {
+            let path = snaps.building_path();
+            // Nothing a run that went wrong left may pass for this one's.
+            let _ = std::fs::remove_file(&path);
+            path
+        });
         self.snapshots = Some(snaps);
         save
+    }
+
+    /// Has the runtime hold the snapshot at `index` (a hit), loading it
+    /// unless it holds it already; one the runtime refuses, or whose bytes
+    /// changed, is removed (a miss).
+    fn hold_snapshot(&mut self, snaps: &mut Snapshots, index: usize) {
+        if snaps.is_loaded(index) {
+            snaps.loaded_now(index);
+            return;
+        }
+        let Ok((_, path)) = snaps.checked_path(index) else {
+            snaps.missed();
+            return;
+        };
+        match self.handle.load_cache(&path) {
+            Ok(()) => {
+                snaps.loaded_now(index);
+                if let Some(cache) = self.prompt_cache.as_mut() {
+                    cache.displaced();
+                }
+            }
+            Err(rc) => {
+                snaps.damaged(index, &refused(rc));
+                // What the runtime holds after a refusal is not known: the
+                // system-prompt cache too is loaded again when wanted.
+                snaps.unloaded();
+                if let Some(cache) = self.prompt_cache.as_mut() {
+                    cache.displaced();
+                }
+                snaps.missed();
+            }
+        }
     }
 
     /// After a run that was to save a snapshot of `prompt` at `tmp`: kept

@@ -4,10 +4,10 @@ use serde_json::json;
 
 use super::*;
 use crate::model::constraint::{Constraint, ToolSchema};
-use crate::model::tokenizer::{TokenizerSource, Vocabulary};
+use crate::model::tokenizer::Vocabulary;
 
 fn mock() -> Arc<Vocabulary> {
-    crate::backend::vocabularies::load(&TokenizerSource::Mock).unwrap()
+    Arc::new(Vocabulary::parse(crate::model::tokenizer::MOCK_TOKENIZER).unwrap())
 }
 
 /// The mock vocabulary's token whose text is `text`.

@@ -1,42 +1,20 @@
-//! Token log probabilities on the NPU. A request that asks for them runs
-//! in logits mode (`RKLLM_INFER_GET_LOGITS`): each callback carries the
-//! next token's distribution (its last logits row) and the runtime's pick
-//! from it. The runner takes the log-softmax of that row, before the
-//! runtime's temperature and top-k/top-p (the row is the model's output),
-//! and reports the pick's value and the likeliest tokens; the pick stands
-//! (the callback returns 0), so the answer is the runtime's own. Rows are
-//! read only for requests that ask.
+//! What a logits row says: the log probability of a token under it, with
+//! the likeliest tokens (log-softmax of the row, before the runtime's
+//! temperature and top-k/top-p: the row is the model's output), and the
+//! row's likeliest id. A request that asks for log probabilities runs in
+//! logits mode (`RKLLM_INFER_GET_LOGITS`): each callback carries the next
+//! token's distribution (its last logits row) and the runtime's pick from
+//! it; the pick stands, so the answer is the runtime's own. Rows are read
+//! only for requests that ask.
 
-use std::sync::Arc;
-
-use super::{RkllmRunner, runtime_error};
-use crate::backend::BackendError;
 use crate::model::tokenizer::Vocabulary;
 use crate::vocab::TokenLogprob;
-
-impl RkllmRunner {
-    /// The vocabulary the rows are read with: the model's tokenizer's.
-    ///
-    /// # Errors
-    /// A model without a tokenizer (the engine refuses log probabilities
-    /// for one), or one that cannot be read.
-    pub(super) fn logprob_vocabulary(&mut self) -> Result<Arc<Vocabulary>, BackendError> {
-        let source = self.tokenizer.clone().ok_or_else(|| {
-            runtime_error(
-                None,
-                "log probabilities need the model's tokenizer (set `tokenizer` in its \
-                 [[models]] entry)",
-            )
-        })?;
-        self.vocabulary(&source)
-    }
-}
 
 /// The log probability of `token` under `row`, with the `top` likeliest
 /// tokens of the row (ids the vocabulary has, special ones left out).
 /// `None` for an id outside the row or the vocabulary, or a special token
 /// (the end of the text is not reported).
-pub(super) fn entry(
+pub fn entry(
     row: &[f32],
     token: usize,
     top: usize,
@@ -78,7 +56,7 @@ pub(super) fn entry(
 
 /// The row's likeliest id (the pick, when the runtime does not report
 /// its own).
-pub(super) fn argmax(row: &[f32]) -> usize {
+pub fn argmax(row: &[f32]) -> usize {
     row.iter()
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1))

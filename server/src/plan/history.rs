@@ -10,23 +10,15 @@
 //! kept-history run against what the history must at least hold; a model
 //! whose runtime falls short is switched, for good and logged once, to
 //! sending the whole conversation. `on` never checks; `off` always sends
-//! the whole conversation.
-
-use std::collections::HashSet;
-use std::sync::LazyLock;
-
-use parking_lot::Mutex;
+//! the whole conversation. What was seen is the runner's to remember
+//! ([`History::take_dropped`]): a model seen to drop its history is not
+//! trusted again by a runner loaded later.
 
 use crate::model::HistoryReuse;
 
-/// Models seen to drop their history, by name, for the life of the
-/// process: a reloaded runner (`runner = "thread"`) does not trust the
-/// runtime again. Short critical sections only.
-static DROPPED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
-
 /// A run's counts, for the check after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct RunCounts {
+pub struct RunCounts {
     /// KV positions held when the run started.
     pub before: u32,
     /// KV positions held after it (`None`: the runtime could not tell).
@@ -41,24 +33,33 @@ pub(super) struct RunCounts {
 
 /// One runner's view of its model's history.
 #[derive(Debug)]
-pub(super) struct History {
-    model: String,
+pub struct History {
     mode: HistoryReuse,
     /// The runtime was seen to drop the history.
     dropped: bool,
+    /// Why it was seen to, until the runner takes it.
+    newly_dropped: Option<String>,
     /// KV positions after the last kept-history run (`None`: nothing is
     /// held, or unknown).
     held: Option<u32>,
 }
 
 impl History {
-    pub fn new(model: &str, mode: HistoryReuse) -> Self {
+    /// A view for a model in `mode`, whose runtime was seen before to drop
+    /// its history when `dropped_before`.
+    pub fn new(mode: HistoryReuse, dropped_before: bool) -> Self {
         Self {
-            model: model.to_owned(),
             mode,
-            dropped: mode == HistoryReuse::Auto && DROPPED.lock().contains(model),
+            dropped: mode == HistoryReuse::Auto && dropped_before,
+            newly_dropped: None,
             held: None,
         }
+    }
+
+    /// Why the runtime was just seen to drop the history (once): the
+    /// runner remembers the model and says so.
+    pub fn take_dropped(&mut self) -> Option<String> {
+        self.newly_dropped.take()
     }
 
     /// Whether a chat's next turn may send only its new message.
@@ -125,14 +126,7 @@ impl History {
     fn drop_for_good(&mut self, why: &str) {
         self.dropped = true;
         self.held = None;
-        if DROPPED.lock().insert(self.model.clone()) {
-            tracing::warn!(
-                model = %self.model,
-                why,
-                "the model's runtime keeps no chat history: every turn now sends the whole \
-                 conversation (history_reuse = \"off\" says so from the start)"
-            );
-        }
+        self.newly_dropped = Some(why.to_owned());
     }
 }
 
@@ -152,7 +146,7 @@ mod tests {
 
     #[test]
     fn a_runtime_that_keeps_the_history_stays_trusted() {
-        let mut history = History::new("keeps-test", HistoryReuse::Auto);
+        let mut history = History::new(HistoryReuse::Auto, false);
         assert!(history.after_run(run(0, 30, 20, 10)));
         assert!(history.still_held(Some(30)));
         // The last token generated may not be in the cache.
@@ -162,17 +156,21 @@ mod tests {
 
     #[test]
     fn a_cache_that_holds_less_than_the_turn_generated_switches_to_whole_conversations() {
-        let mut history = History::new("drops-test", HistoryReuse::Auto);
+        let mut history = History::new(HistoryReuse::Auto, false);
         assert!(!history.after_run(run(0, 0, 20, 10)));
         assert!(!history.reuses());
-        // For good, and for a runner loaded again.
-        assert!(!History::new("drops-test", HistoryReuse::Auto).reuses());
-        assert!(History::new("drops-test", HistoryReuse::On).reuses());
+        // Said once, for the runner to remember.
+        assert!(history.take_dropped().is_some());
+        assert!(history.take_dropped().is_none());
+        // A runner loaded again that remembers does not trust it (`on`
+        // still does: the operator said so).
+        assert!(!History::new(HistoryReuse::Auto, true).reuses());
+        assert!(History::new(HistoryReuse::On, true).reuses());
     }
 
     #[test]
     fn a_cache_dropped_between_turns_is_seen_before_the_next_one() {
-        let mut history = History::new("between-test", HistoryReuse::Auto);
+        let mut history = History::new(HistoryReuse::Auto, false);
         assert!(history.after_run(run(0, 30, 20, 10)));
         assert!(!history.still_held(Some(0)));
         assert!(!history.reuses());
@@ -180,7 +178,7 @@ mod tests {
 
     #[test]
     fn a_run_at_the_contexts_end_is_not_judged() {
-        let mut history = History::new("overflow-test", HistoryReuse::Auto);
+        let mut history = History::new(HistoryReuse::Auto, false);
         let full = RunCounts {
             context: 100,
             ..run(90, 40, 20, 10)
@@ -191,11 +189,11 @@ mod tests {
 
     #[test]
     fn on_never_checks_and_off_never_reuses() {
-        let mut on = History::new("on-test", HistoryReuse::On);
+        let mut on = History::new(HistoryReuse::On, false);
         assert!(on.after_run(run(0, 0, 20, 10)));
         assert!(on.still_held(Some(0)));
         assert!(on.reuses() && !on.checks());
-        let off = History::new("off-test", HistoryReuse::Off);
+        let off = History::new(HistoryReuse::Off, false);
         assert!(!off.reuses() && !off.checks());
     }
 }

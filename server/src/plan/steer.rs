@@ -35,7 +35,6 @@ use std::sync::Arc;
 
 use toktrie::SimpleVob;
 
-use crate::backend::TokenSink;
 use crate::model::constraint::{Constraint, Guide, SamplingParams, sample};
 use crate::model::reasoning::ReasoningMode;
 use crate::model::tokenizer::Vocabulary;
@@ -43,12 +42,12 @@ use crate::model::tokenizer::Vocabulary;
 /// Forced tokens after a standing pick that are worth a pause to feed them
 /// in one go (fewer are left to the runtime, whose picks will likely be
 /// them).
-pub(super) const FORCED_FEED_MIN: usize = 2;
+pub const FORCED_FEED_MIN: usize = 2;
 
 /// How many ids a logits row may hold past the tokenizer's: the padding of
 /// a model's embedding table (Qwen's rows are 151,936 wide, its
 /// tokenizer.json has 151,665 tokens). Those ids are never allowed.
-pub(super) const ROW_PADDING_MAX: usize = 1024;
+pub const ROW_PADDING_MAX: usize = 1024;
 
 /// Implausible picks after which a runner stops trusting the runtime's
 /// picks for good and chooses every constrained token itself.
@@ -65,7 +64,7 @@ const CLOSE: &[u8] = b"</think>";
 
 /// One callback's logits: `count` rows of `width` values.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Logits<'a> {
+pub struct Logits<'a> {
     pub rows: &'a [f32],
     pub width: usize,
     pub count: usize,
@@ -73,7 +72,7 @@ pub(super) struct Logits<'a> {
 
 impl Logits<'_> {
     /// The last row: the next token's distribution.
-    pub(super) fn last_row(&self) -> &[f32] {
+    pub fn last_row(&self) -> &[f32] {
         let start = self.width * (self.count - 1);
         &self.rows[start..start + self.width]
     }
@@ -81,7 +80,7 @@ impl Logits<'_> {
 
 /// What to do after a row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Step {
+pub enum Step {
     /// The runtime's pick stands: let it decode and go on.
     Continue,
     /// Pause; the next run feeds these tokens (already written out).
@@ -92,7 +91,7 @@ pub(super) enum Step {
 
 /// Why a constrained generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Ending {
+pub enum Ending {
     /// The answer is complete.
     Complete,
     /// The request's token cap.
@@ -103,7 +102,7 @@ pub(super) enum Ending {
 
 /// What a run's callbacks decided, for the run loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub enum Outcome {
     Feed(Vec<u32>),
     End(Ending),
     /// The logits rows are `width` wide: not this tokenizer's.
@@ -113,7 +112,7 @@ pub(super) enum Outcome {
 
 /// The callback's answer to the runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum RowAnswer {
+pub enum RowAnswer {
     /// Return 0.
     Continue,
     /// Return 1.
@@ -124,7 +123,7 @@ pub(super) enum RowAnswer {
 
 /// Counts of one constrained generation, for the log and the benchmark.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Counts {
+pub struct Counts {
     /// Rows answered (callbacks with logits).
     pub rows: u64,
     /// Runtime picks that stood.
@@ -152,7 +151,7 @@ enum Phase {
 }
 
 /// One constrained generation's state.
-pub(super) struct Steering {
+pub struct Steering {
     guide: Guide,
     vocabulary: Arc<Vocabulary>,
     params: SamplingParams,
@@ -180,8 +179,21 @@ pub(super) struct Steering {
     pub counts: Counts,
 }
 
+impl std::fmt::Debug for Steering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Steering")
+            .field("phase", &self.phase)
+            .field("emitted", &self.emitted)
+            .field("cap", &self.cap)
+            .field("trust", &self.trust)
+            .field("counts", &self.counts)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The settings of one constrained generation.
-pub(super) struct SteerSettings {
+#[derive(Debug)]
+pub struct SteerSettings {
     pub mode: ReasoningMode,
     pub params: SamplingParams,
     /// The runtime's own top-k (how far from the top its pick may rank).
@@ -198,7 +210,7 @@ pub(super) struct SteerSettings {
 /// # Errors
 /// A row shorter than the tokenizer, or longer by more than the padding
 /// models have.
-pub(super) fn check_width(width: usize, tokens: usize) -> Result<(), String> {
+pub fn check_width(width: usize, tokens: usize) -> Result<(), String> {
     if width < tokens {
         return Err(format!(
             "the runtime's logits rows hold {width} tokens, fewer than the tokenizer's {tokens}"
@@ -227,7 +239,7 @@ impl Steering {
     ///
     /// # Errors
     /// A constraint the engine cannot compile.
-    pub(super) fn new(
+    pub fn new(
         vocabulary: &Arc<Vocabulary>,
         constraint: &Constraint,
         settings: &SteerSettings,
@@ -263,32 +275,32 @@ impl Steering {
     }
 
     /// Implausible picks seen, this generation's included.
-    pub(super) fn implausible(&self) -> u32 {
+    pub fn implausible(&self) -> u32 {
         self.implausible_before
             .saturating_add(u32::try_from(self.counts.implausible).unwrap_or(u32::MAX))
     }
 
     /// Rows the first callback held: the prompt's tokens.
-    pub(super) fn prompt_rows(&self) -> Option<usize> {
+    pub fn prompt_rows(&self) -> Option<usize> {
         self.prompt_rows
     }
 
     /// Tokens written out.
-    pub(super) fn emitted(&self) -> u32 {
+    pub fn emitted(&self) -> u32 {
         self.emitted
     }
 
     /// What the last run's callbacks decided (taken).
-    pub(super) fn take_outcome(&mut self) -> Option<Outcome> {
+    pub fn take_outcome(&mut self) -> Option<Outcome> {
         self.outcome.take()
     }
 
     /// Answers one callback of a logits run.
-    pub(super) fn on_row(
+    pub fn on_row(
         &mut self,
         logits: Option<Logits<'_>>,
         token: i32,
-        sink: &mut TokenSink<'_>,
+        emit: &mut dyn FnMut(&[u8]) -> bool,
     ) -> RowAnswer {
         if self.outcome.is_some() {
             self.outcome = Some(Outcome::Failed(
@@ -313,9 +325,7 @@ impl Steering {
         }
         self.prompt_rows.get_or_insert(logits.count);
         let pick = u32::try_from(token).ok();
-        let step = self.step(logits.last_row(), pick, &mut |bytes| {
-            sink.token_bytes(bytes)
-        });
+        let step = self.step(logits.last_row(), pick, emit);
         let outcome = match step {
             Ok(Step::Continue) => return RowAnswer::Continue,
             Ok(Step::Feed(tokens)) => Outcome::Feed(tokens),
@@ -332,7 +342,7 @@ impl Steering {
     ///
     /// # Errors
     /// The engine's failure, or a grammar that allows nothing here.
-    pub(super) fn step(
+    pub fn step(
         &mut self,
         row: &[f32],
         pick: Option<u32>,
