@@ -286,6 +286,21 @@ Environment:
         /// (slow: seconds per GB).
         #[arg(long)]
         verify: bool,
+        /// Probe what each model's runtime does on this board (the
+        /// behaviours features rest on) and measure the board's figures:
+        /// through the running service when there is one, else by loading
+        /// each model here.
+        #[arg(long)]
+        probe: bool,
+        /// With --probe: only this model.
+        #[arg(long, requires = "probe")]
+        model: Option<String>,
+        /// With --probe: the probes without the measurements.
+        #[arg(long, requires = "probe")]
+        no_measure: bool,
+        /// With --probe: load the models here even when the service runs.
+        #[arg(long, requires = "probe")]
+        local: bool,
     },
 }
 

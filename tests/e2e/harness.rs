@@ -105,6 +105,39 @@ pub fn server_command_under(prefix: &[OsString]) -> Command {
     command
 }
 
+/// Before a server on the runtime double starts, probes its models' runtime
+/// as an operator would (`doctor --probe --local --no-measure`), so that the
+/// server finds the verdicts kept and the double's log (`FAKE_RKLLM_LOG`)
+/// holds only the runs of the test's requests. A test of the probes at
+/// load sets `RKLLM_E2E_PROBE_AT_LOAD` in the server's environment. A
+/// model that does not load here is left for the server to probe.
+fn probe_before(
+    config: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    prefix: &[OsString],
+    scratch: &std::path::Path,
+) {
+    let on_double = args.windows(2).any(|w| w == ["--backend", "rkllm"])
+        && env.iter().any(|(k, _)| *k == "FAKE_RKLLM_LOG");
+    if !on_double || env.iter().any(|(k, _)| *k == "RKLLM_E2E_PROBE_AT_LOAD") {
+        return;
+    }
+    let elsewhere = scratch.join("probe-before.log");
+    let mut command = server_command_under(prefix);
+    command
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .envs(env.iter().copied())
+        .env("FAKE_RKLLM_LOG", &elsewhere)
+        .args(["doctor", "--probe", "--local", "--no-measure", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _ = command.status();
+}
+
 /// Which build of the fake runtime (tests/fake-rkllmrt) a test needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fake {
@@ -318,6 +351,7 @@ impl Server {
         let dir = ScratchDir::new();
         let path = dir.0.join("rkllm-server.toml");
         std::fs::write(&path, config).expect("write config");
+        probe_before(&path, args, env, prefix, &dir.0);
         let mut attempt = 0;
         let (child, log, reader, addr, tcp_addr) = loop {
             attempt += 1;

@@ -61,27 +61,40 @@ async fn a_reranker_judges_each_document_from_its_first_logits_row() {
         assert!(score > 0.99 && score <= 1.0, "{agreed}");
     }
     let runs = std::fs::read_to_string(&log).unwrap();
+    // Each document is judged by a generation of its own, which ends after
+    // its one token; a long judgement is prefilled in chunks before it (runs
+    // that pause at their prefill), so that no callback holds more than a
+    // chunk's logits rows.
+    let generations: Vec<&str> = runs
+        .lines()
+        .filter(|l| l.starts_with("logits-end ") && !l.contains("how=pause"))
+        .collect();
+    assert_eq!(generations.len(), 2, "one judgement per document: {runs}");
     for document in documents {
-        let judged = format!(
-            "<Query>: What NPU does the RK3588 have?\n<Document>: {document}<|im_end|>\n\
-             <|im_start|>assistant\n<think>\n\n</think>\n\n"
-        );
+        let judged = format!("<Document>: {document}<|im_end|>");
         assert!(
-            runs.contains(&judged),
-            "each document is judged in a run of its own: {runs}"
+            runs.contains(&judged) || runs.contains("run-tokens "),
+            "each document reaches the runtime, as text or as its tokens: {runs}"
         );
     }
-    assert_eq!(
-        runs.lines()
-            .filter(|l| l.starts_with("logits-run "))
-            .count(),
-        2,
-        "one run in logits mode per document: {runs}"
+    let held: Vec<usize> = runs
+        .lines()
+        .filter_map(|l| l.strip_prefix("prefilled held="))
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(
+        held.iter().filter(|&&h| h > 300).count() >= 2,
+        "each judgement is made from its whole prompt: {held:?}"
     );
     assert!(agreed["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
     // The question is the same for every document: the second judgement
     // starts from the snapshot of the first, which covers it.
-    let question = runs.find("<Document>: ").unwrap() - runs.find("prompt=").unwrap();
+    let judgement = rkllm_server::model::rerank::judgement(
+        rkllm_server::model::rerank::DEFAULT_INSTRUCTION,
+        "What NPU does the RK3588 have?",
+        documents[0],
+    );
+    let question = judgement.text.find("<Document>: ").unwrap();
     let cached: Vec<usize> = runs
         .lines()
         .filter_map(|l| l.strip_prefix("run-cached bytes="))

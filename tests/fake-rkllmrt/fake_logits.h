@@ -79,6 +79,7 @@ static void *logits_generate(void *arg) {
         }
     }
     if (a->save_cache) save_prompt_cache(h, a->save_cache, a->held);
+    prefilled(h, a->continues, a->keep_history, a->positions);
     double first = now_ms();
     int width = h->logits_width;
     int rows_n = a->first_rows > 0 ? a->first_rows : 1;
@@ -109,6 +110,13 @@ static void *logits_generate(void *arg) {
         int pick = 0;
         for (int id = 1; id < width; id++)
             if (last[id] > last[pick]) pick = id;
+        if (h->break_pick_not_argmax) {
+            /* "pick_not_argmax": the runtime's pick is not its row's best. */
+            int second = pick == 0 ? 1 : 0;
+            for (int id = 0; id < width; id++)
+                if (id != pick && last[id] > last[second]) second = id;
+            pick = second;
+        }
         char text[256] = "";
         if (pick < h->vocab->n && !h->vocab->tokens[pick].special) {
             int len = h->vocab->tokens[pick].len < 255 ? h->vocab->tokens[pick].len : 255;
@@ -127,6 +135,9 @@ static void *logits_generate(void *arg) {
         int answer = h->callback(&result, a->userdata, RKLLM_RUN_NORMAL);
         if (answer == 1) {
             how = "pause";
+            h->prefilled_only = steps == 1 && a->cap == 1;
+            if (h->break_paused_token_in_kv) h->step++;
+            paused_kv(h, text);
             break;
         }
         if (pick == h->vocab->eos) {
@@ -135,6 +146,8 @@ static void *logits_generate(void *arg) {
         }
         /* The pick is decoded: the KV holds it, the next row follows it. */
         h->step++;
+        h->decoded++;
+        h->kv_cache += 1;
         rows_n = 1;
     }
     free(rows);
@@ -148,6 +161,7 @@ static void *logits_generate(void *arg) {
         return NULL;
     }
     h->paused = 0;
+    if (!a->keep_history) h->kv_cache = 0;
     RKLLMPerfStat perf;
     memset(&perf, 0, sizeof perf);
     perf.prefill_tokens = a->first_rows;
@@ -192,6 +206,7 @@ static void start_logits_generation(fake_handle *h, run_args *a, const char *pro
     h->want = vocab_tokenize(h->vocab, (const unsigned char *)a->text, a->text_len, &n);
     h->want_n = n;
     h->step = 0;
+    h->decoded = 0;
     h->gen_seed = mix64(h->seed ^ fnv1a(prompt, strlen(prompt)));
 }
 

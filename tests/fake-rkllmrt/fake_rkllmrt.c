@@ -111,12 +111,47 @@ typedef struct {
     int32_t *want;
     int want_n;
     int step;
+    /* picks of the generation decoded so far (callbacks that returned 0),
+     * and whether its last run only prefilled (it paused at its first
+     * callback, allowed one new token at most): tokens fed after such a
+     * run, before anything was decoded, are more of its input (a long
+     * prompt fed in chunks), not its answer */
+    int decoded;
+    int prefilled_only;
     uint64_t gen_seed;
     char *paused_text;
     size_t paused_text_len;
     /* totals over the handle's life (logged with each logits run) */
     long total_runs, total_fed, total_rows;
+    /* the length of the first run's prompt in held_text (what a prompt
+     * cache saved with "cache_after_tokens_partial" holds) */
+    size_t held_first;
+    /* behaviours of the runtime this double breaks on purpose, one switch
+     * per probe of the server (FAKE_RKLLM_BREAK, a comma-separated list) */
+    int break_pause_drops_kv;
+    int break_token_input_ignored;
+    int break_paused_token_in_kv;
+    int break_pick_not_argmax;
+    int break_cache_after_tokens_partial;
+    int break_template_stays;
 } fake_handle;
+
+/* The built-in template a runtime with "template_stays" keeps around every
+ * prompt, whatever rkllm_set_chat_template set (ChatML's shape). */
+#define FAKE_TEMPLATE_PREFIX "<|im_start|>user\n"
+#define FAKE_TEMPLATE_SUFFIX "<|im_end|>\n<|im_start|>assistant\n"
+
+/* Whether the comma-separated list `list` names `name`. */
+static int list_has(const char *list, const char *name) {
+    if (!list) return 0;
+    size_t n = strlen(name);
+    for (const char *at = list; (at = strstr(at, name)); at += n) {
+        int starts = at == list || at[-1] == ',';
+        int ends = at[n] == '\0' || at[n] == ',';
+        if (starts && ends) return 1;
+    }
+    return 0;
+}
 
 static int env_int(const char *name, int fallback) {
     const char *v = getenv(name);
@@ -308,6 +343,13 @@ int rkllm_init(LLMHandle *handle, RKLLMParam *param, LLMResultCallback callback)
                      : strcmp(after, "error") == 0  ? AFTER_ABORT_ERROR
                                                     : AFTER_ABORT_NONE;
     h->callback_thread = env_int("FAKE_RKLLM_CALLBACK_THREAD", 0);
+    const char *breaks = getenv("FAKE_RKLLM_BREAK");
+    h->break_pause_drops_kv = list_has(breaks, "pause_drops_kv");
+    h->break_token_input_ignored = list_has(breaks, "token_input_ignored");
+    h->break_paused_token_in_kv = list_has(breaks, "paused_token_in_kv");
+    h->break_pick_not_argmax = list_has(breaks, "pick_not_argmax");
+    h->break_cache_after_tokens_partial = list_has(breaks, "cache_after_tokens_partial");
+    h->break_template_stays = list_has(breaks, "template_stays");
     const char *log_path = getenv("FAKE_RKLLM_LOG");
     h->log_path = log_path ? strdup(log_path) : NULL;
     pthread_mutex_init(&h->abort_lock, NULL);
@@ -455,9 +497,16 @@ static size_t cached_bytes(const fake_handle *h, const char *prompt) {
 }
 
 static void save_prompt_cache(fake_handle *h, const char *path, const char *prompt) {
+    /* "cache_after_tokens_partial": a save after token input holds only
+     * the generation's first prompt, not what was fed after it. */
+    char *first = NULL;
+    if (h->break_cache_after_tokens_partial && prompt == h->held_text && h->held_first < strlen(prompt)) {
+        prompt = first = strndup(prompt, h->held_first);
+    }
     FILE *f = fopen(path, "wb");
     if (!f) {
         runtime_print("E rkllm: cannot write prompt cache %s", path);
+        free(first);
         return;
     }
     fputs(CACHE_MAGIC, f);
@@ -466,6 +515,41 @@ static void save_prompt_cache(fake_handle *h, const char *path, const char *prom
     fputs(CACHE_END, f);
     fclose(f);
     fake_log(h, "prompt-cache-save path=%s bytes=%zu", path, strlen(prompt));
+    free(first);
+}
+
+/* The KV cache once a run's input is prefilled: a new generation starts
+ * from what a kept history holds (nothing without one), a run that goes
+ * on after a pause from what the pause left; the input's positions come
+ * on top. Logged with what it holds of the prompt text, so that a test
+ * sees what an answer is made from. */
+static void prefilled(fake_handle *h, int continues, int keep_history, int positions) {
+    if (!continues && !keep_history) h->kv_cache = 0;
+    h->kv_cache += positions;
+    fake_log(h, "prefilled held=%zu kv=%d", h->held_text ? strlen(h->held_text) : (size_t)0, h->kv_cache);
+}
+
+/* A run paused by its callback: the KV keeps what it holds, the paused
+ * token not decoded (RKLLM_ABI.md 3.3, 3.5c), unless this double breaks
+ * that on purpose ("pause_drops_kv", "paused_token_in_kv"). */
+static void paused_kv(fake_handle *h, const char *pick_text) {
+    if (h->break_pause_drops_kv) {
+        h->kv_cache = 0;
+        if (h->held_text) h->held_text[0] = '\0';
+        h->held_first = 0;
+        fake_log(h, "pause-dropped-kv");
+    } else if (h->break_paused_token_in_kv) {
+        h->kv_cache += 1;
+        if (h->held_text && pick_text && *pick_text) {
+            size_t was = strlen(h->held_text), more = strlen(pick_text);
+            char *held = realloc(h->held_text, was + more + 1);
+            if (held) {
+                memcpy(held + was, pick_text, more + 1);
+                h->held_text = held;
+            }
+        }
+    }
+    fake_log(h, "paused kv=%d", h->kv_cache);
 }
 
 int rkllm_destroy(LLMHandle handle) {
@@ -517,6 +601,10 @@ typedef struct {
     int first_rows;
     int fed;
     const char *input_kind;
+    /* whether the run goes on after a pause, and the KV positions its
+     * input takes */
+    int continues;
+    int positions;
 } run_args;
 
 /* Calls back; returns what the callback returned (1: pause). */
@@ -556,6 +644,7 @@ static void *generate(void *arg) {
     /* The prefill's state exists from here on: a run asked to save it
      * does so even when it is aborted later. */
     if (a->save_cache) save_prompt_cache(h, a->save_cache, a->held);
+    prefilled(h, a->continues, a->keep_history, a->positions);
     RKLLMPerfStat perf;
     memset(&perf, 0, sizeof perf);
     perf.prefill_tokens = (int)((strlen(a->prompt) - a->cached) / 4 + 1) + a->image_tokens;
@@ -618,6 +707,7 @@ static void *generate(void *arg) {
             }
         }
         at += take;
+        if (answer != 1) h->kv_cache += 1; /* the token is decoded */
         if (answer == 1) {
             /* Paused: no FINISH; the next run goes on with the rest (the
              * bytes of a character still pending come first). */
@@ -629,14 +719,20 @@ static void *generate(void *arg) {
             h->paused_text_len = pending_len + rest;
             h->paused = 2;
             fake_log(h, "pause tokens=%d", tokens);
+            char pick[64];
+            size_t n = take < sizeof pick ? take : sizeof pick - 1;
+            memcpy(pick, a->text + at - take, n);
+            pick[n] = '\0';
+            paused_kv(h, pick);
             return NULL;
         }
     }
     perf.prefill_time_ms = (float)(first - start);
     perf.generate_time_ms = (float)(now_ms() - first);
     perf.generate_tokens = tokens;
-    /* The KV holds the cached prefix too (the loaded cache's positions). */
-    h->kv_cache = a->keep_history ? h->kv_cache + (int)(a->cached / 4) + perf.prefill_tokens + tokens : 0;
+    /* A single-turn run leaves nothing (a kept history: the prompt, the
+     * cached prefix's positions and every token, counted as they came). */
+    if (!a->keep_history) h->kv_cache = 0;
     if (a->keep_history && h->no_history) {
         runtime_print("W rkllm: this model does not support kv cache reuse, clearing all caches");
         fake_log(h, "no-history cleared kv=%d", h->kv_cache);
@@ -856,20 +952,35 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
         }
     }
     atomic_store(&h->abort_requested, 0);
-    run_args *a = calloc(1, sizeof *a);
-    a->h = h;
-    a->prompt = prompt;
-    a->image_tokens = image_tokens;
     /* A paused generation goes on, whatever the input (RKLLM_ABI.md 3.3):
      * token input appends its tokens; a prompt is not read at all. A
      * prompt cache is matched against the start of a generation only. */
     int continues = h->paused != 0;
+    char *wrapped = NULL;
+    if (h->break_template_stays && !fed && !continues) {
+        /* "template_stays": the empty template did not turn the built-in
+         * one off, so the prompt is wrapped in it once more. */
+        size_t n = strlen(FAKE_TEMPLATE_PREFIX) + strlen(prompt) + strlen(FAKE_TEMPLATE_SUFFIX);
+        wrapped = malloc(n + 1);
+        snprintf(wrapped, n + 1, "%s%s%s", FAKE_TEMPLATE_PREFIX, prompt, FAKE_TEMPLATE_SUFFIX);
+        prompt = wrapped;
+    }
+    run_args *a = calloc(1, sizeof *a);
+    a->h = h;
+    a->prompt = prompt;
+    a->image_tokens = image_tokens;
+    a->continues = continues;
     a->cached = continues ? 0 : cached_bytes(h, prompt);
+    /* Token input that the runtime takes but does not prefill
+     * ("token_input_ignored") adds nothing to the KV. */
+    int fed_kept = fed && !h->break_token_input_ignored;
+    a->positions = continues ? (fed_kept ? (int)fed : 0)
+                             : (fed ? (int)fed : (int)(strlen(prompt) / 4 + 1) + image_tokens);
     a->save_cache = params && params->prompt_cache_params && params->prompt_cache_params->save_prompt_cache
                         ? params->prompt_cache_params->prompt_cache_path
                         : NULL;
     if (a->cached) fake_log(h, "run-cached bytes=%zu", a->cached);
-    if (continues && h->held_text && fed) {
+    if (continues && h->held_text && fed_kept) {
         size_t was = strlen(h->held_text), more = strlen(prompt);
         char *held = realloc(h->held_text, was + more + 1);
         if (held) {
@@ -879,6 +990,7 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
     } else if (!continues) {
         free(h->held_text);
         h->held_text = strdup(prompt);
+        h->held_first = strlen(prompt);
     }
     a->held = h->held_text ? h->held_text : prompt;
     if (continues && !fed) fake_log(h, "run-continues-paused");
@@ -928,8 +1040,9 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
         a->logits = 1;
         a->fed = (int)fed;
         if (continues && h->paused == 1) {
-            /* The tokens fed go into the KV after what it holds. */
-            h->step += (int)fed;
+            /* The tokens fed go into the KV after what it holds: more of
+             * its answer once it has begun one, more of its input before. */
+            if (h->decoded > 0 || !h->prefilled_only) h->step += (int)fed;
             a->first_rows = fed ? (int)fed : 1;
             a->input_kind = fed ? "tokens" : "prompt-ignored";
         } else {
@@ -991,6 +1104,7 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
     if (a->text != h->text) free(a->text);
     free(a);
     free(token_prompt);
+    free(wrapped);
     atomic_store(&h->running, 0);
     return rc;
 }

@@ -69,6 +69,9 @@ pub struct Generation {
     /// it with a `refresh_snapshot` request once the NPU is idle.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub idle_work: bool,
+    /// The verdicts of a probe order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdicts: Option<Box<crate::plan::probe::Verdicts>>,
 }
 
 /// A model's conversation snapshots, as a run leaves them: the hits and
@@ -99,6 +102,7 @@ impl Generation {
             kv_cache_tokens: None,
             snapshots: None,
             idle_work: false,
+            verdicts: None,
         }
     }
 }
@@ -152,6 +156,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// The per-request parameters this backend applies, for `models`.
     fn overrides(&self) -> &'static [&'static str];
+
+    /// Whether its runners probe the runtime at load ([`Runner::verdicts`]):
+    /// a request resting on a probed feature of a model not loaded yet
+    /// waits for the load to be checked.
+    fn probes(&self) -> bool {
+        false
+    }
 
     /// Generations that may run at once per model, each lane on its own
     /// worker thread with its own runner. The NPU runs one at a time; only
@@ -241,6 +252,12 @@ pub trait Runner {
 
     /// The runner's process, when it has its own.
     fn process_id(&self) -> Option<u32> {
+        None
+    }
+
+    /// What the probes found of the model's runtime at load (none for a
+    /// backend with nothing to probe).
+    fn verdicts(&self) -> Option<crate::plan::probe::Verdicts> {
         None
     }
 }

@@ -570,18 +570,13 @@ fn mock_embedding(text: &str, spec: crate::model::EmbeddingSpec) -> Generation {
     let rows = mock_hidden_rows(text, MOCK_EMBEDDING_WIDTH);
     let tokens = u32::try_from(rows.len() / MOCK_EMBEDDING_WIDTH).unwrap_or(u32::MAX);
     Generation {
-        finish_reason: FinishReason::Stop,
         usage: Some(Usage {
             prompt_tokens: tokens,
             completion_tokens: 0,
             reasoning_tokens: 0,
         }),
-        runtime_timings: None,
-        memory_mb: None,
         embedding: Some(spec.pool(&rows, MOCK_EMBEDDING_WIDTH)),
-        kv_cache_tokens: None,
-        snapshots: None,
-        idle_work: false,
+        ..Generation::ended(FinishReason::Stop)
     }
 }
 
@@ -1143,6 +1138,7 @@ mod tests {
             embed: None,
             clear_cache: false,
             refresh_snapshot: false,
+            probe: None,
             stop: Vec::new(),
             constraint: constraint.map(|constraint| crate::backend::Constrained {
                 constraint,

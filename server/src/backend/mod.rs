@@ -24,7 +24,9 @@ pub use api::{
     files_present,
 };
 pub use mock::{MockBackend, MockConfig};
-pub use request::{Constrained, ValidRunRequest};
-pub use rkllm::{InitSettings, RkllmBackend, RkllmSettings, SamplingValues, SnapshotSettings};
+pub use request::{Constrained, ProbeOrder, ValidRunRequest};
+pub use rkllm::{
+    InitSettings, ProbeSettings, RkllmBackend, RkllmSettings, SamplingValues, SnapshotSettings,
+};
 pub use sink::{TokenOutput, TokenSink};
 pub use utf8::Utf8Assembler;

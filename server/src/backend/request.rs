@@ -40,6 +40,11 @@ pub struct ValidRunRequest {
     /// conversation). A cancelled token stops it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refresh_snapshot: bool,
+    /// Probe the model's runtime again instead of generating (`doctor
+    /// --probe` through the running service); `prompt` is empty. The
+    /// verdicts come back with the generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeOrder>,
     /// Strings that end the answer (applied by the server's sink).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
@@ -47,6 +52,13 @@ pub struct ValidRunRequest {
     /// with the tokenizer to hold it to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraint: Option<Constrained>,
+}
+
+/// What a probe order asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeOrder {
+    /// Measure the board's figures too.
+    pub measure: bool,
 }
 
 /// A request's constraint with the tokenizer of its model.

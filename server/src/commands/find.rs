@@ -93,6 +93,29 @@ fn local(dir: PathBuf, why: &str) -> Found {
     Found::Local(dir)
 }
 
+/// The service running at the configuration's address, when one answers
+/// as rkllm-server (whatever its store).
+pub async fn running(config: &Config) -> Option<Service> {
+    let addr = reachable(config.listen_addr().ok()?);
+    let http = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .ok()?;
+    let service = Service::new(http, addr, config.api_keys.first().cloned());
+    let answer = service
+        .get("/health")
+        .timeout(PROBE_TIMEOUT)
+        .send()
+        .await
+        .ok()?;
+    answer
+        .headers()
+        .contains_key("x-rkllm-node")
+        .then_some(service)
+}
+
 /// Finds where the store commands go (see the module's comment).
 pub async fn find(config: &Config, force_local: bool) -> Found {
     let dir = local_dir(config);

@@ -16,6 +16,7 @@ mod find;
 mod local;
 mod meta;
 mod print;
+mod probe;
 mod service;
 
 pub use meta::{Asked, before_config};
@@ -25,7 +26,21 @@ use crate::config::{Config, StoreCommand};
 /// Runs `command`; returns the exit code.
 pub async fn run(command: StoreCommand, config: &Config) -> u8 {
     let local = match &command {
-        StoreCommand::Doctor { json, verify } => {
+        StoreCommand::Doctor {
+            json,
+            model,
+            no_measure,
+            local,
+            probe: true,
+            ..
+        } => {
+            let options = crate::doctor::probe::ProbeOptions {
+                model: model.clone(),
+                measure: !no_measure,
+            };
+            return probe::run(config, options, *json, *local).await;
+        }
+        StoreCommand::Doctor { json, verify, .. } => {
             let (config, json) = (config.clone(), *json);
             let options = crate::doctor::Options { verify: *verify };
             return tokio::task::spawn_blocking(move || crate::doctor::run(&config, json, options))

@@ -94,6 +94,19 @@ impl Service {
         self.request(Method::GET, path)
     }
 
+    /// `POST path` with a JSON `body` and the key, with no time bound (a
+    /// probe waits its turn in the model's queue); an error answer is
+    /// printed (prefixed with `what`) and gives the exit code.
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        what: &str,
+    ) -> Result<Response, u8> {
+        self.send(self.request(Method::POST, path).json(body), what)
+            .await
+    }
+
     /// The service's store, as messages name it.
     fn store(&self) -> String {
         match &self.models_dir {

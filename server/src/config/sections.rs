@@ -91,6 +91,10 @@ pub struct RkllmSection {
     /// Megabytes the snapshot folder's disk keeps free: no snapshot is
     /// saved when the save would leave less; 0: no reserve.
     pub snapshot_min_free_mb: f64,
+    /// Folder of the probes' verdicts on each model's runtime (kept per
+    /// runtime and model file); absent: `probes` beside the store's
+    /// `models` folder.
+    pub probe_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for RkllmSection {
@@ -113,6 +117,7 @@ impl Default for RkllmSection {
             snapshot_dir: None,
             snapshot_max_mb: 2048.0,
             snapshot_min_free_mb: 512.0,
+            probe_dir: None,
         }
     }
 }

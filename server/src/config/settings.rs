@@ -5,7 +5,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{Config, DEFAULT_MOCK_MODEL, ModelEntry, RuntimeAbi};
-use crate::backend::{InitSettings, MockConfig, RkllmSettings, SamplingValues, SnapshotSettings};
+use crate::backend::{
+    InitSettings, MockConfig, ProbeSettings, RkllmSettings, SamplingValues, SnapshotSettings,
+};
 use crate::engine::{Ageing, EngineLimits, KeepAlive, Lifecycle, RequestLimits};
 use crate::model::tokenizer::TokenizerSource;
 use crate::model::{ModelSpec, ReasoningMode};
@@ -294,6 +296,14 @@ impl Config {
 
     /// The `rkllm` backend's settings: the runtime library, its ABI and
     /// the `[rkllm]` init parameters.
+    /// A folder beside the store's `models` folder (the state directory's).
+    fn beside_models(&self, name: &str) -> std::path::PathBuf {
+        let models = self.models_dir();
+        models
+            .parent()
+            .map_or_else(|| models.join(name), |p| p.join(name))
+    }
+
     pub fn rkllm_settings(&self) -> RkllmSettings {
         let r = &self.rkllm;
         RkllmSettings {
@@ -324,15 +334,24 @@ impl Config {
                 base_domain_id: r.base_domain_id,
             },
             snapshots: SnapshotSettings {
-                dir: Some(r.snapshot_dir.clone().unwrap_or_else(|| {
-                    let models = self.models_dir();
-                    models
-                        .parent()
-                        .map_or_else(|| models.join("snapshots"), |p| p.join("snapshots"))
-                })),
+                dir: Some(
+                    r.snapshot_dir
+                        .clone()
+                        .unwrap_or_else(|| self.beside_models("snapshots")),
+                ),
                 // Validated: finite and not negative.
                 max_bytes: (r.snapshot_max_mb * 1024.0 * 1024.0) as u64,
                 min_free_bytes: (r.snapshot_min_free_mb * 1024.0 * 1024.0) as u64,
+            },
+            probes: ProbeSettings {
+                dir: Some(
+                    r.probe_dir
+                        .clone()
+                        .unwrap_or_else(|| self.beside_models("probes")),
+                ),
+                force: false,
+                measure: false,
+                only: false,
             },
         }
     }

@@ -10,6 +10,7 @@
 
 mod board;
 mod models;
+pub mod probe;
 
 use serde::Serialize;
 

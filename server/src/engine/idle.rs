@@ -107,6 +107,7 @@ pub(super) fn idle_work(
         lora: None,
         clear_cache: false,
         refresh_snapshot: true,
+        probe: None,
         stop: Vec::new(),
         constraint: None,
     };

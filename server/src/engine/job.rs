@@ -71,15 +71,25 @@ pub(super) struct JobRan {
     pub idle_work: bool,
 }
 
+/// Where a run's reports about its model go (the model's slot's).
+pub(super) struct Reports<'a> {
+    /// The runtime's KV cache length after it (`u64::MAX`: unknown).
+    pub kv_cache_tokens: &'a std::sync::atomic::AtomicU64,
+    /// The model's snapshot totals.
+    pub snapshots: &'a parking_lot::Mutex<Option<crate::backend::SnapshotReport>>,
+    /// What a probe order found.
+    pub verdicts: &'a parking_lot::Mutex<Option<crate::plan::probe::Verdicts>>,
+}
+
 /// Runs one job on `runner`, ending its stream. The runtime's KV cache
 /// length afterwards goes into `kv_cache_tokens` (`u64::MAX`: unknown)
 /// before the stream ends, so whoever reads the end sees it.
-pub(super) fn run_job(
-    runner: &mut dyn Runner,
-    job: &Job,
-    kv_cache_tokens: &std::sync::atomic::AtomicU64,
-    snapshots: &parking_lot::Mutex<Option<crate::backend::SnapshotReport>>,
-) -> JobRan {
+pub(super) fn run_job(runner: &mut dyn Runner, job: &Job, into: Reports<'_>) -> JobRan {
+    let Reports {
+        kv_cache_tokens,
+        snapshots,
+        verdicts,
+    } = into;
     let mut ran = JobRan {
         lost: None,
         idle_work: false,
@@ -113,6 +123,9 @@ pub(super) fn run_job(
             );
             if let Some(report) = generation.snapshots {
                 add_snapshots(&job.request.model, report, snapshots);
+            }
+            if let Some(found) = &generation.verdicts {
+                *verdicts.lock() = Some((**found).clone());
             }
             end_generated(job, &generation, &seen);
             ran.idle_work = generation.idle_work;

@@ -177,6 +177,9 @@ pub(super) struct ModelSlot {
     /// Its conversation snapshots: hits and misses since the start, files
     /// and bytes after the last job (`None`: it keeps none).
     pub snapshots: Mutex<Option<crate::backend::SnapshotReport>>,
+    /// What the probes found of its runtime at its last load (kept while
+    /// it is unloaded; `None`: never loaded, or nothing to probe).
+    pub verdicts: Mutex<Option<crate::plan::probe::Verdicts>>,
     /// Stops its lane's idle work (see [`super::idle`]).
     pub idle_stop: super::idle::IdleStop,
 }
@@ -199,6 +202,7 @@ impl ModelSlot {
             avg_job_ms: AtomicU64::new(1000),
             kv_cache_tokens: AtomicU64::new(u64::MAX),
             snapshots: Mutex::new(None),
+            verdicts: Mutex::new(None),
             idle_stop: super::idle::IdleStop::default(),
         }
     }
@@ -635,7 +639,12 @@ fn run(
             .expiry(Instant::now());
     }
     let started = Instant::now();
-    let ran = run_job(r.as_mut(), &job, &slot.kv_cache_tokens, &slot.snapshots);
+    let reports = super::job::Reports {
+        kv_cache_tokens: &slot.kv_cache_tokens,
+        snapshots: &slot.snapshots,
+        verdicts: &slot.verdicts,
+    };
+    let ran = run_job(r.as_mut(), &job, reports);
     let took = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
     let avg = slot.avg_job_ms.load(Ordering::Relaxed);
     slot.avg_job_ms
@@ -737,6 +746,9 @@ fn ensure_loaded(
             slot.kv_cache_tokens.store(u64::MAX, Ordering::Relaxed);
             if let Some(pid) = r.process_id() {
                 life.pids.push(pid);
+            }
+            if let Some(verdicts) = r.verdicts() {
+                *slot.verdicts.lock() = Some(verdicts);
             }
             life.last_used = now;
             let keep_alive = life

@@ -7,6 +7,7 @@
 //! manager, both below it.
 
 mod domains;
+mod gates;
 mod idle;
 mod job;
 mod keep_alive;
@@ -18,6 +19,7 @@ mod scheduler;
 mod tokenizers;
 
 pub use crate::backend::{ALL_OVERRIDES, Backend, BackendError, ValidRunRequest};
+pub use gates::refusal;
 pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};
 pub use priority::{Ageing, Priority};

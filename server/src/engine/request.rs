@@ -40,6 +40,8 @@ pub struct RunRequest {
     /// The context window the request asks to run in, in tokens (Ollama's
     /// `options.num_ctx`): at most the model's; `None` is the model's.
     pub context: Option<u64>,
+    /// Probe the model's runtime again instead of generating (no prompt).
+    pub probe: Option<crate::backend::ProbeOrder>,
 }
 
 /// The most stop strings a request may give, and the longest one.
@@ -140,7 +142,7 @@ impl RunRequest {
         model: String,
         limits: &RequestLimits,
     ) -> Result<ValidRunRequest, ValidationError> {
-        if self.prompt.text.is_empty() && !self.clear_cache {
+        if self.prompt.text.is_empty() && !self.clear_cache && self.probe.is_none() {
             return Err(invalid("prompt", "`prompt` must not be empty".into()));
         }
         // The runtime takes C strings: a NUL would cut the text short.
@@ -232,6 +234,7 @@ impl RunRequest {
             embed: None,
             clear_cache: self.clear_cache,
             refresh_snapshot: false,
+            probe: self.probe,
             lora: self.lora,
             stop: self.stop,
             constraint: None,

@@ -97,7 +97,7 @@ pub struct Readiness {
 }
 
 /// A model as `models` reports it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ModelInfo {
     /// Name clients use.
     pub name: String,
@@ -147,6 +147,11 @@ pub struct ModelInfo {
     /// Tokens its context holds (prompt and reply together).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_length: Option<u32>,
+    /// What the probes found of its runtime at its last load: each probe's
+    /// verdict and the features they leave on (absent: not loaded since
+    /// the server started, or a backend with nothing to probe).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probes: Option<crate::plan::probe::Verdicts>,
     /// Strings that end its replies (a server-side template's).
     #[serde(skip)]
     pub stop_strings: Vec<String>,
@@ -306,6 +311,7 @@ impl Engine {
                 )));
             }
         }
+        super::gates::gate(slot, request)?;
         if let Some(budget) = request.sampling.thinking_budget
             && slot.spec.reasoning.thinks(slot.name())
             && self.shared.backend.tokenizer(&slot.spec).is_none()
@@ -564,6 +570,7 @@ impl Engine {
                         slot.name(),
                         self.shared.backend.tokenizer(&slot.spec).as_ref(),
                     ),
+                    probes: slot.verdicts.lock().clone(),
                     stop_strings: slot.spec.template.stop_strings(),
                     path: slot.spec.path.clone(),
                     expires_in,
@@ -584,8 +591,37 @@ impl Engine {
     /// model (which the engine then refuses).
     pub fn chat_template(&self, model: Option<&str>) -> crate::model::ChatTemplate {
         self.slot(model)
-            .map(|slot| slot.spec.template.clone())
+            .map(|slot| {
+                // A runtime whose empty template does not turn its own off
+                // gets the conversation as its own template takes it.
+                let own_off = slot
+                    .verdicts
+                    .lock()
+                    .as_ref()
+                    .is_some_and(|v| !v.features.server_template.on);
+                if own_off {
+                    crate::model::ChatTemplate::Builtin
+                } else {
+                    slot.spec.template.clone()
+                }
+            })
             .unwrap_or_default()
+    }
+
+    /// Whether the backend probes its models' runtime at load.
+    pub fn probes(&self) -> bool {
+        self.shared.backend.probes()
+    }
+
+    /// Whether `model`'s runtime is still to be probed: its backend
+    /// probes at load and it has not loaded since the server started. A
+    /// request that rests on a probed feature loads it first, so that the
+    /// verdicts can be checked before it is queued.
+    pub fn unprobed(&self, model: Option<&str>) -> bool {
+        self.shared.backend.probes()
+            && self
+                .slot(model)
+                .is_ok_and(|slot| slot.verdicts.lock().is_none())
     }
 
     fn unknown_model(&self, name: &str) -> ValidationError {

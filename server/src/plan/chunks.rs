@@ -31,6 +31,16 @@ pub struct Chunks {
 }
 
 impl Chunks {
+    /// A prompt taken whole by its first run (no chunks after it).
+    pub fn whole(prompt: &str) -> Self {
+        Self {
+            first: prompt.len(),
+            first_tokens: 0,
+            rest: Vec::new(),
+            total: 0,
+        }
+    }
+
     /// Cuts a prompt whose tokens have the byte `pieces` into chunks of
     /// `size` tokens, the first taking at least the `reused` bytes a loaded
     /// prompt cache covers too. Each edge but the first is moved back to

@@ -22,6 +22,7 @@ pub mod budget;
 pub mod chunks;
 pub mod conversation;
 pub mod history;
+pub mod probe;
 pub mod profile;
 pub mod refresh;
 pub mod rows;

@@ -12,8 +12,12 @@ pub struct Profile {
     /// How its replies carry thinking.
     pub reasoning: ReasoningMode,
     /// The server renders its chat template and the runtime takes the
-    /// prompt as it is (the runtime's own template is off).
+    /// prompt as it is (the runtime's own template is off): the model's
+    /// own template is the server's and the probes found the runtime's off.
     pub server_template: bool,
+    /// The model's own template is one the server renders (its spec),
+    /// whatever the probes found.
+    pub renders_template: bool,
     /// It has a tokenizer (token ids for chunks, budgets, rows).
     pub tokenizer: bool,
     /// Tokens a prefill run takes of a long prompt (`prefill_chunk_tokens`;
@@ -75,6 +79,9 @@ pub struct Features {
     /// chunks, or is bounded, past it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows_at_once: Option<u32>,
+    /// The width of a logits row, as the probe found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_width: Option<u32>,
 }
 
 impl Features {
@@ -89,7 +96,22 @@ impl Features {
             snapshots: Feature::on(reason),
             server_template: Feature::on(reason),
             rows_at_once: None,
+            row_width: None,
         }
+    }
+}
+
+impl Features {
+    /// Each feature with its name, as `doctor --probe` reports them.
+    pub fn named(&self) -> [(&'static str, &Feature); 6] {
+        [
+            ("chunked_prefill", &self.chunked_prefill),
+            ("thinking_budget", &self.thinking_budget),
+            ("logprobs", &self.logprobs),
+            ("constrained", &self.constrained),
+            ("snapshots", &self.snapshots),
+            ("server_template", &self.server_template),
+        ]
     }
 }
 

@@ -55,33 +55,98 @@ pub fn send<'a>(ask: &Ask<'a>, held: &ConversationState, reuses: bool) -> Send<'
 /// The chunk size, in tokens, a prompt sent as `send` is cut with, when it
 /// is: a long prompt the server rendered (the runtime adds nothing around
 /// it), sent whole without a history to keep, on a model with a tokenizer
-/// whose probes let it be chunked. Requests that read rows after the
-/// prompt or pause for a thinking budget run as they do without chunks.
-/// `None`: one run (a prompt of at most `size` bytes never needs the
-/// tokenizer: bytes bound tokens).
+/// whose probes let it be chunked. A request that reads rows (log
+/// probabilities, a judgement) is chunked too: each callback then hands
+/// over at most a chunk's rows, not the whole prompt's. A thinking budget
+/// pauses the run that generates, which cannot be one that goes on from
+/// chunks: such a request runs in one. `None`: one run (a prompt of at
+/// most `size` bytes never needs the tokenizer: bytes bound tokens).
 pub fn chunk_size(profile: &Profile, ask: &Ask<'_>, send: Send<'_>) -> Option<usize> {
-    let size = usize::try_from(profile.chunk_tokens).unwrap_or(usize::MAX);
     let whole = matches!(
         send,
         Send::Whole {
             keep_history: false
         }
     );
-    let simple = !ask.special && !ask.rows && !ask.budget;
+    (whole && !ask.special && !ask.budget)
+        .then(|| chunkable(profile, ask.text))
+        .flatten()
+}
+
+/// The chunk size `text` is prefilled with on `profile`'s model, when it
+/// is long and the model's prompts may be chunked at all (the server's
+/// template, a tokenizer, `prefill_chunk_tokens`, and the probes chunks
+/// rest on): also the prompt of a constrained answer, before its steered
+/// runs.
+pub fn chunkable(profile: &Profile, text: &str) -> Option<usize> {
+    let size = usize::try_from(profile.chunk_tokens).unwrap_or(usize::MAX);
     (size > 0
         && profile.server_template
         && profile.tokenizer
         && profile.features.chunked_prefill.on
-        && whole
-        && simple
-        && ask.text.len() > size)
+        && text.len() > size)
         .then_some(size)
+}
+
+/// The most logits rows a request may have handed over at once when its
+/// prompt cannot be cut into chunks, on a runtime that hands a prompt's
+/// rows in its first callback: about 233 MB of rows for a vocabulary of
+/// 151,936 (Qwen's).
+pub const MAX_ROWS_AT_ONCE: u32 = 384;
+
+/// Whether a request that reads rows, of a prompt of `tokens`, keeps the
+/// rows it is handed at once within [`MAX_ROWS_AT_ONCE`]: always on a
+/// runtime that hands one row a callback, or where the prompt is cut into
+/// chunks; otherwise only a short prompt.
+///
+/// # Errors
+/// The rows it would be handed, when over the bound.
+pub fn rows_fit(profile: &Profile, text: &str, tokens: Option<u32>) -> Result<(), u32> {
+    if profile.features.rows_at_once.is_none() || chunkable(profile, text).is_some() {
+        return Ok(());
+    }
+    let rows = tokens.unwrap_or_else(|| {
+        u32::try_from(text.len().div_ceil(crate::model::BYTES_PER_TOKEN)).unwrap_or(u32::MAX)
+    });
+    if rows > MAX_ROWS_AT_ONCE {
+        Err(rows)
+    } else {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::plan::profile::{Feature, Features};
+
+    #[test]
+    fn rows_handed_at_once_are_bounded_where_a_prompt_cannot_be_chunked() {
+        let long = "x".repeat(4 * 4096);
+        let at_once = Profile {
+            features: Features {
+                rows_at_once: Some(20),
+                ..Features::all_on("test")
+            },
+            ..profile()
+        };
+        // Chunked: bounded by the chunk.
+        assert_eq!(rows_fit(&at_once, &long, Some(4096)), Ok(()));
+        // Not chunkable (the runtime's template): bounded or refused.
+        let builtin = Profile {
+            server_template: false,
+            ..at_once.clone()
+        };
+        assert_eq!(rows_fit(&builtin, &long, Some(4096)), Err(4096));
+        assert_eq!(rows_fit(&builtin, "short", Some(3)), Ok(()));
+        assert_eq!(rows_fit(&builtin, &long, None), Err(4096));
+        // One row a callback: nothing to bound.
+        let one = Profile {
+            server_template: false,
+            ..profile()
+        };
+        assert_eq!(rows_fit(&one, &long, Some(4096)), Ok(()));
+    }
 
     fn turn(role: &str, text: &str) -> Turn {
         Turn {
@@ -94,6 +159,7 @@ mod tests {
         Profile {
             reasoning: crate::model::ReasoningMode::Off,
             server_template: true,
+            renders_template: true,
             tokenizer: true,
             chunk_tokens: 4,
             features: Features::all_on("test"),
@@ -164,11 +230,14 @@ mod tests {
         assert_eq!(chunk_size(&p, &ask("abc", None), whole), None, "short");
         let kept = Send::Whole { keep_history: true };
         assert_eq!(chunk_size(&p, &ask("a long prompt", None), kept), None);
+        // One that reads rows is chunked: each callback then hands over a
+        // chunk's rows at most.
+        let rows = Ask {
+            rows: true,
+            ..ask("a long prompt", None)
+        };
+        assert_eq!(chunk_size(&p, &rows, whole), Some(4));
         for odd in [
-            Ask {
-                rows: true,
-                ..ask("a long prompt", None)
-            },
             Ask {
                 budget: true,
                 ..ask("a long prompt", None)

@@ -21,6 +21,7 @@ mod event;
 pub mod images;
 mod models;
 mod parse;
+mod probe;
 mod refs;
 mod request;
 mod rerank;
@@ -36,6 +37,7 @@ pub use error::ServiceError;
 pub use event::Event;
 pub use images::{RemoteImages, parse_source};
 pub use parse::parse_body;
+pub use probe::ProbeReport;
 pub use request::{Generate, OutputFormat, ToolChoice};
 pub use rerank::{Ranked, Reranked};
 pub use running::{Batch, Completed, Ending, Finish, Running, Step};
@@ -173,6 +175,7 @@ impl Service {
         asked: Option<Priority>,
     ) -> Result<Prepared, ServiceError> {
         let priority = self.priority(&request, asked)?;
+        self.probed_first(&request).await?;
         let (constraint, reservation) = match self.constraint(&request).await? {
             Some((constraint, reservation)) => (Some(constraint), Some(reservation)),
             None => (None, None),
@@ -232,6 +235,7 @@ impl Service {
             constraint,
             priority,
             context: request.context,
+            probe: None,
         };
         Ok(Prepared {
             run,
@@ -240,6 +244,24 @@ impl Service {
             max_tool_calls: request.max_tool_calls,
             reservation,
         })
+    }
+
+    /// Loads `request`'s model first when the request rests on a feature
+    /// its runtime is probed for (a thinking budget, log probabilities, a
+    /// format or forced tool call) and it has not been probed yet: the
+    /// engine then checks the request against the verdicts before it is
+    /// queued, and refuses it with a 400 where the feature is off.
+    ///
+    /// # Errors
+    /// The model cannot be loaded.
+    async fn probed_first(&self, request: &Generate) -> Result<(), ServiceError> {
+        let needs = request.sampling.thinking_budget.is_some()
+            || request.sampling.logprobs.is_some()
+            || matches!(request.constraint(), Ok(Some(_)));
+        if needs && self.engine.unprobed(request.model.as_deref()) {
+            self.engine.load(request.model.as_deref(), None).await?;
+        }
+        Ok(())
     }
 
     /// The prompt of a fill-in-the-middle request: `input` (a prompt, the

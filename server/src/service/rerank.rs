@@ -163,6 +163,11 @@ impl Service {
                 ),
             ));
         }
+        // Its judgements read logits rows: probed first, so that a runtime
+        // whose rows cannot be trusted refuses before any runs.
+        if self.engine.unprobed(Some(&model)) {
+            self.engine.load(Some(&model), None).await?;
+        }
         let mut results = Vec::with_capacity(documents.len());
         let mut prompt_tokens: u32 = 0;
         for (index, document) in documents.iter().enumerate() {

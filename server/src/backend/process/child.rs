@@ -19,6 +19,7 @@ use parking_lot::{Condvar, Mutex};
 use super::frame::{self, FrameReader};
 use super::{LoadOrder, RunOrder};
 use crate::backend::{BackendError, Generation, TokenOutput, TokenSink};
+use crate::plan::probe::Verdicts;
 use crate::vocab::{CancelToken, monotonic_ns};
 
 /// Serves one model: `orders` is the pipe from the server, `reports` the
@@ -56,11 +57,12 @@ pub fn serve(mut orders: impl Read + Send + 'static, reports: impl Write + Send 
         .and_then(|backend| backend.load(&order.model));
     let mut runner = match loaded {
         Ok(runner) => {
-            outbox.json(frame::LOADED, None, &Ok::<(), BackendError>(()));
+            let loaded: Result<Option<Verdicts>, BackendError> = Ok(runner.verdicts());
+            outbox.json(frame::LOADED, None, &loaded);
             runner
         }
         Err(err) => {
-            outbox.json(frame::LOADED, None, &Err::<(), _>(err));
+            outbox.json(frame::LOADED, None, &Err::<Option<Verdicts>, _>(err));
             outbox.close();
             return 1;
         }

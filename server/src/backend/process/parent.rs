@@ -21,6 +21,7 @@ use super::frame::{self, Filled, FrameReader};
 use super::{BackendSettings, LoadOrder, RunOrderRef};
 use crate::backend::{Backend, BackendError, Generation, Runner, TokenSink, ValidRunRequest};
 use crate::model::ModelSpec;
+use crate::plan::probe::Verdicts;
 
 /// How runner processes are started and watched (config `[engine]`).
 #[derive(Debug, Clone)]
@@ -66,6 +67,10 @@ impl Backend for ProcessBackend {
 
     fn overrides(&self) -> &'static [&'static str] {
         self.inner.overrides()
+    }
+
+    fn probes(&self) -> bool {
+        self.inner.probes()
     }
 
     fn lanes(&self) -> usize {
@@ -147,6 +152,7 @@ impl Backend for ProcessBackend {
             next_id: 0,
             settings: self.runner.clone(),
             lost: None,
+            verdicts: None,
         };
         let mut order = Vec::new();
         frame::json_frame(
@@ -168,12 +174,15 @@ impl Backend for ProcessBackend {
         loop {
             match runner.wait_frame(deadline) {
                 Ok((frame::LOADED, body)) => {
-                    let outcome: Result<(), BackendError> =
+                    let outcome: Result<Option<Verdicts>, BackendError> =
                         serde_json::from_slice(runner.reader.body(body)).unwrap_or_else(|e| {
                             Err(load_error(format!("bad answer from its runner: {e}")))
                         });
                     return match outcome {
-                        Ok(()) => Ok(Box::new(runner)),
+                        Ok(verdicts) => {
+                            runner.verdicts = verdicts;
+                            Ok(Box::new(runner))
+                        }
                         Err(err) => {
                             runner.lost = Some("not loaded".into());
                             Err(err)
@@ -232,6 +241,8 @@ struct ProcessRunner {
     settings: RunnerSettings,
     /// Set once the runner is gone, with the cause.
     lost: Option<String>,
+    /// What the runner's probes found at load.
+    verdicts: Option<Verdicts>,
 }
 
 /// Writes an `ABORT` for run `id`, if the runner is still there.
@@ -454,6 +465,10 @@ impl Runner for ProcessRunner {
                 Err(BackendError::Lost { message })
             }
         }
+    }
+
+    fn verdicts(&self) -> Option<Verdicts> {
+        self.verdicts.clone()
     }
 
     fn process_id(&self) -> Option<u32> {

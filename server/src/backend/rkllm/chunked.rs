@@ -67,7 +67,8 @@ impl RkllmRunner {
     }
 
     /// Prefills all chunks but the last, one run each, then runs the last
-    /// and generates; that run saves the whole prefill at `save` (a
+    /// and generates (reading its rows when the request asks for log
+    /// probabilities); that run saves the whole prefill at `save` (a
     /// snapshot).
     pub(super) fn run_chunked(
         &mut self,
@@ -78,13 +79,61 @@ impl RkllmRunner {
         chunks: &Chunks,
         save: Option<&CStr>,
     ) -> Result<Generation, BackendError> {
-        let text = CString::new(&prompt[..chunks.first]).map_err(|_| {
-            runtime_error(
-                None,
-                "the prompt contains a NUL character, which the runtime cannot take",
-            )
-        })?;
-        let role = CString::new(role).map_err(|_| runtime_error(None, "bad role"))?;
+        let (text, role_c) = head_of(prompt, chunks, role)?;
+        let last = match self.prefill_chunks(request, sink, &text, &role_c, chunks)? {
+            Prefilled::Left => return Ok(Generation::ended(FinishReason::Abort)),
+            Prefilled::Refused => {
+                let once = Once {
+                    save,
+                    ..Once::plain(prompt, role)
+                };
+                return self.run_once(request, sink, once);
+            }
+            Prefilled::Last(last) => last,
+        };
+        let lora = self.lora_name(request).map(ToOwned::to_owned);
+        let settings = RunSettings {
+            prompt: &text,
+            role: &role_c,
+            enable_thinking: request.prompt.thinking,
+            sampling: self.sampling(request),
+            max_new_tokens: i32::try_from(request.max_tokens).unwrap_or(i32::MAX),
+            keep_history: false,
+            images: None,
+            hidden_layer: false,
+            // Log probabilities are read from the last chunk's rows on.
+            logits: request.sampling.logprobs.is_some(),
+            tokens: Some(last),
+            lora: lora.as_deref(),
+            save_cache: save,
+        };
+        let mut generation = self.execute(request, sink, &settings)?;
+        // The runtime counted the last chunk only: the prompt's tokens are
+        // the tokenizer's, and the times the engine's own.
+        generation.usage = generation.usage.map(|u| Usage {
+            prompt_tokens: chunks.total,
+            ..u
+        });
+        generation.runtime_timings = None;
+        Ok(generation)
+    }
+
+    /// Prefills every chunk but the last, a run each, its first callback
+    /// pausing it (nothing is reported, no rows are kept: one callback
+    /// holds at most a chunk's rows). Between two runs the request's
+    /// cancellation is looked at. Returns the last chunk's ids, for the
+    /// run that takes them.
+    ///
+    /// # Errors
+    /// A run that did not pause after its prefill (after the first).
+    pub(super) fn prefill_chunks<'c>(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+        text: &CStr,
+        role: &CStr,
+        chunks: &'c Chunks,
+    ) -> Result<Prefilled<'c>, BackendError> {
         let Some((last, middle)) = chunks.rest.split_last() else {
             return Err(runtime_error(None, "a chunked prompt without chunks"));
         };
@@ -111,15 +160,15 @@ impl RkllmRunner {
             if !sink.is_open() {
                 abort.set_running(0);
                 self.clear_history();
-                return Ok(Generation::ended(FinishReason::Abort));
+                return Ok(Prefilled::Left);
             }
             let settings = RunSettings {
-                prompt: &text,
-                role: &role,
+                prompt: text,
+                role,
                 enable_thinking: request.prompt.thinking,
                 sampling,
-                max_new_tokens: i32::try_from(request.max_tokens.saturating_add(1))
-                    .unwrap_or(i32::MAX),
+                // It only prefills: it pauses before its one token.
+                max_new_tokens: 1,
                 keep_history: false,
                 images: None,
                 hidden_layer: false,
@@ -138,7 +187,7 @@ impl RkllmRunner {
             if !run.prefill_paused {
                 if !sink.is_open() {
                     self.clear_history();
-                    return Ok(Generation::ended(FinishReason::Abort));
+                    return Ok(Prefilled::Left);
                 }
                 if runs == 1 {
                     // Refused before it prefilled anything (a runtime
@@ -150,11 +199,7 @@ impl RkllmRunner {
                     );
                     self.profile.chunk_tokens = 0;
                     self.clear_history();
-                    let once = Once {
-                        save,
-                        ..Once::plain(prompt, role.to_str().unwrap_or("user"))
-                    };
-                    return self.run_once(request, sink, once);
+                    return Ok(Prefilled::Refused);
                 }
                 return Err(runtime_error(
                     Some(rc),
@@ -174,30 +219,38 @@ impl RkllmRunner {
             runs,
             tokens = chunks.total,
             ms = started.elapsed().as_millis() as u64,
-            "prompt prefilled in chunks; the last one generates"
+            "prompt prefilled in chunks; the last one goes on"
         );
-        let settings = RunSettings {
-            prompt: &text,
-            role: &role,
-            enable_thinking: request.prompt.thinking,
-            sampling,
-            max_new_tokens: i32::try_from(request.max_tokens).unwrap_or(i32::MAX),
-            keep_history: false,
-            images: None,
-            hidden_layer: false,
-            logits: false,
-            tokens: Some(last),
-            lora: lora.as_deref(),
-            save_cache: save,
-        };
-        let mut generation = self.execute(request, sink, &settings)?;
-        // The runtime counted the last chunk only: the prompt's tokens are
-        // the tokenizer's, and the times the engine's own.
-        generation.usage = generation.usage.map(|u| Usage {
-            prompt_tokens: chunks.total,
-            ..u
-        });
-        generation.runtime_timings = None;
-        Ok(generation)
+        Ok(Prefilled::Last(last))
     }
+}
+
+/// How the chunks before the last went.
+pub(super) enum Prefilled<'c> {
+    /// All prefilled: the last chunk's ids are left to run.
+    Last(&'c [i32]),
+    /// The client left (the runtime's history is cleared).
+    Left,
+    /// The runtime refused the first chunk's run: the prompt is to go in
+    /// one run (chunks are off for the model from now on).
+    Refused,
+}
+
+/// The first chunk's text and the role, as the runtime takes them.
+///
+/// # Errors
+/// A NUL in either.
+pub(super) fn head_of(
+    prompt: &str,
+    chunks: &Chunks,
+    role: &str,
+) -> Result<(CString, CString), BackendError> {
+    let text = CString::new(&prompt[..chunks.first]).map_err(|_| {
+        runtime_error(
+            None,
+            "the prompt contains a NUL character, which the runtime cannot take",
+        )
+    })?;
+    let role = CString::new(role).map_err(|_| runtime_error(None, "bad role"))?;
+    Ok((text, role))
 }

@@ -19,12 +19,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::abi::{ImageMarkers, ImageRun, RunSettings, SamplingValues};
+use super::chunked::Prefilled;
 use super::handle::{ActiveRun, CallbackMode};
 use super::ops::Watch;
 use super::{RkllmRunner, runtime_error};
 use crate::backend::{BackendError, Constrained, Generation, TokenSink, ValidRunRequest};
 use crate::model::constraint::SamplingParams;
 use crate::model::tokenizer::{Encoder, TokenizerSource, Vocabulary};
+use crate::plan::chunks::Chunks;
 use crate::plan::steer::{Ending, Outcome, SteerSettings, Steering, check_width};
 use crate::vocab::FinishReason;
 
@@ -174,16 +176,39 @@ impl RkllmRunner {
         embed: Option<&[f32]>,
     ) -> Result<Generation, BackendError> {
         let sampling = self.sampling(request);
+        // A long prompt without images is prefilled in chunks first, so that
+        // no callback hands over more than a chunk's rows; the first
+        // steered run then feeds the last chunk.
+        let text = request.prompt.text.as_str();
+        let chunks = crate::plan::start::chunkable(&self.profile, text)
+            .filter(|_| embed.is_none())
+            .and_then(|size| self.chunks_for(request, text, size));
+        let (prompt, role) = match &chunks {
+            Some(chunks) => super::chunked::head_of(text, chunks, request.prompt.role.as_str())?,
+            None => {
+                super::chunked::head_of(text, &Chunks::whole(text), request.prompt.role.as_str())?
+            }
+        };
+        let mut feed: Option<Vec<i32>> = None;
+        if let Some(chunks) = &chunks {
+            match self.prefill_chunks(request, sink, &prompt, &role, chunks)? {
+                Prefilled::Last(last) => feed = Some(last.to_vec()),
+                Prefilled::Left => return Ok(Generation::ended(FinishReason::Abort)),
+                // Prefilled in one run by the first steered run.
+                Prefilled::Refused => {}
+            }
+        }
+        let prompt = match (&chunks, &feed) {
+            (Some(_), None) => CString::new(text).map_err(|_| {
+                runtime_error(
+                    None,
+                    "the prompt contains a NUL character, which the runtime cannot take",
+                )
+            })?,
+            _ => prompt,
+        };
         let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
         let mut steering = self.steering(request, constrained, vocabulary, sampling, run_id)?;
-        let prompt = CString::new(request.prompt.text.as_str()).map_err(|_| {
-            runtime_error(
-                None,
-                "the prompt contains a NUL character, which the runtime cannot take",
-            )
-        })?;
-        let role = CString::new(request.prompt.role.as_str())
-            .map_err(|_| runtime_error(None, "bad role"))?;
         let markers = self.vision.as_ref().map(|v| v.markers.clone());
         let abort = Arc::clone(&self.handle.abort);
         let hook_abort = Arc::clone(&abort);
@@ -191,7 +216,7 @@ impl RkllmRunner {
         // is in progress.
         sink.cancel_token()
             .on_cancel(move || hook_abort.abort(run_id));
-        let mut feed: Option<Vec<i32>> = None;
+        let chunked_total = chunks.as_ref().filter(|_| feed.is_some()).map(|c| c.total);
         let mut runs: u64 = 0;
         let ending = loop {
             if !sink.is_open() {
@@ -231,7 +256,9 @@ impl RkllmRunner {
             let (rc, run) = self.handle.run(&settings, sink, watch)?;
             runs += 1;
             if runs == 1
-                && let Some(rows) = steering.prompt_rows()
+                && let Some(rows) = chunked_total
+                    .map(|total| total as usize)
+                    .or_else(|| steering.prompt_rows())
             {
                 sink.set_prompt_tokens(u32::try_from(rows).unwrap_or(u32::MAX));
             }

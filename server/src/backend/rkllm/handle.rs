@@ -337,7 +337,7 @@ impl CallbackSlot {
             // SAFETY: see `ActiveRun`: the tap is alive while installed, and
             // the slot's lock makes this the only access.
             let tap = unsafe { tap.as_mut() };
-            let answer = tap.on_callback(state, text, token, perf, logits.as_ref());
+            let answer = tap.on_callback(state, text, token, perf, logits.as_ref(), hidden);
             if answer == 1 {
                 return 1;
             }

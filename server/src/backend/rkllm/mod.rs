@@ -21,8 +21,10 @@ mod constrained;
 mod encoder;
 #[allow(unsafe_code)]
 mod handle;
+mod measure;
 #[allow(unsafe_code)]
 mod ops;
+mod probe;
 mod prompt_cache;
 mod refresh;
 #[allow(unsafe_code)]
@@ -30,6 +32,7 @@ mod runtime;
 mod snapshots;
 mod tap;
 mod text;
+mod verdicts;
 
 use std::ffi::CString;
 use std::path::PathBuf;
@@ -59,6 +62,7 @@ use crate::model::image::ImageLimits;
 use crate::model::{ModelSpec, VisionSpec};
 use crate::plan::ConversationState;
 use crate::plan::history::History;
+use crate::plan::probe::Verdicts;
 use crate::plan::profile::{Features, Profile};
 use crate::plan::refresh::Refreshes;
 use crate::vocab::FinishReason;
@@ -83,6 +87,27 @@ pub struct RkllmSettings {
     /// Where conversation snapshots are kept, and how many bytes.
     #[serde(default)]
     pub snapshots: SnapshotSettings,
+    /// Where the probes' verdicts are kept, and whether to probe again.
+    #[serde(default)]
+    pub probes: ProbeSettings,
+}
+
+/// How a model's runtime is probed at load ([`crate::plan::probe`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProbeSettings {
+    /// Where the verdicts are kept (`[rkllm] probe_dir`); `None`: nowhere,
+    /// every load probes.
+    pub dir: Option<PathBuf>,
+    /// Probe again whatever is kept (`doctor --probe`).
+    #[serde(default)]
+    pub force: bool,
+    /// Also measure the board (`doctor --probe`).
+    #[serde(default)]
+    pub measure: bool,
+    /// Load only to probe (`doctor --probe` without a running service):
+    /// no prompt cache is built, no snapshot kept.
+    #[serde(default)]
+    pub only: bool,
 }
 
 /// `abi` as `"1.3"`, `"1.2"` or null, for the order to a runner.
@@ -121,6 +146,7 @@ pub struct RkllmBackend {
     /// on its worker threads, `runner = "thread"`).
     decodes_in_server: bool,
     snapshots: SnapshotSettings,
+    probes: ProbeSettings,
 }
 
 impl RkllmBackend {
@@ -138,6 +164,7 @@ impl RkllmBackend {
             rknn: parking_lot::Mutex::new(None),
             decodes_in_server: false,
             snapshots: settings.snapshots,
+            probes: settings.probes,
         })
     }
 
@@ -194,6 +221,7 @@ impl RkllmBackend {
             abi: Some(self.runtime.abi()),
             init: self.init.clone(),
             snapshots: self.snapshots.clone(),
+            probes: self.probes.clone(),
         }
     }
 
@@ -228,6 +256,10 @@ impl Backend for RkllmBackend {
 
     fn context_length(&self, model: &ModelSpec) -> Option<u32> {
         u32::try_from(self.init_for(model).max_context_len).ok()
+    }
+
+    fn probes(&self) -> bool {
+        true
     }
 
     fn check(&self, request: &ValidRunRequest) -> Result<(), String> {
@@ -356,6 +388,7 @@ impl Backend for RkllmBackend {
             profile: Profile {
                 reasoning: model.reasoning,
                 server_template: model.template.is_server_side(),
+                renders_template: model.template.is_server_side(),
                 tokenizer: model.tokenizer.is_some(),
                 chunk_tokens: model.settings.prefill_chunk(),
                 features: Features::default(),
@@ -374,7 +407,22 @@ impl Backend for RkllmBackend {
             snapshots: None,
             refreshes: Refreshes::default(),
             tokenizer: model.tokenizer.clone(),
+            verdicts: None,
+            probe_store: None,
         };
+        // Probed before anything is loaded into the runtime (the probes
+        // clear it).
+        runner.probe_store = self
+            .probes
+            .dir
+            .as_deref()
+            .zip(model.path.as_deref())
+            .map(|(dir, file)| verdicts::Store::new(dir, &model.name, file, self.runtime.path()));
+        let verdicts = runner.reprobe(self.probes.force, self.probes.measure);
+        runner.verdicts = Some(verdicts);
+        if self.probes.only {
+            return Ok(Box::new(runner));
+        }
         runner.snapshots = Snapshots::open(model, &self.snapshots, &runner.handle.runtime);
         if let Some(spec) = &model.prompt_cache {
             runner.prepare_prompt_cache(model, spec);
@@ -463,6 +511,10 @@ struct RkllmRunner {
     refreshes: Refreshes,
     /// Its tokenizer, when it has one.
     tokenizer: Option<crate::model::tokenizer::TokenizerSource>,
+    /// What the probes found of its runtime.
+    verdicts: Option<Verdicts>,
+    /// Where those are kept.
+    probe_store: Option<verdicts::Store>,
 }
 
 /// What the runtime holds besides its weights, as the runner knows it.
@@ -564,6 +616,14 @@ impl Runner for RkllmRunner {
                 ..Generation::ended(FinishReason::Stop)
             });
         }
+        if let Some(order) = request.probe {
+            let verdicts = self.reprobe(true, order.measure);
+            self.verdicts = Some(verdicts.clone());
+            return Ok(Generation {
+                verdicts: Some(Box::new(verdicts)),
+                ..Generation::ended(FinishReason::Stop)
+            });
+        }
         if request.refresh_snapshot {
             let cancel = sink.cancel_token().clone();
             let mut generation = self.refresh_snapshot(&request.model, &cancel);
@@ -581,9 +641,27 @@ impl Runner for RkllmRunner {
         }
         result
     }
+
+    fn verdicts(&self) -> Option<Verdicts> {
+        self.verdicts.clone()
+    }
 }
 
 impl RkllmRunner {
+    /// Probes the runtime (or reads the verdicts kept, unless `force`), and
+    /// takes the features they leave on.
+    fn reprobe(&mut self, force: bool, measure: bool) -> Verdicts {
+        let store = self.probe_store.take();
+        let verdicts = self.resolve_probes(store.as_ref(), force, measure);
+        self.probe_store = store;
+        self.profile.features = verdicts.features.clone();
+        // A runtime whose empty template left its own on is given what its
+        // own template takes (the engine builds the prompts so).
+        self.profile.server_template =
+            self.profile.renders_template && verdicts.features.server_template.on;
+        verdicts
+    }
+
     /// Hands the request to the path that carries out its kind: a
     /// constrained answer, a run with images, an embedding, or text.
     fn generate_inner(

@@ -614,6 +614,7 @@ impl RkllmRunner {
             embed: None,
             clear_cache: false,
             refresh_snapshot: false,
+            probe: None,
             stop: Vec::new(),
             constraint: None,
             lora: None,

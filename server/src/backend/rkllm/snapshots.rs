@@ -188,7 +188,7 @@ fn stem_of(prompt: &str) -> String {
 
 /// A model name as a folder name: other characters than letters, digits,
 /// `.`, `-` and `_` become `_`.
-fn folder_name(model: &str) -> String {
+pub(super) fn folder_name(model: &str) -> String {
     let name: String = model
         .chars()
         .map(|c| {

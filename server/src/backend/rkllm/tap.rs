@@ -40,6 +40,8 @@ pub(super) struct Tap {
     pub first_at: Option<Instant>,
     /// The counts the run ended with.
     pub perf: Option<Perf>,
+    /// A hidden-layer run's rows: one per prefilled token.
+    pub hidden_rows: Option<usize>,
 }
 
 impl Tap {
@@ -61,12 +63,16 @@ impl Tap {
         token: i32,
         perf: Option<Perf>,
         logits: Option<&Logits<'_>>,
+        hidden: Option<(&[f32], usize)>,
     ) -> i32 {
         use rkllm_sys::v1_3_0::{RKLLM_RUN_FINISH, RKLLM_RUN_NORMAL, RKLLM_RUN_WAITING};
         match state {
             RKLLM_RUN_NORMAL | RKLLM_RUN_WAITING => {
                 self.callbacks += 1;
                 self.first_at.get_or_insert_with(Instant::now);
+                if let Some((rows, width)) = hidden.filter(|(_, w)| *w > 0) {
+                    self.hidden_rows.get_or_insert(rows.len() / width);
+                }
                 if let Some(logits) = logits.filter(|l| l.count > 0 && l.width > 0) {
                     self.first_rows.get_or_insert((logits.count, logits.width));
                     if token >= 0 {

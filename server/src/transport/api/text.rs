@@ -27,6 +27,44 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/detokenize", post(detokenize))
         .route("/rerank", post(rerank))
         .route("/v1/rerank", post(rerank))
+        .route("/probe", post(probe))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProbeRequest {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default = "yes")]
+    measure: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `POST /probe {model?, measure?}` → `{models: [...]}`: each model's
+/// runtime (or the one named) probed again on the NPU, one after another
+/// in their queues, with the board's figures unless `measure` is false
+/// (what `rkllm-server doctor --probe` asks of a running service).
+async fn probe(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Response> {
+    let request: ProbeRequest = if body.is_empty() {
+        ProbeRequest {
+            model: None,
+            measure: true,
+        }
+    } else {
+        parse_body(&body)?
+    };
+    let names: Vec<String> = match request.model {
+        Some(name) => vec![name],
+        None => state.service.models().into_iter().map(|m| m.name).collect(),
+    };
+    let mut models = Vec::with_capacity(names.len());
+    for name in names {
+        models.push(state.service.probe(Some(&name), request.measure).await?);
+    }
+    Ok(Json(json!({ "models": models })).into_response())
 }
 
 #[derive(Debug, Deserialize)]

@@ -322,6 +322,11 @@ async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Respons
         "capabilities": capabilities, "modified_at": entry["modified_at"],
         "tokenizer": info.tokenizer
     });
+    // This server's own key: what the probes found of its runtime (absent
+    // before its first load, and on the mock).
+    if let Some(probes) = &info.probes {
+        shown["probes"] = json!(probes);
+    }
     if let Some(manifest) = stored_manifest(&state, &info) {
         // This server's own keys, for a model of the store: its manifest
         // and its file (what `rkllm-server show` prints).
