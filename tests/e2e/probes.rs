@@ -15,7 +15,8 @@ use std::process::Stdio;
 use serde_json::{Value, json};
 
 use crate::harness::{
-    Fake, ScratchDir, Server, emulated, fake_runtime, mock_tokenizer, server_command,
+    Fake, ScratchDir, Server, emulated, fake_runtime, mock_tokenizer, mock_tokenizer_with,
+    server_command,
 };
 
 /// What the double's model says.
@@ -406,4 +407,89 @@ async fn the_reports_figures_match_the_doubles_costs() {
     );
     assert!(chat["cost"]["runs"].as_u64().unwrap() > 5, "{chat}");
     let _ = &board.dir;
+}
+
+/// The peak resident memory of process `pid` (`VmHWM`), in MB.
+fn peak_mb(pid: u64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb / 1024
+}
+
+#[tokio::test]
+async fn a_long_judgement_holds_a_chunks_logits_rows_at_a_time() {
+    if emulated() {
+        eprintln!(
+            "skipped under the emulator: 27 chunks of 160 rows of 151,936 floats take minutes to fill there; the bound is the same code natively"
+        );
+        return;
+    }
+    let dir = ScratchDir::new();
+    let tokenizer = dir.0.join("tokenizer.json");
+    std::fs::write(
+        &tokenizer,
+        mock_tokenizer_with(&[("yes", false), ("no", false)]),
+    )
+    .unwrap();
+    let tokenizer = tokenizer.display().to_string();
+    let model = dir.0.join("judge.rkllm");
+    // Qwen's row: 151,936 values.
+    std::fs::write(
+        &model,
+        format!("@fake-vocab={tokenizer}\n@fake-logits-width=151936\nyes"),
+    )
+    .unwrap();
+    let config = format!(
+        "[rkllm]\nsnapshot_dir = {:?}\n[[models]]\nname = \"judge\"\npath = {model:?}\n\
+         tokenizer = {tokenizer:?}\nreranker = true\nchat_template = \"chatml\"\n\
+         max_context_len = 8192\n",
+        dir.0.join("snapshots")
+    );
+    let log = dir.0.join("fake.log");
+    let server = Server::start_on_fake(&config, Fake::V1_3, &log, &[], &[]);
+    // A document of about 4,096 of the model's tokens.
+    let mut document = String::new();
+    loop {
+        document.push_str("The board logs a line every second. ");
+        let counted = server
+            .post_json("/tokenize", json!({"model": "judge", "content": document}))
+            .await;
+        if counted["tokens"].as_array().unwrap().len() >= 3900 {
+            break;
+        }
+        document.push_str(&"The board logs a line every second. ".repeat(40));
+    }
+    let ranked = server
+        .post_json(
+            "/v1/rerank",
+            json!({"model": "judge", "query": "What does the board log?", "documents": [document]}),
+        )
+        .await;
+    assert!(
+        ranked["results"][0]["relevance_score"].as_f64().is_some(),
+        "{ranked}"
+    );
+    let models = server.ok("models", json!({})).await;
+    let pid = models["models"][0]["runner_pids"][0].as_u64().unwrap();
+    let peak = peak_mb(pid);
+    let chunks = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("logits-run input=tokens"))
+        .count();
+    eprintln!(
+        "a {} kB judgement of about 4,096 tokens with 151,936-wide rows: runner peak {peak} MB, {chunks} chunks after the first",
+        document.len() / 1000
+    );
+    // At once: 4,096 rows of 151,936 floats would be 2.5 GB.
+    assert!(chunks >= 20, "prefilled in chunks: {chunks}");
+    assert!(peak < 300, "the runner peaked at {peak} MB");
 }

@@ -123,6 +123,9 @@ typedef struct {
     size_t paused_text_len;
     /* totals over the handle's life (logged with each logits run) */
     long total_runs, total_fed, total_rows;
+    /* sequences per run (n_batch): more than one, runs take an array of
+     * inputs and callbacks hand over an array of results */
+    int n_batch;
     /* the length of the first run's prompt in held_text (what a prompt
      * cache saved with "cache_after_tokens_partial" holds) */
     size_t held_first;
@@ -308,7 +311,8 @@ int rkllm_init(LLMHandle *handle, RKLLMParam *param, LLMResultCallback callback)
                       param->max_context_len, FAKE_MAX_CONTEXT);
         return -1;
     }
-    if (param->extend_param.n_batch != 1 || param->extend_param.use_cross_attn != 0) {
+    if (param->extend_param.n_batch < 1 || param->extend_param.n_batch > 8 ||
+        param->extend_param.use_cross_attn != 0) {
         runtime_print("E rkllm: unsupported n_batch/use_cross_attn");
         return -1;
     }
@@ -327,6 +331,7 @@ int rkllm_init(LLMHandle *handle, RKLLMParam *param, LLMResultCallback callback)
     fclose(f);
     h->callback = callback;
     h->default_userdata = default_userdata;
+    h->n_batch = param->extend_param.n_batch;
     h->max_new_tokens = param->max_new_tokens;
     h->token_bytes = env_int("FAKE_RKLLM_TOKEN_BYTES", 3);
     if (h->token_bytes < 1) h->token_bytes = 1;
@@ -889,6 +894,80 @@ static int think_prefix(fake_handle *h, run_args *a, const char *prompt, int ena
 
 #include "fake_logits.h"
 
+/* A run of n_batch sequences (RKLLM_ABI.md 3.2: static batching): the
+ * inputs are an array, and each callback hands over an array of results,
+ * one per sequence; every sequence says the model file's text, a token a
+ * step, and an entry that has finished carries a negative token id. A step
+ * of the batch takes FAKE_RKLLM_TOKEN_MS, as one sequence's does: the
+ * double models a runtime for which a batch is as fast as one sequence.
+ * Logged `batch-run n=N steps=S`. */
+static int batch_run(fake_handle *h, RKLLMInput *inputs, RKLLMInferParam *params, void *userdata) {
+    int n = h->n_batch;
+    for (int i = 0; i < n; i++) {
+        if (inputs[i].input_type != RKLLM_INPUT_PROMPT || !inputs[i].prompt_input) {
+            fake_log(h, "batch-run-refused input=%d", i);
+            return -1;
+        }
+    }
+#if defined(FAKE_ABI_V1_3)
+    int cap = (params && params->max_new_tokens > 0) ? params->max_new_tokens : h->max_new_tokens;
+    void *ud = userdata ? userdata : h->default_userdata;
+#else
+    (void)params;
+    int cap = h->max_new_tokens;
+    void *ud = userdata;
+#endif
+    size_t longest = 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(inputs[i].prompt_input);
+        if (len > longest) longest = len;
+    }
+    double start = now_ms();
+    sleep_ms(h->prefill_ms);
+    {
+        long us = (long)longest * h->prefill_us_per_byte;
+        if (us > 0) {
+            struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    double first = now_ms();
+    RKLLMResult results[8];
+    char pieces[8][32];
+    int steps = 0;
+    size_t at = 0;
+    while (at < h->text_len && (cap <= 0 || steps < cap) && !abort_due(h)) {
+        sleep_ms(h->token_ms);
+        size_t take = (size_t)h->token_bytes;
+        if (at + take > h->text_len) take = h->text_len - at;
+        memset(results, 0, sizeof results);
+        for (int i = 0; i < n; i++) {
+            memcpy(pieces[i], h->text + at, take);
+            pieces[i][take] = '\0';
+            results[i].text = pieces[i];
+            results[i].token_id = 1000 + steps;
+        }
+        at += take;
+        steps++;
+        h->callback(results, ud, RKLLM_RUN_NORMAL);
+    }
+    RKLLMPerfStat perf;
+    memset(&perf, 0, sizeof perf);
+    perf.prefill_tokens = (int)(longest / 4 + 1);
+    perf.prefill_time_ms = (float)(first - start);
+    perf.generate_time_ms = (float)(now_ms() - first);
+    perf.generate_tokens = steps;
+    perf.memory_usage_mb = 700.0f;
+    memset(results, 0, sizeof results);
+    for (int i = 0; i < n; i++) {
+        results[i].token_id = -1;
+        results[i].perf = perf;
+    }
+    fake_log(h, "batch-run n=%d steps=%d", n, steps);
+    h->callback(results, ud, RKLLM_RUN_FINISH);
+    return 0;
+}
+
 static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params, void *userdata, int async) {
     if (!h) return -1;
     int idle = 0;
@@ -896,6 +975,11 @@ static int start_run(fake_handle *h, RKLLMInput *input, RKLLMInferParam *params,
         fprintf(stderr, "E rkllm: a run is already in progress on this handle\n");
         fake_log(h, "concurrent-run-refused");
         return -1;
+    }
+    if (h->n_batch > 1) {
+        int rc = input ? batch_run(h, input, params, userdata) : -1;
+        atomic_store(&h->running, 0);
+        return rc;
     }
     int logits = params && params->mode == RKLLM_INFER_GET_LOGITS;
     if (logits && !h->vocab) {

@@ -352,6 +352,7 @@ impl Config {
                 force: false,
                 measure: false,
                 only: false,
+                batch: None,
             },
         }
     }

@@ -56,10 +56,10 @@ pub fn probe_here(config: &Config, options: &ProbeOptions) -> Result<Vec<ModelRe
     settings.probes.measure = options.measure;
     settings.probes.only = true;
     let inner = RkllmBackend::new(settings.clone()).map_err(|e| e.to_string())?;
-    let settings = BackendSettings::Rkllm(inner.settings());
+    let settings = inner.settings();
     let backend = ProcessBackend::new(
         Arc::new(inner),
-        settings,
+        BackendSettings::Rkllm(settings.clone()),
         RunnerSettings {
             command: config.runner_command()?,
             load_timeout: std::time::Duration::from_secs(config.engine.load_timeout_secs),
@@ -68,12 +68,21 @@ pub fn probe_here(config: &Config, options: &ProbeOptions) -> Result<Vec<ModelRe
         },
     );
     let specs = specs(config, options.model.as_deref())?;
-    Ok(specs
-        .iter()
-        .map(|spec| match backend.load(spec) {
-            Ok(runner) => ModelReport {
+    let runner = RunnerSettings {
+        command: config.runner_command()?,
+        load_timeout: std::time::Duration::from_secs(config.engine.load_timeout_secs),
+        stall_timeout: std::time::Duration::from_secs(config.engine.stall_timeout_secs),
+        stop_timeout: std::time::Duration::from_secs(3),
+    };
+    let mut reports = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        // The runner (and its copy of the model) is gone before the next
+        // load: one copy on the NPU at a time.
+        let loaded = backend.load(spec).map(|r| r.verdicts());
+        let mut report = match loaded {
+            Ok(verdicts) => ModelReport {
                 name: spec.name.clone(),
-                verdicts: runner.verdicts(),
+                verdicts,
                 error: None,
             },
             Err(e) => ModelReport {
@@ -81,8 +90,67 @@ pub fn probe_here(config: &Config, options: &ProbeOptions) -> Result<Vec<ModelRe
                 verdicts: None,
                 error: Some(e.to_string()),
             },
+        };
+        if let Some(measured) = report.verdicts.as_mut().and_then(|v| v.measured.as_mut()) {
+            let single = if measured.decode_ms_per_token > 0.0 {
+                1000.0 / measured.decode_ms_per_token
+            } else {
+                0.0
+            };
+            for n in BATCHES {
+                measured
+                    .batch
+                    .push(batch_of(&settings, &runner, spec, n, single));
+            }
+        }
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// The batch sizes measured against one sequence.
+const BATCHES: [u32; 2] = [2, 4];
+
+/// A raw batch of `n` sequences of `spec`'s model, in a runner of its own
+/// (`single`: one sequence's decode tokens a second).
+fn batch_of(
+    settings: &crate::backend::RkllmSettings,
+    runner: &RunnerSettings,
+    spec: &ModelSpec,
+    n: u32,
+    single: f64,
+) -> crate::plan::probe::Batch {
+    let mut settings = settings.clone();
+    settings.probes.batch = Some((n, single));
+    let measured = RkllmBackend::new(settings.clone())
+        .map_err(|e| e.to_string())
+        .and_then(|inner| {
+            let backend = ProcessBackend::new(
+                Arc::new(inner),
+                BackendSettings::Rkllm(settings),
+                runner.clone(),
+            );
+            backend.load(spec).map_err(|e| e.to_string())
         })
-        .collect())
+        .map(|r| r.verdicts());
+    match measured {
+        Ok(Some(v)) => v
+            .measured
+            .and_then(|m| m.batch.into_iter().next())
+            .unwrap_or_else(|| not_run(n, "the runner gave no figures".into())),
+        Ok(None) => not_run(n, "the runner gave no figures".into()),
+        Err(why) => not_run(n, format!("did not run: {why}")),
+    }
+}
+
+fn not_run(n: u32, detail: String) -> crate::plan::probe::Batch {
+    crate::plan::probe::Batch {
+        n_batch: n,
+        ran: false,
+        decode_tokens_per_s_per_stream: 0.0,
+        per_stream_vs_single: 0.0,
+        detail,
+    }
 }
 
 /// The configured models, then the store's, or the one named.

@@ -6,7 +6,7 @@
 use super::{PrivateStream, Running, Service, ServiceError};
 use crate::backend::ProbeOrder;
 use crate::engine::RunRequest;
-use crate::plan::probe::Verdicts;
+use crate::plan::probe::{Batch, Verdicts};
 
 /// One model's report.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -49,13 +49,26 @@ impl Service {
             .collect_with(|_| std::future::ready(Ok::<_, ServiceError>(())))
             .await?
             .ok()?;
-        let verdicts =
+        let mut verdicts =
             self.engine
                 .model(Some(&name))?
                 .probes
                 .ok_or_else(|| ServiceError::Failed {
                     message: format!("model `{name}` was probed but its runner gave no verdicts"),
                 })?;
+        if let Some(measured) = verdicts.measured.as_mut() {
+            // A batch needs a handle of its own: a second copy of the model
+            // beside the one served, which can exhaust the NPU's memory.
+            for n in [2, 4] {
+                measured.batch.push(Batch {
+                    n_batch: n,
+                    ran: false,
+                    decode_tokens_per_s_per_stream: 0.0,
+                    per_stream_vs_single: 0.0,
+                    detail: "not measured through the running service (a batch needs a second copy of the model on the NPU): stop the service and run `rkllm-server doctor --probe --local`".into(),
+                });
+            }
+        }
         Ok(ProbeReport { name, verdicts })
     }
 }

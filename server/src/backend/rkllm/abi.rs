@@ -158,6 +158,7 @@ macro_rules! fill_params {
         e.reserved = [0; 104];
     }};
 }
+pub(super) use fill_params;
 
 /// Builds a prompt `RKLLMInput` of either ABI (the multimodal member is
 /// filled by the caller when the run has images).

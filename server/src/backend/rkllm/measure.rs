@@ -2,7 +2,8 @@
 //! time per token, the time to the first token, what saving and loading a
 //! prompt cache cost, what a second chunk adds, a step in logits mode, and
 //! the runner's peak memory. Each comes from runs made here, greedy, on a
-//! text of a few hundred tokens.
+//! text of a few hundred tokens. Batches of several sequences need a
+//! handle of their own (`batch`), which `doctor --probe` loads alone.
 
 use std::ffi::CString;
 use std::io::Read as _;
@@ -76,7 +77,6 @@ impl RkllmRunner {
                 f64::from(perf.generate_time_ms) / f64::from(perf.generate_tokens.max(1));
         }
         self.handle.clear_kv();
-        m.batch = self.measure_batches(&prompt);
         m.runner_peak_mb = peak_memory_mb().unwrap_or(0);
         m
     }
@@ -95,13 +95,6 @@ impl RkllmRunner {
         let first = self.measure_paused(scratch, A)?;
         let second = self.measure_ids(scratch, &rest)?;
         Some(first + second)
-    }
-}
-
-impl RkllmRunner {
-    /// Raw batched runs (`n_batch` 2 and 4) against one sequence.
-    fn measure_batches(&mut self, _prompt: &str) -> Vec<crate::plan::probe::Batch> {
-        Vec::new()
     }
 }
 

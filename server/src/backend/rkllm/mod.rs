@@ -14,6 +14,8 @@
 
 #[allow(unsafe_code)]
 mod abi;
+#[allow(unsafe_code)]
+mod batch;
 mod budget;
 mod chunked;
 mod constrained;
@@ -93,7 +95,7 @@ pub struct RkllmSettings {
 }
 
 /// How a model's runtime is probed at load ([`crate::plan::probe`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ProbeSettings {
     /// Where the verdicts are kept (`[rkllm] probe_dir`); `None`: nowhere,
     /// every load probes.
@@ -108,6 +110,11 @@ pub struct ProbeSettings {
     /// no prompt cache is built, no snapshot kept.
     #[serde(default)]
     pub only: bool,
+    /// Load only to measure a raw batch of this many sequences against
+    /// `single` decode tokens a second of one (`doctor --probe`): the
+    /// model's handle is made for the batch alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<(u32, f64)>,
 }
 
 /// `abi` as `"1.3"`, `"1.2"` or null, for the order to a runner.
@@ -315,6 +322,20 @@ impl Backend for RkllmBackend {
             load_error(format!("model path {} contains a NUL byte", path.display()))
         })?;
         fits_in_memory(path).map_err(load_error)?;
+        if let Some((n, single)) = self.probes.batch {
+            let n = usize::try_from(n).unwrap_or(1);
+            let measured = batch::measure(
+                &self.runtime,
+                &self.init_for(model),
+                &c_path,
+                n,
+                &crate::plan::probe::A.repeat(4),
+                32,
+            );
+            return Ok(Box::new(batch::BatchRunner(batch::report(
+                n, measured, single,
+            ))));
+        }
         let vision = match &model.vision {
             Some(spec) => Some(self.open_vision(spec).map_err(load_error)?),
             None => None,
