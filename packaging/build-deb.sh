@@ -9,21 +9,46 @@
 #                                     # throwaway Debian root, checks it and
 #                                     # purges it (packaging/check-deb.sh);
 #                                     # nothing is installed on this machine
+#   packaging/build-deb.sh --check --amd64-binary target/debug/rkllm-server
+#                                     # the amd64 package around a binary
+#                                     # built already (CI: the tests' own
+#                                     # debug build; the package is what is
+#                                     # checked, not the optimiser), in
+#                                     # target/deb-check/
 set -euo pipefail
 cd "$(dirname "$0")/.."
+check=""
+amd64_binary=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --check) check=1 ;;
+        --amd64-binary) amd64_binary="$2"; shift ;;
+        *) echo "build-deb.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
 command -v cargo-deb >/dev/null || cargo install cargo-deb --locked --version 3.8.0
-cargo build --release --locked -p rkllm-server
+if [ -n "$amd64_binary" ]; then
+    # cargo-deb takes `target/release/` assets from the target folder it is
+    # given: a folder of its own, holding only this binary.
+    amd64_target=target/deb-check
+    mkdir -p "$amd64_target/release"
+    cp "$amd64_binary" "$amd64_target/release/rkllm-server"
+else
+    amd64_target=target
+    cargo build --release --locked -p rkllm-server
+fi
 assets=target/deb-assets
 mkdir -p "$assets"
-server=target/release/rkllm-server
+server=$amd64_target/release/rkllm-server
 "$server" --completions bash > "$assets/rkllm-server.bash"
 "$server" --completions zsh > "$assets/_rkllm-server"
 "$server" --completions fish > "$assets/rkllm-server.fish"
 "$server" --man-page | gzip -9n > "$assets/rkllm-server.1.gz"
 gzip -9n < CHANGELOG.md > "$assets/changelog.gz"
 
-cargo deb --locked -p rkllm-server --no-build
-amd64=$(ls -t target/debian/rkllm-server_*_amd64.deb | head -n1)
+CARGO_TARGET_DIR="$amd64_target" cargo deb --locked -p rkllm-server --no-build
+amd64=$(ls -t "$amd64_target"/debian/rkllm-server_*_amd64.deb | head -n1)
 packaging/set-depends.sh "$amd64" "$server" objdump
 
 cross/setup-aarch64.sh
@@ -39,6 +64,6 @@ dpkg-deb -f "$arm64" Depends | grep -Eq 'libc6 \(>= 2\.(2[0-9]|3[01])(\.[0-9]+)?
 }
 ls -l "$amd64" "$arm64"
 
-if [ "${1:-}" = "--check" ]; then
+if [ -n "$check" ]; then
     packaging/check-deb.sh "$amd64"
 fi

@@ -48,9 +48,14 @@ pub fn mock_config(tokens_per_second: f64, prefill_ms: u64, extra: &str) -> Stri
     )
 }
 
-/// The server binary under test.
-pub fn server_binary() -> &'static str {
-    env!("CARGO_BIN_EXE_rkllm-server")
+/// The server binary under test: the one Cargo built with the tests, or
+/// `RKLLM_E2E_SERVER` (the aarch64 release binary, run under an emulator
+/// named by `RKLLM_E2E_RUNNER`: cross/test-aarch64.sh).
+pub fn server_binary() -> String {
+    std::env::var("RKLLM_E2E_SERVER")
+        .ok()
+        .filter(|p| !p.trim().is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_rkllm-server").to_owned())
 }
 
 /// Whether the server runs under an emulator (`RKLLM_E2E_RUNNER`).

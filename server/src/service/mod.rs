@@ -148,11 +148,6 @@ impl Service {
         Ok(Priority::Interactive)
     }
 
-    /// The engine below (models, loading, queues).
-    pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
-    }
-
     /// Checks `request`'s options, fetches its images and builds the
     /// engine's request.
     ///

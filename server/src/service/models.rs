@@ -4,10 +4,25 @@
 //! from the one table.
 
 use super::{Service, ServiceError};
-use crate::engine::{KeepAlive, ModelInfo, RequestLimits};
+use crate::engine::{KeepAlive, ModelInfo, NodeLoad, Readiness, RequestLimits};
 use crate::model::ModelSpec;
 
 impl Service {
+    /// Whether some model can serve and no queue is full (`/ready`).
+    pub fn readiness(&self) -> Readiness {
+        self.engine.readiness()
+    }
+
+    /// Requests waiting in the models' queues.
+    pub fn queued(&self) -> usize {
+        self.engine.queued()
+    }
+
+    /// What this node is doing, for a balancer's agent check.
+    pub fn node_load(&self) -> NodeLoad {
+        self.engine.node_load()
+    }
+
     /// Every model with its state.
     pub fn models(&self) -> Vec<ModelInfo> {
         self.engine.models()

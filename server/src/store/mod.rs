@@ -472,6 +472,64 @@ pub struct Service {
 }
 
 impl Service {
+    /// Pulls what `request` names into the store, telling `on_progress` how
+    /// it goes; the manifest stored, with the model's spec to serve it.
+    ///
+    /// # Errors
+    /// See [`pull::pull`].
+    pub async fn pull(
+        &self,
+        request: &PullRequest,
+        on_progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<(Manifest, crate::model::ModelSpec), PullError> {
+        let manifest = pull::pull(&self.store, &self.hub, request, on_progress).await?;
+        let spec = self.store.spec(&manifest);
+        Ok((manifest, spec))
+    }
+
+    /// The store's folder, absolute where it can be made so.
+    pub fn models_dir(&self) -> std::path::PathBuf {
+        std::path::absolute(self.store.dir()).unwrap_or_else(|_| self.store.dir().to_owned())
+    }
+
+    /// The stored model `name`'s manifest, read off the async workers.
+    ///
+    /// # Errors
+    /// A name that is not a model's, or a manifest that cannot be read.
+    pub async fn stored(&self, name: &str) -> io::Result<Option<Manifest>> {
+        let (store, name) = (self.store.clone(), name.to_owned());
+        tokio::task::spawn_blocking(move || store.get(&name))
+            .await
+            .map_err(io::Error::other)?
+    }
+
+    /// Removes the stored model `name`, off the async workers; whether it
+    /// was there.
+    ///
+    /// # Errors
+    /// What removing its files failed with.
+    pub async fn remove(&self, name: &str) -> io::Result<bool> {
+        let (store, name) = (self.store.clone(), name.to_owned());
+        tokio::task::spawn_blocking(move || store.remove(&name))
+            .await
+            .map_err(io::Error::other)?
+    }
+
+    /// The folder of the stored model `name`.
+    pub fn model_dir(&self, name: &str) -> std::path::PathBuf {
+        self.store.model_dir(name)
+    }
+
+    /// The manifest of the stored model `name` whose file is `path` (not a
+    /// configured model of the same name); reads it from the disk.
+    pub fn manifest_of(&self, name: &str, path: Option<&Path>) -> Option<Manifest> {
+        self.store
+            .get(name)
+            .ok()
+            .flatten()
+            .filter(|m| path.is_some_and(|p| p.ends_with(&m.file)))
+    }
+
     /// A pull of `spec`, stored as `name` (default: from the file name);
     /// `store_only` stores a model this server cannot run.
     pub fn request(

@@ -43,7 +43,7 @@ pub async fn serve_agent(listener: TcpListener, state: Weak<AppState>) {
         let Some(state) = state.upgrade() else {
             return;
         };
-        let line = reply(state.engine.node_load(), state.is_shutting_down());
+        let line = reply(state.service.node_load(), state.is_shutting_down());
         drop(state);
         tokio::spawn(async move {
             let _ = socket.write_all(line.as_bytes()).await;

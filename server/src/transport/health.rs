@@ -27,7 +27,7 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
 /// (the wrong NPU driver, a runtime known to crash on this chip) makes it
 /// 503 too, with those findings as the reason and in `blocking`.
 pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
-    let mut readiness = state.engine.readiness();
+    let mut readiness = state.service.readiness();
     let blocking = &state.settings.blocking;
     if !blocking.is_empty() {
         readiness.ready = false;
@@ -65,11 +65,11 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let gauges = metrics::Gauges {
         board,
         active_streams: state.streams.active_streams(),
-        queued_requests: state.engine.queued(),
+        queued_requests: state.service.queued(),
         buffered_bytes: state.streams.total_bytes(),
         mcp_sessions: state.mcp_sessions.len(),
         models: state
-            .engine
+            .service
             .models()
             .into_iter()
             .map(|m| metrics::ModelGauge {

@@ -93,8 +93,9 @@ pub struct AppState {
     pub settings: Settings,
     /// Every stream of the process.
     pub streams: Arc<StreamManager>,
-    /// Queues and model workers.
-    pub engine: Arc<Engine>,
+    /// Queues and model workers, for start-up and shutdown only:
+    /// handlers go through `service`.
+    pub(crate) engine: Arc<Engine>,
     /// What the JSON-RPC methods work with.
     pub rpc: Arc<Services>,
     /// The generation service every API calls.

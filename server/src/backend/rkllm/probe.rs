@@ -148,7 +148,9 @@ impl RkllmRunner {
         };
         let features = features(basis, &checks, &observed);
         for (name, feature) in features.named() {
-            if !feature.on {
+            // Off for a probe: said once. Off for the model's own making (no
+            // tokenizer, the runtime's template) is no news.
+            if !feature.on && feature.reason.starts_with("probe ") {
                 tracing::warn!(
                     model = %self.model,
                     feature = name,

@@ -140,13 +140,7 @@ fn details(model: &ModelInfo) -> Value {
 /// The store's manifest of `model`, when the model is the stored one (not
 /// a configured model of the same name).
 fn stored_manifest(state: &AppState, model: &ModelInfo) -> Option<crate::store::Manifest> {
-    state
-        .store
-        .store
-        .get(&model.name)
-        .ok()
-        .flatten()
-        .filter(|m| model.path.as_ref().is_some_and(|p| p.ends_with(&m.file)))
+    state.store.manifest_of(&model.name, model.path.as_deref())
 }
 
 fn model_entry(state: &AppState, model: &ModelInfo) -> Value {
@@ -189,19 +183,24 @@ fn model_entry(state: &AppState, model: &ModelInfo) -> Value {
 
 /// `GET /api/tags`.
 async fn tags(State(state): State<Arc<AppState>>) -> Response {
-    let models: Vec<Value> = state
-        .service
-        .models()
-        .iter()
-        .map(|m| model_entry(&state, m))
-        .collect();
+    // The entries read each model file's size and each stored model's
+    // manifest: off the async workers.
+    let listed = Arc::clone(&state);
+    let models: Vec<Value> = tokio::task::spawn_blocking(move || {
+        listed
+            .service
+            .models()
+            .iter()
+            .map(|m| model_entry(&listed, m))
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
     // `store` is this server's own key: where its store is and whether the
     // API may change it, which the command line reads to work through it.
     let store = &state.store;
-    let models_dir =
-        std::path::absolute(store.store.dir()).unwrap_or_else(|_| store.store.dir().to_owned());
     Json(json!({"models": models,
-                "store": {"models_dir": models_dir, "api_pull": store.api_pull}}))
+                "store": {"models_dir": store.models_dir(), "api_pull": store.api_pull}}))
     .into_response()
 }
 
@@ -330,13 +329,7 @@ async fn show(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Respons
     if let Some(manifest) = stored_manifest(&state, &info) {
         // This server's own keys, for a model of the store: its manifest
         // and its file (what `rkllm-server show` prints).
-        shown["path"] = json!(
-            state
-                .store
-                .store
-                .model_dir(&manifest.name)
-                .join(&manifest.file)
-        );
+        shown["path"] = json!(state.store.model_dir(&manifest.name).join(&manifest.file));
         shown["manifest"] = json!(manifest);
     }
     Ok(Json(shown).into_response())

@@ -138,20 +138,16 @@ async fn run_pull(state: Arc<AppState>, request: PullRequest, events: mpsc::Send
         }
     };
     let store = &state.store;
-    let result =
-        crate::store::pull::pull(&store.store, &store.hub, &request, &mut on_progress).await;
+    let result = store.pull(&request, &mut on_progress).await;
     let end = match result {
-        Ok(manifest) => {
-            let spec = store.store.spec(&manifest);
-            match state.service.add_model(spec) {
-                // `manifest` and `path` are this server's own keys: the
-                // command line prints what was pulled from them.
-                Ok(()) => Ok(json!({"status": "success", "model": manifest.name,
-                                    "path": store.store.model_dir(&manifest.name),
-                                    "manifest": manifest})),
-                Err(err) => Err(PullError::Io(err.to_string())),
-            }
-        }
+        Ok((manifest, spec)) => match state.service.add_model(spec) {
+            // `manifest` and `path` are this server's own keys: the
+            // command line prints what was pulled from them.
+            Ok(()) => Ok(json!({"status": "success", "model": manifest.name,
+                                "path": store.model_dir(&manifest.name),
+                                "manifest": manifest})),
+            Err(err) => Err(PullError::Io(err.to_string())),
+        },
         Err(err) => Err(err),
     };
     if events.send(Event::End(end)).await.is_err() {
@@ -342,7 +338,7 @@ pub async fn delete(State(state): State<Arc<AppState>>, body: Bytes) -> Response
     };
     let name = given.strip_suffix(":latest").unwrap_or(&given).to_owned();
     let store = &state.store;
-    let name = match store.store.get(&name) {
+    let name = match store.stored(&name).await {
         Ok(Some(m)) => m.name,
         Ok(None) => match store.find_by_source(&given) {
             Some(m) => m.name,
@@ -360,17 +356,14 @@ pub async fn delete(State(state): State<Arc<AppState>>, body: Bytes) -> Response
         Err(err) => return error(StatusCode::BAD_REQUEST, err.to_string()),
     };
     let _ = state.service.remove_model(&name).await;
-    let dir = store.store.clone();
-    let removed_name = name.clone();
-    match tokio::task::spawn_blocking(move || dir.remove(&removed_name)).await {
-        Ok(Ok(_)) => {
+    match store.remove(&name).await {
+        Ok(_) => {
             tracing::info!(model = %name, "model deleted from the store");
             StatusCode::OK.into_response()
         }
-        Ok(Err(err)) => error(
+        Err(err) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("cannot remove '{name}': {err}"),
         ),
-        Err(err) => error(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
     }
 }
