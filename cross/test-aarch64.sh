@@ -41,7 +41,7 @@ echo "test-aarch64: end-to-end modules under qemu-user: ${filters[*]}"
 # that fails is not.
 run_tests() {
     RKLLM_E2E_SERVER="$PWD/$bin" RKLLM_E2E_RUNNER="$runner" RKLLM_FAKE_CC=aarch64-linux-gnu-gcc \
-        cargo test --locked -p rkllm-server --test e2e -- "$@"
+        cargo test --workspace --locked --test e2e -- "$@"
 }
 limit="${RKLLM_AARCH64_TEST_TIMEOUT:-1500}"
 started=$(date +%s)

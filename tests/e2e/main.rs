@@ -23,6 +23,7 @@ mod logprobs;
 mod lora;
 mod mcp;
 mod mcp_stateless;
+mod mock_plan;
 mod probes;
 mod production;
 mod prompt_cache;

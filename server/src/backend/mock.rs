@@ -30,11 +30,12 @@ use std::time::{Duration, Instant};
 
 mod constrained;
 mod logprobs;
+mod prefill;
 
 use crate::backend::{
     ALL_OVERRIDES, Backend, BackendError, Generation, Runner, TokenSink, ValidRunRequest,
 };
-use crate::plan::{ConversationState, Plan};
+use crate::plan::ConversationState;
 
 use crate::model::tokenizer::TokenizerSource;
 use crate::model::{ModelSpec, ReasoningMode};
@@ -117,6 +118,19 @@ impl Backend for MockBackend {
             tokenizer: self.tokenizer(model).unwrap_or(TokenizerSource::Mock),
             encoder: None,
             reranker: model.reranker,
+            profile: crate::plan::profile::Profile {
+                reasoning: model.reasoning,
+                server_template: model.template.is_server_side(),
+                renders_template: model.template.is_server_side(),
+                // The mock's own tokenizer when the model names none.
+                tokenizer: true,
+                chunk_tokens: model.settings.prefill_chunk(),
+                features: crate::plan::profile::Features::all_on(
+                    "the mock carries out the plan as the ABI notes describe",
+                ),
+            },
+            snapshots: prefill::Snapshots::default(),
+            keeps_snapshots: model.settings.snapshots.unwrap_or(true),
         }))
     }
 }
@@ -137,6 +151,12 @@ struct MockRunner {
     encoder: Option<std::sync::Arc<crate::model::tokenizer::Encoder>>,
     /// A reranker: a judgement's answer is "yes" or "no".
     reranker: bool,
+    /// What the plan knows of the model.
+    profile: crate::plan::profile::Profile,
+    /// The prompts whose prefill it keeps (its conversation snapshots).
+    snapshots: prefill::Snapshots,
+    /// Whether the model keeps snapshots (its `snapshots` setting).
+    keeps_snapshots: bool,
 }
 
 /// The mock model's context, in tokens, unless a `[[models]]` entry sets
@@ -520,15 +540,19 @@ impl Runner for MockRunner {
                 ..Generation::ended(FinishReason::Stop)
             });
         }
-        let prefilled = match request.prompt.turns().map(|c| self.conversation.plan(c)) {
-            Some(Plan::Continue(turn)) => self.count(&turn.text),
-            _ if request.prompt.prefill.is_none() && request.prompt.tokens.is_some() => {
-                request.prompt.tokens.unwrap_or_default() as usize
-            }
-            _ => self.count(&input_of(request)),
+        let input = input_of(request);
+        let directives = parse_directives(&input).map_err(|message| BackendError::Runtime {
+            code: None,
+            message,
+        })?;
+        let delay = Duration::from_millis(directives.prefill_ms.unwrap_or(self.config.prefill_ms));
+        let prefilled = self.prefill(request, sink, delay);
+        sink.set_prompt_tokens(prefilled.tokens);
+        let mut result = if prefilled.left {
+            Ok(Generation::ended(FinishReason::Abort))
+        } else {
+            self.produce(request, sink)
         };
-        sink.set_prompt_tokens(u32::try_from(prefilled.max(1)).unwrap_or(u32::MAX));
-        let result = self.produce(request, sink);
         match (request.prompt.turns(), &result) {
             (Some(conversation), Ok(g))
                 if g.finish_reason != FinishReason::Abort && sink.is_open() =>
@@ -537,6 +561,15 @@ impl Runner for MockRunner {
                 self.conversation.commit(conversation, &answer);
             }
             _ => self.conversation.reset(),
+        }
+        let ran = matches!(&result, Ok(g) if g.finish_reason != FinishReason::Abort);
+        if let (Some(prompt), true) = (prefilled.keep, ran) {
+            self.snapshots.keep(&prompt, false);
+        }
+        if let Ok(generation) = &mut result
+            && self.keeps_snapshots
+        {
+            generation.snapshots = Some(self.snapshots.report());
         }
         result
     }
@@ -646,12 +679,8 @@ impl MockRunner {
         let mut reply = Reply::new(request, &directives, &input, seed);
         let cap = u64::from(request.max_tokens);
 
-        let prefill =
-            Duration::from_millis(directives.prefill_ms.unwrap_or(self.config.prefill_ms));
+        // The prefill's wait was the plan's (`prefill`).
         let cancel = sink.cancel_token().clone();
-        if !prefill.is_zero() && cancel.wait_timeout(prefill) {
-            return Ok(Generation::ended(FinishReason::Abort));
-        }
         if let Some(constrained) = &request.constraint {
             return self.constrained(request, sink, constrained, reply, natural, seed);
         }
@@ -664,19 +693,10 @@ impl MockRunner {
         // A thinking block before the answer, in pieces as a model's
         // tokens would cut it; its tokens count against the cap.
         let thinking_tokens = reply.thinking_tokens();
-        let mut limit = natural.saturating_add(thinking_tokens).min(cap);
-        let budget = request
-            .sampling
-            .thinking_budget
-            .map(|b| u64::from(b.tokens));
-        if budget.is_some() {
-            // Its reply's shape (in a runner process the sink does not
-            // separate thinking; the engine's does).
-            sink.watch_thinking(match directives.think {
-                Some(2) => ReasoningMode::Implicit,
-                _ => ReasoningMode::Opened,
-            });
-        }
+        // What the reply would take without the cap, and with it.
+        let mut wanted = natural.saturating_add(thinking_tokens);
+        let mut limit = wanted.min(cap);
+        let budget = watch_budget(request, &directives, sink);
         let mut cut = false;
         let spent = |sink: &TokenSink<'_>| {
             budget.is_some_and(|b| sink.thinking() && u64::from(sink.thought()) >= b)
@@ -685,10 +705,8 @@ impl MockRunner {
             if spent(sink) && reply.thinking_tokens() > 0 {
                 // The budget is spent: close the block; the answer follows.
                 let close = reply.close_thinking();
-                limit = emitted
-                    .saturating_add(close)
-                    .saturating_add(natural)
-                    .min(cap);
+                wanted = emitted.saturating_add(close).saturating_add(natural);
+                limit = wanted.min(cap);
             }
             if !reply.next_word(&mut pieces) {
                 break;
@@ -743,13 +761,36 @@ impl MockRunner {
                 message: format!("mock runtime error injected by @mock(error_after={emitted})"),
             });
         }
+        // Cut by the cap: the echo's text not all said, or the reply (its
+        // thinking included) wanting more tokens than the cap gave.
         let finish_reason = match reply.unsaid() {
             Some(unsaid) if cut || !unsaid.is_empty() => FinishReason::Length,
-            None if natural > cap && emitted < natural => FinishReason::Length,
+            None if emitted >= cap && wanted > cap => FinishReason::Length,
             _ => FinishReason::Stop,
         };
         Ok(Generation::ended(finish_reason))
     }
+}
+
+/// A request's thinking budget, in tokens, with the sink told the reply's
+/// shape to count its thinking (in a runner process the sink does not
+/// separate thinking; the engine's does).
+fn watch_budget(
+    request: &ValidRunRequest,
+    directives: &Directives,
+    sink: &mut TokenSink<'_>,
+) -> Option<u64> {
+    let budget = request
+        .sampling
+        .thinking_budget
+        .map(|b| u64::from(b.tokens));
+    if budget.is_some() {
+        sink.watch_thinking(match directives.think {
+            Some(2) => ReasoningMode::Implicit,
+            _ => ReasoningMode::Opened,
+        });
+    }
+    budget
 }
 
 /// A value that fits `schema` with as little as it takes: an object with

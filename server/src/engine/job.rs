@@ -79,6 +79,8 @@ pub(super) struct Reports<'a> {
     pub snapshots: &'a parking_lot::Mutex<Option<crate::backend::SnapshotReport>>,
     /// What a probe order found.
     pub verdicts: &'a parking_lot::Mutex<Option<crate::plan::probe::Verdicts>>,
+    /// The model's profile, resolved again once its verdicts change.
+    pub profile: &'a parking_lot::Mutex<Option<std::sync::Arc<super::profile::ModelProfile>>>,
 }
 
 /// Runs one job on `runner`, ending its stream. The runtime's KV cache
@@ -89,6 +91,7 @@ pub(super) fn run_job(runner: &mut dyn Runner, job: &Job, into: Reports<'_>) -> 
         kv_cache_tokens,
         snapshots,
         verdicts,
+        profile,
     } = into;
     let mut ran = JobRan {
         lost: None,
@@ -126,6 +129,7 @@ pub(super) fn run_job(runner: &mut dyn Runner, job: &Job, into: Reports<'_>) -> 
             }
             if let Some(found) = &generation.verdicts {
                 *verdicts.lock() = Some((**found).clone());
+                *profile.lock() = None;
             }
             end_generated(job, &generation, &seen);
             ran.idle_work = generation.idle_work;

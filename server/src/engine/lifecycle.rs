@@ -180,6 +180,9 @@ pub(super) struct ModelSlot {
     /// What the probes found of its runtime at its last load (kept while
     /// it is unloaded; `None`: never loaded, or nothing to probe).
     pub verdicts: Mutex<Option<crate::plan::probe::Verdicts>>,
+    /// Its profile as the service reads it, once resolved (`None`: to be
+    /// resolved again, its verdicts having changed).
+    pub profile: Mutex<Option<Arc<super::profile::ModelProfile>>>,
     /// Stops its lane's idle work (see [`super::idle`]).
     pub idle_stop: super::idle::IdleStop,
 }
@@ -203,6 +206,7 @@ impl ModelSlot {
             kv_cache_tokens: AtomicU64::new(u64::MAX),
             snapshots: Mutex::new(None),
             verdicts: Mutex::new(None),
+            profile: Mutex::new(None),
             idle_stop: super::idle::IdleStop::default(),
         }
     }
@@ -643,6 +647,7 @@ fn run(
         kv_cache_tokens: &slot.kv_cache_tokens,
         snapshots: &slot.snapshots,
         verdicts: &slot.verdicts,
+        profile: &slot.profile,
     };
     let ran = run_job(r.as_mut(), &job, reports);
     let took = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;
@@ -749,6 +754,7 @@ fn ensure_loaded(
             }
             if let Some(verdicts) = r.verdicts() {
                 *slot.verdicts.lock() = Some(verdicts);
+                super::profile::forget(slot);
             }
             life.last_used = now;
             let keep_alive = life

@@ -14,6 +14,7 @@ mod keep_alive;
 mod lifecycle;
 mod output;
 mod priority;
+mod profile;
 mod request;
 mod scheduler;
 mod tokenizers;
@@ -23,6 +24,7 @@ pub use gates::refusal;
 pub use keep_alive::KeepAlive;
 pub use lifecycle::{Lifecycle, ModelState};
 pub use priority::{Ageing, Priority};
+pub use profile::ModelProfile;
 pub use request::{
     BYTES_PER_TOKEN, DEFAULT_MAX_SCHEMA_BYTES, RequestLimits, RunRequest, ValidationError,
     check_context, check_embedding, check_images, check_lora, check_overrides, prompt_tokens,

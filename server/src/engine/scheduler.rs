@@ -586,42 +586,23 @@ impl Engine {
         self.shared.backend.context_length(&slot.spec)
     }
 
-    /// How `model`'s conversations become input (its chat template), for
-    /// the service's prompt builder; the runtime's own for an unknown
-    /// model (which the engine then refuses).
-    pub fn chat_template(&self, model: Option<&str>) -> crate::model::ChatTemplate {
-        self.slot(model)
-            .map(|slot| {
-                // A runtime whose empty template does not turn its own off
-                // gets the conversation as its own template takes it.
-                let own_off = slot
-                    .verdicts
-                    .lock()
-                    .as_ref()
-                    .is_some_and(|v| !v.features.server_template.on);
-                if own_off {
-                    crate::model::ChatTemplate::Builtin
-                } else {
-                    slot.spec.template.clone()
-                }
-            })
-            .unwrap_or_default()
+    /// What the service needs of `model` (the default when `None`) to
+    /// prepare a request, in one value: resolved when first asked, and
+    /// again after its probes' verdicts change.
+    ///
+    /// # Errors
+    /// An unknown model.
+    pub fn profile(
+        &self,
+        model: Option<&str>,
+    ) -> Result<Arc<super::ModelProfile>, ValidationError> {
+        let slot = self.slot(model)?;
+        Ok(super::profile::of(&slot, self.shared.backend.as_ref()))
     }
 
     /// Whether the backend probes its models' runtime at load.
     pub fn probes(&self) -> bool {
         self.shared.backend.probes()
-    }
-
-    /// Whether `model`'s runtime is still to be probed: its backend
-    /// probes at load and it has not loaded since the server started. A
-    /// request that rests on a probed feature loads it first, so that the
-    /// verdicts can be checked before it is queued.
-    pub fn unprobed(&self, model: Option<&str>) -> bool {
-        self.shared.backend.probes()
-            && self
-                .slot(model)
-                .is_ok_and(|slot| slot.verdicts.lock().is_none())
     }
 
     fn unknown_model(&self, name: &str) -> ValidationError {

@@ -236,12 +236,18 @@ pub async fn build(
                     prefill: None,
                     tokens: None,
                 },
+                // A named template (ChatML, Llama 3, a custom one) renders
+                // the chat whole as the model's own does: a chat sent whole,
+                // which conversation snapshots keep.
                 server_side => Prompt {
                     text: server_side.render(&turns(&messages)),
                     role: Role::User,
                     thinking,
                     tools: options.tools,
-                    chat: None,
+                    chat: Some(Chat {
+                        system,
+                        turns: None,
+                    }),
                     stop: server_side.stop_strings(),
                     prefill: None,
                     tokens: None,

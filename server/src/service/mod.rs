@@ -170,7 +170,8 @@ impl Service {
         asked: Option<Priority>,
     ) -> Result<Prepared, ServiceError> {
         let priority = self.priority(&request, asked)?;
-        self.probed_first(&request).await?;
+        // The model's facts in one call (again after a load that probed it).
+        let profile = self.probed_first(&request).await?;
         let (constraint, reservation) = match self.constraint(&request).await? {
             Some((constraint, reservation)) => (Some(constraint), Some(reservation)),
             None => (None, None),
@@ -189,16 +190,13 @@ impl Service {
             Priority::Background => Some(false),
             Priority::Interactive => request.thinking,
         };
-        let template = self.engine.chat_template(request.model.as_deref());
         let (prompt, sources) = match request.suffix {
             Some(suffix) => {
-                let prompt = self
-                    .fill_in(request.model.as_deref(), &template, request.input, &suffix)
-                    .await?;
+                let prompt = self.fill_in(&profile, request.input, &suffix).await?;
                 (prompt, Vec::new())
             }
             None => prompt::build(
-                &template,
+                &profile.template,
                 request.input,
                 Options {
                     tools: offered,
@@ -247,16 +245,24 @@ impl Service {
     /// engine then checks the request against the verdicts before it is
     /// queued, and refuses it with a 400 where the feature is off.
     ///
+    /// Returns the model's profile, as it is once that is done.
+    ///
     /// # Errors
-    /// The model cannot be loaded.
-    async fn probed_first(&self, request: &Generate) -> Result<(), ServiceError> {
+    /// An unknown model, or one that cannot be loaded.
+    async fn probed_first(
+        &self,
+        request: &Generate,
+    ) -> Result<Arc<crate::engine::ModelProfile>, ServiceError> {
+        let model = request.model.as_deref();
+        let profile = self.engine.profile(model)?;
         let needs = request.sampling.thinking_budget.is_some()
             || request.sampling.logprobs.is_some()
             || matches!(request.constraint(), Ok(Some(_)));
-        if needs && self.engine.unprobed(request.model.as_deref()) {
-            self.engine.load(request.model.as_deref(), None).await?;
+        if needs && profile.unprobed {
+            self.engine.load(model, None).await?;
+            return Ok(self.engine.profile(model)?);
         }
-        Ok(())
+        Ok(profile)
     }
 
     /// The prompt of a fill-in-the-middle request: `input` (a prompt, the
@@ -269,8 +275,7 @@ impl Service {
     /// text with a suffix.
     async fn fill_in(
         &self,
-        model: Option<&str>,
-        template: &crate::model::ChatTemplate,
+        profile: &crate::engine::ModelProfile,
         input: Input,
         suffix: &str,
     ) -> Result<crate::model::Prompt, ServiceError> {
@@ -293,9 +298,9 @@ impl Service {
                  cannot go with it",
             ));
         }
-        let fim = self.fim(model).await?;
-        if *template == crate::model::ChatTemplate::Builtin {
-            let name = self.engine.model(model)?.name;
+        let fim = self.fim(Some(&profile.name)).await?;
+        if profile.template == crate::model::ChatTemplate::Builtin {
+            let name = &profile.name;
             return Err(ServiceError::invalid(
                 "suffix",
                 format!(
@@ -374,9 +379,10 @@ impl Service {
         let offer_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
         let offered =
             offer_tools.then(|| serde_json::Value::Array(request.tools.clone()).to_string());
-        let template = self.engine.chat_template(request.model.as_deref());
+        let profile = self.engine.profile(request.model.as_deref())?;
+        let template = &profile.template;
         let (prompt, _) = prompt::build(
-            &template,
+            template,
             request.input.clone(),
             Options {
                 tools: offered.clone(),
@@ -388,7 +394,7 @@ impl Service {
         .map_err(|e| ServiceError::invalid(e.field, e.message))?;
         // The runtime's own template writes the tools itself.
         let mut text = prompt.text;
-        if let (crate::model::ChatTemplate::Builtin, Some(tools)) = (&template, offered) {
+        if let (crate::model::ChatTemplate::Builtin, Some(tools)) = (template, offered) {
             text.push_str(&tools);
         }
         if let Some(prefill) = prompt.prefill {
@@ -415,7 +421,7 @@ impl Service {
     /// # Errors
     /// As [`Service::count_tokens`].
     pub async fn fit_context(&self, request: &mut Generate) -> Result<usize, ServiceError> {
-        let Some(context) = self.engine.context_length(request.model.as_deref()) else {
+        let Some(context) = self.engine.profile(request.model.as_deref())?.context_length else {
             return Ok(0);
         };
         let room = u32::try_from(request.max_tokens.unwrap_or(0)).unwrap_or(u32::MAX);

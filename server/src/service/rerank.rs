@@ -153,7 +153,8 @@ impl Service {
         documents: Vec<String>,
         top_n: Option<usize>,
     ) -> Result<Reranked, ServiceError> {
-        if self.engine.chat_template(Some(&model)) == crate::model::ChatTemplate::Builtin {
+        let profile = self.engine.profile(Some(&model))?;
+        if profile.template == crate::model::ChatTemplate::Builtin {
             return Err(ServiceError::invalid(
                 "model",
                 format!(
@@ -165,7 +166,7 @@ impl Service {
         }
         // Its judgements read logits rows: probed first, so that a runtime
         // whose rows cannot be trusted refuses before any runs.
-        if self.engine.unprobed(Some(&model)) {
+        if profile.unprobed {
             self.engine.load(Some(&model), None).await?;
         }
         let mut results = Vec::with_capacity(documents.len());

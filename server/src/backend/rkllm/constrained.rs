@@ -176,37 +176,15 @@ impl RkllmRunner {
         embed: Option<&[f32]>,
     ) -> Result<Generation, BackendError> {
         let sampling = self.sampling(request);
-        // A long prompt without images is prefilled in chunks first, so that
-        // no callback hands over more than a chunk's rows; the first
-        // steered run then feeds the last chunk.
-        let text = request.prompt.text.as_str();
-        let chunks = crate::plan::start::chunkable(&self.profile, text)
-            .filter(|_| embed.is_none())
-            .and_then(|size| self.chunks_for(request, text, size));
-        let (prompt, role) = match &chunks {
-            Some(chunks) => super::chunked::head_of(text, chunks, request.prompt.role.as_str())?,
-            None => {
-                super::chunked::head_of(text, &Chunks::whole(text), request.prompt.role.as_str())?
-            }
+        let Some(start) = self.steer_start(request, sink, embed.is_some())? else {
+            return Ok(Generation::ended(FinishReason::Abort));
         };
-        let mut feed: Option<Vec<i32>> = None;
-        if let Some(chunks) = &chunks {
-            match self.prefill_chunks(request, sink, &prompt, &role, chunks)? {
-                Prefilled::Last(last) => feed = Some(last.to_vec()),
-                Prefilled::Left => return Ok(Generation::ended(FinishReason::Abort)),
-                // Prefilled in one run by the first steered run.
-                Prefilled::Refused => {}
-            }
-        }
-        let prompt = match (&chunks, &feed) {
-            (Some(_), None) => CString::new(text).map_err(|_| {
-                runtime_error(
-                    None,
-                    "the prompt contains a NUL character, which the runtime cannot take",
-                )
-            })?,
-            _ => prompt,
-        };
+        let SteerStart {
+            prompt,
+            role,
+            mut feed,
+            chunked_total,
+        } = start;
         let run_id = self.next_run.fetch_add(1, Ordering::Relaxed);
         let mut steering = self.steering(request, constrained, vocabulary, sampling, run_id)?;
         let markers = self.vision.as_ref().map(|v| v.markers.clone());
@@ -216,7 +194,6 @@ impl RkllmRunner {
         // is in progress.
         sink.cancel_token()
             .on_cancel(move || hook_abort.abort(run_id));
-        let chunked_total = chunks.as_ref().filter(|_| feed.is_some()).map(|c| c.total);
         let mut runs: u64 = 0;
         let ending = loop {
             if !sink.is_open() {
@@ -287,6 +264,56 @@ impl RkllmRunner {
             Ending::Length => FinishReason::Length,
             Ending::Closed => FinishReason::Abort,
         }))
+    }
+
+    /// How a constrained answer's runs begin: a long prompt without images
+    /// is prefilled in chunks first, so that no callback hands over more
+    /// than a chunk's rows, and the first steered run feeds the last chunk;
+    /// otherwise the first steered run takes the prompt. `None`: the client
+    /// left during the chunks.
+    ///
+    /// # Errors
+    /// A NUL in the prompt, or a chunk the runtime did not pause after.
+    fn steer_start(
+        &mut self,
+        request: &ValidRunRequest,
+        sink: &mut TokenSink<'_>,
+        images: bool,
+    ) -> Result<Option<SteerStart>, BackendError> {
+        let text = request.prompt.text.as_str();
+        let role = request.prompt.role.as_str();
+        let chunks = crate::plan::start::chunkable(&self.profile, text)
+            .filter(|_| !images)
+            .and_then(|size| self.chunks_for(request, text, size));
+        let Some(chunks) = chunks else {
+            let (prompt, role) = super::chunked::head_of(text, &Chunks::whole(text), role)?;
+            return Ok(Some(SteerStart {
+                prompt,
+                role,
+                feed: None,
+                chunked_total: None,
+            }));
+        };
+        let (head, role_c) = super::chunked::head_of(text, &chunks, role)?;
+        Ok(match self.prefill_chunks(request, sink, &head, &role_c, &chunks)? {
+            Prefilled::Last(last) => Some(SteerStart {
+                prompt: head,
+                role: role_c,
+                feed: Some(last.to_vec()),
+                chunked_total: Some(chunks.total),
+            }),
+            Prefilled::Left => None,
+            // Prefilled in one run by the first steered run.
+            Prefilled::Refused => {
+                let (prompt, role) = super::chunked::head_of(text, &Chunks::whole(text), role)?;
+                Some(SteerStart {
+                    prompt,
+                    role,
+                    feed: None,
+                    chunked_total: None,
+                })
+            }
+        })
     }
 
     /// What answers each logits row of the generation.
@@ -368,6 +395,17 @@ impl RkllmRunner {
         );
         Self::mismatch_error(request, &constrained.tokenizer, width, vocabulary.len())
     }
+}
+
+/// The beginning of a constrained answer's runs.
+struct SteerStart {
+    /// The prompt's text the first run takes (its first chunk, or all).
+    prompt: CString,
+    role: CString,
+    /// The last chunk's ids, which the first steered run feeds.
+    feed: Option<Vec<i32>>,
+    /// A chunked prompt's tokens in all.
+    chunked_total: Option<u32>,
 }
 
 /// How a run ended that its steering did not end: the request went away,

@@ -308,20 +308,7 @@ impl Backend for RkllmBackend {
             model: model.name.clone(),
             message,
         };
-        let path = model
-            .path
-            .as_ref()
-            .ok_or_else(|| load_error("no model file configured".into()))?;
-        if !path.is_file() {
-            return Err(load_error(format!(
-                "model file {} does not exist",
-                path.display()
-            )));
-        }
-        let c_path = CString::new(path.to_string_lossy().into_owned()).map_err(|_| {
-            load_error(format!("model path {} contains a NUL byte", path.display()))
-        })?;
-        fits_in_memory(path).map_err(load_error)?;
+        let c_path = model_file(model).map_err(load_error)?;
         if let Some((n, single)) = self.probes.batch {
             let n = usize::try_from(n).unwrap_or(1);
             let measured = batch::measure(
@@ -340,25 +327,11 @@ impl Backend for RkllmBackend {
             Some(spec) => Some(self.open_vision(spec).map_err(load_error)?),
             None => None,
         };
-        let slot = Box::new(CallbackSlot::default());
-        let userdata = std::ptr::from_ref::<CallbackSlot>(&slot).cast_mut().cast();
         let init = self.init_for(model);
-        let handle = match &self.runtime.api {
-            Api::V1_3(api) => abi::init_v1_3(api, &init, &c_path, userdata),
-            Api::V1_2(api) => {
-                abi::init_v1_2(api, &init, &c_path, vision.as_ref().map(|v| &v.markers))
-            }
-        }
-        .map_err(|rc| {
-            load_error(format!(
-                "rkllm_init failed (code {rc}) with {}; the runtime's own messages above say why \
-                 (common causes: NPU driver older than 0.9.8, rkllm.max_context_len over the model's \
-                 limit, not enough NPU memory, a model converted for another chip)",
-                self.describe()
-            ))
-        })?;
+        let handle = self
+            .init_handle(&init, c_path, vision.as_ref())
+            .map_err(load_error)?;
         tracing::info!(model = %model.name, "model loaded with {}", self.describe());
-        let handle = ModelHandle::new(Arc::clone(&self.runtime), handle, slot, c_path);
         if model.template.is_server_side() {
             // The server renders the chat itself: switch the runtime's off.
             let rc = handle.template_off();
@@ -368,18 +341,96 @@ impl Backend for RkllmBackend {
                 )));
             }
         }
+        let lora = self.load_lora(&handle, model).map_err(load_error)?;
+        let mut runner = RkllmRunner::new(model, handle, init, Arc::clone(&self.next_run), lora, vision);
+        // Probed before anything is loaded into the runtime (the probes
+        // clear it).
+        runner.probe_store = self
+            .probes
+            .dir
+            .as_deref()
+            .zip(model.path.as_deref())
+            .map(|(dir, file)| verdicts::Store::new(dir, &model.name, file, self.runtime.path()));
+        let verdicts = runner.reprobe(self.probes.force, self.probes.measure);
+        runner.verdicts = Some(verdicts);
+        if self.probes.only {
+            return Ok(Box::new(runner));
+        }
+        runner.snapshots = Snapshots::open(model, &self.snapshots, &runner.handle.runtime);
+        if let Some(spec) = &model.prompt_cache {
+            runner.prepare_prompt_cache(model, spec);
+        }
+        Ok(Box::new(runner))
+    }
+}
+
+/// The model's file as the runtime takes it, checked: there, without a NUL,
+/// and small enough for the memory the board has.
+///
+/// # Errors
+/// What is wrong with it, for the load's error.
+fn model_file(model: &ModelSpec) -> Result<CString, String> {
+    let path = model
+        .path
+        .as_ref()
+        .ok_or_else(|| "no model file configured".to_owned())?;
+    if !path.is_file() {
+        return Err(format!("model file {} does not exist", path.display()));
+    }
+    let c_path = CString::new(path.to_string_lossy().into_owned())
+        .map_err(|_| format!("model path {} contains a NUL byte", path.display()))?;
+    fits_in_memory(path)?;
+    Ok(c_path)
+}
+
+impl RkllmBackend {
+    /// `rkllm_init` of the model at `c_path` with `init`: its handle, with
+    /// the callback's slot.
+    ///
+    /// # Errors
+    /// The runtime's code, and what usually causes it.
+    fn init_handle(
+        &self,
+        init: &InitSettings,
+        c_path: CString,
+        vision: Option<&Vision>,
+    ) -> Result<ModelHandle, String> {
+        let slot = Box::new(CallbackSlot::default());
+        let userdata = std::ptr::from_ref::<CallbackSlot>(&slot).cast_mut().cast();
+        let handle = match &self.runtime.api {
+            Api::V1_3(api) => abi::init_v1_3(api, init, &c_path, userdata),
+            Api::V1_2(api) => abi::init_v1_2(api, init, &c_path, vision.map(|v| &v.markers)),
+        }
+        .map_err(|rc| {
+            format!(
+                "rkllm_init failed (code {rc}) with {}; the runtime's own messages above say why (common causes: NPU driver older than 0.9.8, rkllm.max_context_len over the model's limit, not enough NPU memory, a model converted for another chip)",
+                self.describe()
+            )
+        })?;
+        Ok(ModelHandle::new(Arc::clone(&self.runtime), handle, slot, c_path))
+    }
+
+    /// Loads the model's LoRA adapters into `handle`: their names and the C
+    /// strings the runtime was given (kept for the handle's life).
+    ///
+    /// # Errors
+    /// An adapter's file missing, or the runtime refusing it.
+    fn load_lora(
+        &self,
+        handle: &ModelHandle,
+        model: &ModelSpec,
+    ) -> Result<Vec<(String, CString, CString)>, String> {
         let mut lora = Vec::new();
         for adapter in &model.lora {
             if !adapter.path.is_file() {
-                return Err(load_error(format!(
+                return Err(format!(
                     "LoRA adapter `{}`: file {} does not exist",
                     adapter.name,
                     adapter.path.display()
-                )));
+                ));
             }
             let c = |s: &str| {
-                CString::new(s)
-                    .map_err(|_| load_error("a LoRA name or path contains a NUL byte".into()))
+                CString::new(s).map_err(|_| "a LoRA name or path contains a NUL byte".to_owned())
             };
             let (path, name) = (c(&adapter.path.to_string_lossy())?, c(&adapter.name)?);
             let rc = abi::load_lora(
@@ -390,20 +441,34 @@ impl Backend for RkllmBackend {
                 adapter.scale,
             );
             if rc != 0 {
-                return Err(load_error(format!(
+                return Err(format!(
                     "rkllm_load_lora failed (code {rc}) for adapter `{}` ({})",
                     adapter.name,
                     adapter.path.display()
-                )));
+                ));
             }
             tracing::info!(model = %model.name, adapter = %adapter.name, "LoRA adapter loaded");
             lora.push((adapter.name.clone(), name, path));
         }
-        let mut runner = RkllmRunner {
+        Ok(lora)
+    }
+}
+
+impl RkllmRunner {
+    /// A runner of `model` around its `handle`, holding nothing yet.
+    fn new(
+        model: &ModelSpec,
+        handle: ModelHandle,
+        init: InitSettings,
+        next_run: Arc<AtomicU64>,
+        lora: Vec<(String, CString, CString)>,
+        vision: Option<Vision>,
+    ) -> Self {
+        Self {
             handle,
             model: model.name.clone(),
             init,
-            next_run: Arc::clone(&self.next_run),
+            next_run,
             lora,
             vision,
             profile: Profile {
@@ -430,25 +495,7 @@ impl Backend for RkllmBackend {
             tokenizer: model.tokenizer.clone(),
             verdicts: None,
             probe_store: None,
-        };
-        // Probed before anything is loaded into the runtime (the probes
-        // clear it).
-        runner.probe_store = self
-            .probes
-            .dir
-            .as_deref()
-            .zip(model.path.as_deref())
-            .map(|(dir, file)| verdicts::Store::new(dir, &model.name, file, self.runtime.path()));
-        let verdicts = runner.reprobe(self.probes.force, self.probes.measure);
-        runner.verdicts = Some(verdicts);
-        if self.probes.only {
-            return Ok(Box::new(runner));
         }
-        runner.snapshots = Snapshots::open(model, &self.snapshots, &runner.handle.runtime);
-        if let Some(spec) = &model.prompt_cache {
-            runner.prepare_prompt_cache(model, spec);
-        }
-        Ok(Box::new(runner))
     }
 }
 

@@ -76,27 +76,8 @@ impl RkllmRunner {
         );
         let mut snapshot_to = None;
         if !matches!(send, Send::Continue(_)) {
-            if self.held.dirty {
-                self.clear_history();
-            }
             let cancel = sink.cancel_token().clone();
-            self.sync_prompt_cache(prompt, &cancel);
-            // A chat sent whole: the server's render, or the transcript.
-            let system = match (request.prompt.whole_chat(), request.prompt.turns()) {
-                (Some(system), _) => Some(system),
-                (None, Some(conversation)) => Some(
-                    conversation
-                        .first()
-                        .filter(|t| t.role == "system")
-                        .map_or("", |t| t.text.as_str()),
-                ),
-                (None, None) => None,
-            };
-            // A LoRA adapter changes the state a prompt leaves: such runs
-            // neither use nor make snapshots.
-            if let Some(system) = system.filter(|_| request.lora.is_none()) {
-                snapshot_to = self.restore_snapshot(&request.model, system, prompt, &cancel);
-            }
+            snapshot_to = self.start_whole(request, prompt, &cancel);
         }
         self.held.dirty |= keep_history;
         let checked = keep_history && self.held.history.checks();
@@ -151,6 +132,36 @@ impl RkllmRunner {
             }
         }
         result
+    }
+
+    /// Before `prompt` is sent whole: the runtime's history cleared, the
+    /// model's prompt cache loaded or released for it, and the snapshot it
+    /// starts from held. Returns where its run saves its own snapshot.
+    fn start_whole(
+        &mut self,
+        request: &ValidRunRequest,
+        prompt: &str,
+        cancel: &crate::vocab::CancelToken,
+    ) -> Option<std::path::PathBuf> {
+        if self.held.dirty {
+            self.clear_history();
+        }
+        self.sync_prompt_cache(prompt, cancel);
+        // A chat sent whole: the server's render, or the transcript.
+        let system = match (request.prompt.whole_chat(), request.prompt.turns()) {
+            (Some(system), _) => system,
+            (None, Some(conversation)) => conversation
+                .first()
+                .filter(|t| t.role == "system")
+                .map_or("", |t| t.text.as_str()),
+            (None, None) => return None,
+        };
+        // A LoRA adapter changes the state a prompt leaves: such runs
+        // neither use nor make snapshots.
+        if request.lora.is_some() {
+            return None;
+        }
+        self.restore_snapshot(&request.model, system, prompt, cancel)
     }
 
     /// What the plan reads of `request`.
