@@ -121,7 +121,10 @@ async fn a_chat_that_comes_back_on_the_mock_starts_from_its_snapshot() {
     let first = chat(json!([{"role": "system", "content": system},
                            {"role": "user", "content": "What happened at noon?"}]))
     .await;
-    let reply = first["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    let reply = first["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let whole = first["usage"]["prompt_tokens"].as_u64().unwrap();
     // Another chat runs between.
     chat(json!([{"role": "user", "content": "Something else entirely."}])).await;

@@ -421,7 +421,11 @@ impl Service {
     /// # Errors
     /// As [`Service::count_tokens`].
     pub async fn fit_context(&self, request: &mut Generate) -> Result<usize, ServiceError> {
-        let Some(context) = self.engine.profile(request.model.as_deref())?.context_length else {
+        let Some(context) = self
+            .engine
+            .profile(request.model.as_deref())?
+            .context_length
+        else {
             return Ok(0);
         };
         let room = u32::try_from(request.max_tokens.unwrap_or(0)).unwrap_or(u32::MAX);

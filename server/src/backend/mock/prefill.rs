@@ -164,12 +164,28 @@ impl MockRunner {
         }
         let snapshots = &mut self.snapshots;
         let kept = snapshots.kept();
-        let mut restore = plan::restore(Store { kept: &kept, saves: true }, system, prompt, 0);
+        let mut restore = plan::restore(
+            Store {
+                kept: &kept,
+                saves: true,
+            },
+            system,
+            prompt,
+            0,
+        );
         drop(kept);
         if let Some(end) = restore.save_prefix {
             snapshots.keep(&prompt[..end], true);
             let kept = snapshots.kept();
-            restore = plan::restore(Store { kept: &kept, saves: true }, system, prompt, 0);
+            restore = plan::restore(
+                Store {
+                    kept: &kept,
+                    saves: true,
+                },
+                system,
+                prompt,
+                0,
+            );
         }
         let covered = match restore.load {
             Load::Snapshot(index) => {

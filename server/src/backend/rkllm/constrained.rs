@@ -295,25 +295,27 @@ impl RkllmRunner {
             }));
         };
         let (head, role_c) = super::chunked::head_of(text, &chunks, role)?;
-        Ok(match self.prefill_chunks(request, sink, &head, &role_c, &chunks)? {
-            Prefilled::Last(last) => Some(SteerStart {
-                prompt: head,
-                role: role_c,
-                feed: Some(last.to_vec()),
-                chunked_total: Some(chunks.total),
-            }),
-            Prefilled::Left => None,
-            // Prefilled in one run by the first steered run.
-            Prefilled::Refused => {
-                let (prompt, role) = super::chunked::head_of(text, &Chunks::whole(text), role)?;
-                Some(SteerStart {
-                    prompt,
-                    role,
-                    feed: None,
-                    chunked_total: None,
-                })
-            }
-        })
+        Ok(
+            match self.prefill_chunks(request, sink, &head, &role_c, &chunks)? {
+                Prefilled::Last(last) => Some(SteerStart {
+                    prompt: head,
+                    role: role_c,
+                    feed: Some(last.to_vec()),
+                    chunked_total: Some(chunks.total),
+                }),
+                Prefilled::Left => None,
+                // Prefilled in one run by the first steered run.
+                Prefilled::Refused => {
+                    let (prompt, role) = super::chunked::head_of(text, &Chunks::whole(text), role)?;
+                    Some(SteerStart {
+                        prompt,
+                        role,
+                        feed: None,
+                        chunked_total: None,
+                    })
+                }
+            },
+        )
     }
 
     /// What answers each logits row of the generation.

@@ -342,7 +342,14 @@ impl Backend for RkllmBackend {
             }
         }
         let lora = self.load_lora(&handle, model).map_err(load_error)?;
-        let mut runner = RkllmRunner::new(model, handle, init, Arc::clone(&self.next_run), lora, vision);
+        let mut runner = RkllmRunner::new(
+            model,
+            handle,
+            init,
+            Arc::clone(&self.next_run),
+            lora,
+            vision,
+        );
         // Probed before anything is loaded into the runtime (the probes
         // clear it).
         runner.probe_store = self
@@ -407,7 +414,12 @@ impl RkllmBackend {
                 self.describe()
             )
         })?;
-        Ok(ModelHandle::new(Arc::clone(&self.runtime), handle, slot, c_path))
+        Ok(ModelHandle::new(
+            Arc::clone(&self.runtime),
+            handle,
+            slot,
+            c_path,
+        ))
     }
 
     /// Loads the model's LoRA adapters into `handle`: their names and the C
