@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the Debian packages with cargo-deb, amd64 and arm64 (the arm64
-# binary from cross/build-aarch64.sh, against glibc 2.31), each with the
-# shell completions and the manual page generated from the CLI definition
-# and a Depends computed from what its binary uses (packaging/set-depends.sh).
+# Builds the Debian packages with dpkg-deb (packaging/deb.sh, nothing to
+# compile), amd64 and arm64 (the arm64 binary from cross/build-aarch64.sh,
+# against glibc 2.31), each with the shell completions and the manual page
+# generated from the CLI definition and a Depends computed from what its
+# binary uses (packaging/set-depends.sh).
 #   packaging/build-deb.sh            # both, into target/debian/ and
 #                                     # target/aarch64-unknown-linux-gnu/debian/
 #   packaging/build-deb.sh --check    # also installs the amd64 package in a
@@ -27,36 +28,27 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-command -v cargo-deb >/dev/null || cargo install cargo-deb --locked --version 3.8.0
 if [ -n "$amd64_binary" ]; then
-    # cargo-deb takes `target/release/` assets from the target folder it is
-    # given: a folder of its own, holding only this binary.
-    amd64_target=target/deb-check
-    mkdir -p "$amd64_target/release"
-    cp "$amd64_binary" "$amd64_target/release/rkllm-server"
+    server=$amd64_binary
+    out=target/deb-check
 else
-    amd64_target=target
     cargo build --release --locked -p rkllm-server
+    server=target/release/rkllm-server
+    out=target/debian
 fi
 assets=target/deb-assets
 mkdir -p "$assets"
-server=$amd64_target/release/rkllm-server
 "$server" --completions bash > "$assets/rkllm-server.bash"
 "$server" --completions zsh > "$assets/_rkllm-server"
 "$server" --completions fish > "$assets/rkllm-server.fish"
 "$server" --man-page | gzip -9n > "$assets/rkllm-server.1.gz"
 gzip -9n < CHANGELOG.md > "$assets/changelog.gz"
-
-CARGO_TARGET_DIR="$amd64_target" cargo deb --locked -p rkllm-server --no-build
-amd64=$(ls -t "$amd64_target"/debian/rkllm-server_*_amd64.deb | head -n1)
-packaging/set-depends.sh "$amd64" "$server" objdump
+amd64=$(packaging/deb.sh amd64 "$server" objdump "$out")
 
 cross/setup-aarch64.sh
 arm_bin=target/aarch64-unknown-linux-gnu/release/rkllm-server
 [ -x "$arm_bin" ] || cross/build-aarch64.sh
-cargo deb --locked -p rkllm-server --target aarch64-unknown-linux-gnu --no-build
-arm64=$(ls -t target/aarch64-unknown-linux-gnu/debian/rkllm-server_*_arm64.deb | head -n1)
-packaging/set-depends.sh "$arm64" "$arm_bin" aarch64-linux-gnu-objdump
+arm64=$(packaging/deb.sh arm64 "$arm_bin" aarch64-linux-gnu-objdump target/aarch64-unknown-linux-gnu/debian)
 # Board images from Debian 11 and Ubuntu 20.04 on (glibc 2.31) can install it.
 dpkg-deb -f "$arm64" Depends | grep -Eq 'libc6 \(>= 2\.(2[0-9]|3[01])(\.[0-9]+)?\)' || {
     echo "the arm64 package asks for a libc6 newer than 2.31: $(dpkg-deb -f "$arm64" Depends)" >&2
