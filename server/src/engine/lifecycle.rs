@@ -25,6 +25,7 @@ use super::idle::Idle;
 use super::job::{Job, run_job};
 use super::keep_alive::KeepAlive;
 use super::priority::{Ageing, Queue};
+use super::profile::ModelProfile;
 use crate::backend::{Backend, BackendError, Runner};
 use crate::model::ModelSpec;
 use crate::vocab::{EndErrorKind, EndInfo};
@@ -182,7 +183,7 @@ pub(super) struct ModelSlot {
     pub verdicts: Mutex<Option<crate::plan::probe::Verdicts>>,
     /// Its profile as the service reads it, once resolved (`None`: to be
     /// resolved again, its verdicts having changed).
-    pub profile: Mutex<Option<Arc<super::profile::ModelProfile>>>,
+    pub profile: Mutex<Option<Arc<ModelProfile>>>,
     /// Stops its lane's idle work (see [`super::idle`]).
     pub idle_stop: super::idle::IdleStop,
 }
@@ -754,7 +755,7 @@ fn ensure_loaded(
             }
             if let Some(verdicts) = r.verdicts() {
                 *slot.verdicts.lock() = Some(verdicts);
-                super::profile::forget(slot);
+                forget_profile(slot);
             }
             life.last_used = now;
             let keep_alive = life
@@ -930,4 +931,44 @@ pub(super) fn start_lanes(shared: &Arc<Shared>, slot: &Arc<ModelSlot>) -> Result
         }
     }
     Ok(())
+}
+
+/// `slot`'s profile on `backend`.
+fn resolve_profile(slot: &ModelSlot, backend: &dyn Backend) -> ModelProfile {
+    let verdicts = slot.verdicts.lock();
+    let features = verdicts.as_ref().map(|v| v.features.clone());
+    // A runtime whose empty template does not turn its own off gets the
+    // conversation as its own template takes it.
+    let own_off = features.as_ref().is_some_and(|f| !f.server_template.on);
+    ModelProfile {
+        name: slot.name().to_owned(),
+        template: if own_off {
+            crate::model::ChatTemplate::Builtin
+        } else {
+            slot.spec.template.clone()
+        },
+        context_length: backend.context_length(&slot.spec),
+        tokenizer: backend.tokenizer(&slot.spec),
+        reranker: slot.spec.reranker,
+        embedding: slot.spec.embedding.is_some(),
+        unprobed: backend.probes() && verdicts.is_none(),
+        features,
+    }
+}
+
+/// `slot`'s profile, resolved when first asked and kept until its
+/// verdicts change ([`forget_profile`]).
+pub(super) fn profile_of(slot: &ModelSlot, backend: &dyn Backend) -> Arc<ModelProfile> {
+    if let Some(kept) = slot.profile.lock().as_ref() {
+        return Arc::clone(kept);
+    }
+    let resolved = Arc::new(resolve_profile(slot, backend));
+    *slot.profile.lock() = Some(Arc::clone(&resolved));
+    resolved
+}
+
+/// The model's verdicts changed: its profile is resolved again when next
+/// asked.
+pub(super) fn forget_profile(slot: &ModelSlot) {
+    *slot.profile.lock() = None;
 }

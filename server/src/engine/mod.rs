@@ -26,9 +26,9 @@ pub use lifecycle::{Lifecycle, ModelState};
 pub use priority::{Ageing, Priority};
 pub use profile::ModelProfile;
 pub use request::{
-    BYTES_PER_TOKEN, DEFAULT_MAX_SCHEMA_BYTES, RequestLimits, RunRequest, ValidationError,
-    check_context, check_embedding, check_images, check_lora, check_overrides, prompt_tokens,
-    request_context,
+    BYTES_PER_TOKEN, DEFAULT_MAX_RERANK_TOKENS, DEFAULT_MAX_SCHEMA_BYTES, RequestLimits,
+    RunRequest, ValidationError, check_context, check_embedding, check_images, check_lora,
+    check_overrides, prompt_tokens, request_context,
 };
 pub use scheduler::{
     Engine, EngineError, EngineLimits, ModelInfo, NodeLoad, Readiness, Reservation,

@@ -6,10 +6,6 @@
 //! after its probes' verdicts change; read by the service in one call per
 //! request.
 
-use std::sync::Arc;
-
-use super::lifecycle::ModelSlot;
-use crate::backend::Backend;
 use crate::model::ChatTemplate;
 use crate::model::tokenizer::TokenizerSource;
 use crate::plan::profile::Features;
@@ -35,44 +31,4 @@ pub struct ModelProfile {
     /// Its runtime is still to be probed: a request resting on a probed
     /// feature loads it first.
     pub unprobed: bool,
-}
-
-/// `slot`'s profile on `backend`.
-pub(super) fn resolve(slot: &ModelSlot, backend: &dyn Backend) -> ModelProfile {
-    let verdicts = slot.verdicts.lock();
-    let features = verdicts.as_ref().map(|v| v.features.clone());
-    // A runtime whose empty template does not turn its own off gets the
-    // conversation as its own template takes it.
-    let own_off = features.as_ref().is_some_and(|f| !f.server_template.on);
-    ModelProfile {
-        name: slot.name().to_owned(),
-        template: if own_off {
-            ChatTemplate::Builtin
-        } else {
-            slot.spec.template.clone()
-        },
-        context_length: backend.context_length(&slot.spec),
-        tokenizer: backend.tokenizer(&slot.spec),
-        reranker: slot.spec.reranker,
-        embedding: slot.spec.embedding.is_some(),
-        unprobed: backend.probes() && verdicts.is_none(),
-        features,
-    }
-}
-
-/// `slot`'s profile, resolved when first asked and kept until its
-/// verdicts change ([`forget`]).
-pub(super) fn of(slot: &ModelSlot, backend: &dyn Backend) -> Arc<ModelProfile> {
-    if let Some(kept) = slot.profile.lock().as_ref() {
-        return Arc::clone(kept);
-    }
-    let resolved = Arc::new(resolve(slot, backend));
-    *slot.profile.lock() = Some(Arc::clone(&resolved));
-    resolved
-}
-
-/// The model's verdicts changed: its profile is resolved again when next
-/// asked.
-pub(super) fn forget(slot: &ModelSlot) {
-    *slot.profile.lock() = None;
 }

@@ -75,11 +75,17 @@ pub struct RequestLimits {
     pub max_tokens_limit: u32,
     /// Largest JSON schema a request may hold, in bytes as JSON.
     pub max_schema_bytes: usize,
+    /// Tokens one rerank by a reranker may prefill in all its judgements.
+    pub max_rerank_tokens: u32,
 }
 
 /// `[limits] max_schema_bytes`: 256 KiB, far above a real answer format
 /// or an agent's tools, and about 8 MiB once compiled.
 pub const DEFAULT_MAX_SCHEMA_BYTES: usize = 256 << 10;
+
+/// The default bound on the tokens one rerank by a reranker prefills in all
+/// its judgements (about 48 s of a 1.5B model's prefill on an RK3588).
+pub const DEFAULT_MAX_RERANK_TOKENS: u32 = 16_384;
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -488,6 +494,7 @@ mod tests {
         default_max_tokens: Some(100),
         max_tokens_limit: 200,
         max_schema_bytes: DEFAULT_MAX_SCHEMA_BYTES,
+        max_rerank_tokens: DEFAULT_MAX_RERANK_TOKENS,
     };
 
     fn request() -> RunRequest {
@@ -536,6 +543,7 @@ mod tests {
                     prompt: Prompt {
                         chat: Some(crate::model::Chat {
                             system: None,
+                            keeping: crate::model::Keeping::Whole,
                             turns: Some(vec![crate::model::Turn {
                                 role: "user".into(),
                                 text: "\0".into(),

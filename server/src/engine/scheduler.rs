@@ -597,7 +597,10 @@ impl Engine {
         model: Option<&str>,
     ) -> Result<Arc<super::ModelProfile>, ValidationError> {
         let slot = self.slot(model)?;
-        Ok(super::profile::of(&slot, self.shared.backend.as_ref()))
+        Ok(super::lifecycle::profile_of(
+            &slot,
+            self.shared.backend.as_ref(),
+        ))
     }
 
     /// Whether the backend probes its models' runtime at load.

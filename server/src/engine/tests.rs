@@ -38,6 +38,7 @@ fn engine(
             default_max_tokens: Some(16),
             max_tokens_limit: 64,
             max_schema_bytes: DEFAULT_MAX_SCHEMA_BYTES,
+            max_rerank_tokens: crate::engine::DEFAULT_MAX_RERANK_TOKENS,
         },
         lifecycle: Lifecycle {
             max_loaded_models: max_loaded,
