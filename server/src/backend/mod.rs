@@ -9,6 +9,7 @@
 //!
 //! Below the engine: it knows nothing of streams, queues or transports.
 
+mod aligned;
 mod api;
 pub mod image;
 pub mod mock;

@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::Instant;
 
 use super::Utf8Assembler;
+use super::aligned::Aligned;
 use crate::model::reasoning::{ReasoningMode, Split, ThinkSplitter};
 use crate::vocab::CancelToken;
 
@@ -125,8 +126,11 @@ pub struct TokenSink<'a> {
     /// Follows the thinking block, for counting only, where the sink does
     /// not split (a runner process's: the engine's sink splits).
     watcher: Option<ThinkSplitter>,
-    /// Log probabilities of tokens whose text is not written yet.
+    /// Log probabilities of tokens whose text has not been through the
+    /// sink yet.
     logprobs: Vec<crate::vocab::TokenLogprob>,
+    /// The answer's, lined up with its text.
+    aligned: Aligned,
 }
 
 impl<'a> TokenSink<'a> {
@@ -145,6 +149,7 @@ impl<'a> TokenSink<'a> {
             thought: 0,
             watcher: None,
             logprobs: Vec::new(),
+            aligned: Aligned::default(),
         }
     }
 
@@ -281,6 +286,7 @@ impl<'a> TokenSink<'a> {
             if let Some(produced) = &mut self.produced {
                 produced.push_str(text);
             }
+            self.aligned.push(self.logprobs.drain(..));
             self.write(text, false, tokens, produced_ns);
             return;
         }
@@ -291,6 +297,10 @@ impl<'a> TokenSink<'a> {
         let thinking_tokens = self.splitter.as_ref().is_some_and(ThinkSplitter::thinking);
         if thinking_tokens {
             self.thought = self.thought.saturating_add(tokens);
+            // Thinking has no log probabilities.
+            self.logprobs.clear();
+        } else {
+            self.aligned.push(self.logprobs.drain(..));
         }
         let split = match &mut self.splitter {
             Some(splitter) => {
@@ -333,18 +343,37 @@ impl<'a> TokenSink<'a> {
             self.write(&answer, false, answer_tokens, produced_ns);
         }
         if self.answer_stop.stopped {
+            self.finish_answer(produced_ns);
             self.open = false;
         }
     }
 
     fn write(&mut self, text: &str, thinking: bool, tokens: u32, produced_ns: Option<u64>) {
-        if !self.logprobs.is_empty() {
-            if thinking {
-                self.logprobs.clear();
-            } else if !text.is_empty() && self.open {
-                self.output.logprobs(std::mem::take(&mut self.logprobs));
-            }
+        if thinking {
+            self.push(text, true, tokens, produced_ns);
+            return;
         }
+        // The answer goes out as the tokens that make it come.
+        let (text, entries) = self.aligned.text(text);
+        if !entries.is_empty() && self.open {
+            self.output.logprobs(entries);
+        }
+        self.push(&text, false, tokens, produced_ns);
+    }
+
+    /// The answer is over: the text held for its tokens goes out, with
+    /// them.
+    fn finish_answer(&mut self, produced_ns: Option<u64>) {
+        let (text, entries) = self.aligned.finish();
+        if !entries.is_empty() && self.open {
+            self.output.logprobs(entries);
+        }
+        if !text.is_empty() {
+            self.push(&text, false, 0, produced_ns);
+        }
+    }
+
+    fn push(&mut self, text: &str, thinking: bool, tokens: u32, produced_ns: Option<u64>) {
         if self.open && !self.output.push(text, thinking, tokens, produced_ns) {
             self.open = false;
         }
@@ -362,6 +391,7 @@ impl<'a> TokenSink<'a> {
         if !held.is_empty() {
             self.write(&held, false, 0, produced_ns);
         }
+        self.finish_answer(produced_ns);
         if self.template_stop.stopped {
             self.open = false;
         }

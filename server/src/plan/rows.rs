@@ -44,14 +44,12 @@ pub fn entry(
             best.truncate(top);
         }
     }
-    Some(TokenLogprob {
-        bytes: vocabulary.bytes(id(token)?).to_vec(),
-        logprob: logprob(row[token]),
-        top: best
-            .into_iter()
-            .filter_map(|(i, x)| Some((vocabulary.bytes(id(i)?).to_vec(), logprob(x))))
-            .collect(),
-    })
+    Some(TokenLogprob::new(
+        vocabulary.bytes(id(token)?),
+        logprob(row[token]),
+        best.into_iter()
+            .filter_map(|(i, x)| Some((vocabulary.bytes(id(i)?), logprob(x)))),
+    ))
 }
 
 /// The row's likeliest id (the pick, when the runtime does not report
@@ -80,11 +78,12 @@ mod tests {
         row[b'c' as usize] = 1.0;
         let e = entry(&row, b'b' as usize, 3, &v).unwrap();
         let total: f64 = row.iter().map(|&x| f64::from(x).exp()).sum();
-        assert!((f64::from(e.logprob) - (2.0 - total.ln())).abs() < 1e-4);
-        assert_eq!(e.bytes, b"b");
-        let tops: Vec<&[u8]> = e.top.iter().map(|(b, _)| b.as_slice()).collect();
+        assert!((f64::from(e.logprob()) - (2.0 - total.ln())).abs() < 1e-4);
+        assert_eq!(e.bytes(), b"b");
+        let top: Vec<(&[u8], f32)> = e.top().collect();
+        let tops: Vec<&[u8]> = top.iter().map(|(b, _)| *b).collect();
         assert_eq!(tops, [b"a".as_slice(), b"b", b"c"]);
-        assert!(e.top.windows(2).all(|w| w[0].1 >= w[1].1));
+        assert!(top.windows(2).all(|w| w[0].1 >= w[1].1));
         // The end of text is not a token reported.
         assert!(entry(&row, v.eos() as usize, 3, &v).is_none());
         assert_eq!(argmax(&row), b'a' as usize);

@@ -271,6 +271,8 @@ impl Running {
         F: FnMut(&Step) -> Fut,
         Fut: Future<Output = Result<(), E>>,
     {
+        // Read here, not by a client that might be slow.
+        self.private.stream().collected_in_process();
         let mut completed = Completed {
             model: self.model().to_owned(),
             text: String::new(),

@@ -125,9 +125,23 @@ struct Inner {
     resume_by: Option<Instant>,
     /// While a long prompt is prefilled in chunks: tokens prefilled, of.
     prefill: Option<(u32, u32)>,
+    /// Read to its end by the server itself (a non-streamed answer): its
+    /// buffer is not held for a slow client, so the buffer limits do not
+    /// end it (the answer it is collected into is bounded by `max_tokens`).
+    collected: bool,
 }
 
 impl Inner {
+    /// Gives the log probabilities waiting for a text chunk to the one
+    /// just appended (`bytes`: what they were counted as).
+    fn keep_logprobs(&mut self, bytes: usize) {
+        if !self.pending_logprobs.is_empty() {
+            let seq = self.next_seq - 1;
+            let entries: Arc<[TokenLogprob]> = std::mem::take(&mut self.pending_logprobs).into();
+            self.logprobs.push_back((seq, entries, bytes));
+        }
+    }
+
     /// How far a prefill in chunks has come, while it runs.
     fn prefill_now(&self) -> Option<(u32, u32)> {
         self.prefill
@@ -246,16 +260,7 @@ impl Inner {
 
 /// Bytes `entries` are counted at against the buffer limits.
 fn logprobs_bytes(entries: &[TokenLogprob]) -> usize {
-    entries
-        .iter()
-        .map(|e| {
-            48 + e.bytes.len()
-                + e.top
-                    .iter()
-                    .map(|(bytes, _)| 32 + bytes.len())
-                    .sum::<usize>()
-        })
-        .sum()
+    entries.iter().map(TokenLogprob::size).sum()
 }
 
 /// What one poll returns.
@@ -308,6 +313,7 @@ impl Stream {
                 resume_by: None,
                 usage: Usage::default(),
                 prefill: None,
+                collected: false,
             }),
         }
     }
@@ -371,6 +377,13 @@ impl Stream {
         self.inner.lock().usage.prompt_tokens = tokens;
     }
 
+    /// Marks the stream as read to its end by the server itself (a
+    /// non-streamed answer): a producer faster than the reader never ends
+    /// it for its buffer's size.
+    pub fn collected_in_process(&self) {
+        self.inner.lock().collected = true;
+    }
+
     /// In benchmark mode, the production time to stamp on a chunk made now.
     pub fn stamp_now(&self) -> Option<u64> {
         self.shared.timestamps.then(super::monotonic_ns)
@@ -420,7 +433,14 @@ impl Stream {
             let logprob_bytes = logprobs_bytes(&inner.pending_logprobs);
             let cost = delta.len() + CHUNK_OVERHEAD + logprob_bytes;
             let limits = &self.shared.limits;
-            if inner.bytes + cost > limits.max_stream_bytes {
+            if inner.collected {
+                // Counted, never refused: see `Inner::collected`.
+                self.shared.total_bytes.fetch_add(cost, Ordering::AcqRel);
+                inner.bytes += cost;
+                let tokens = inner.usage.completion_tokens;
+                inner.append(delta, thinking, tokens, produced_ns);
+                inner.keep_logprobs(logprob_bytes);
+            } else if inner.bytes + cost > limits.max_stream_bytes {
                 over_limit = Some(format!(
                     "consumer too slow: the stream's buffer limit of {} bytes (streams.max_stream_bytes) was reached",
                     limits.max_stream_bytes
@@ -437,12 +457,7 @@ impl Stream {
                 inner.bytes += cost;
                 let tokens = inner.usage.completion_tokens;
                 inner.append(delta, thinking, tokens, produced_ns);
-                if !inner.pending_logprobs.is_empty() {
-                    let seq = inner.next_seq - 1;
-                    let entries: Arc<[TokenLogprob]> =
-                        std::mem::take(&mut inner.pending_logprobs).into();
-                    inner.logprobs.push_back((seq, entries, logprob_bytes));
-                }
+                inner.keep_logprobs(logprob_bytes);
             }
             if let Some(message) = &over_limit {
                 let usage = inner.usage;

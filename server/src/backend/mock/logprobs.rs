@@ -29,11 +29,7 @@ pub(super) fn of(piece: &[u8], top: u8, seed: u64, index: u64) -> TokenLogprob {
     }
     entries.sort_by(|a, b| b.1.total_cmp(&a.1));
     entries.truncate(usize::from(top));
-    TokenLogprob {
-        bytes: piece.to_vec(),
-        logprob,
-        top: entries,
-    }
+    TokenLogprob::new(piece, logprob, entries)
 }
 
 /// The mock reranker's first token for a judgement of `document` against
@@ -65,11 +61,7 @@ pub(super) fn judgement(query: &str, document: &str) -> TokenLogprob {
     ];
     top.sort_by(|a, b| b.1.total_cmp(&a.1));
     let (bytes, logprob) = top[0].clone();
-    TokenLogprob {
-        bytes,
-        logprob,
-        top,
-    }
+    TokenLogprob::new(&bytes, logprob, top)
 }
 
 #[cfg(test)]
@@ -83,16 +75,11 @@ mod tests {
             "The RK3588 has a 6 TOPS NPU.",
         );
         let unrelated = judgement("What is the NPU of the RK3588?", "Bread rises with yeast.");
-        assert_eq!(relevant.bytes, b"yes");
-        assert_eq!(unrelated.bytes, b"no");
-        let yes =
-            |e: &crate::vocab::TokenLogprob| e.top.iter().find(|(b, _)| b == b"yes").unwrap().1;
+        assert_eq!(relevant.bytes(), b"yes");
+        assert_eq!(unrelated.bytes(), b"no");
+        let yes = |e: &crate::vocab::TokenLogprob| e.top().find(|(b, _)| *b == b"yes").unwrap().1;
         assert!(yes(&relevant) > yes(&unrelated));
-        let mass: f64 = relevant
-            .top
-            .iter()
-            .map(|(_, lp)| f64::from(*lp).exp())
-            .sum();
+        let mass: f64 = relevant.top().map(|(_, lp)| f64::from(lp).exp()).sum();
         assert!(mass <= 1.0 + 1e-6);
     }
 
@@ -100,12 +87,16 @@ mod tests {
     fn values_are_probabilities_sorted_and_the_same_each_time() {
         let a = of(b" NPU", 5, 7, 3);
         assert_eq!(a, of(b" NPU", 5, 7, 3));
-        assert!(a.logprob <= 0.0);
-        assert_eq!(a.top.len(), 5);
-        assert!(a.top.windows(2).all(|w| w[0].1 >= w[1].1));
-        assert!(a.top.iter().any(|(b, lp)| b == b" NPU" && *lp == a.logprob));
-        let mass: f64 = a.top.iter().map(|(_, lp)| f64::from(*lp).exp()).sum();
+        assert!(a.logprob() <= 0.0);
+        let top: Vec<_> = a.top().collect();
+        assert_eq!(top.len(), 5);
+        assert!(top.windows(2).all(|w| w[0].1 >= w[1].1));
+        assert!(
+            top.iter()
+                .any(|(b, lp)| *b == b" NPU" && *lp == a.logprob())
+        );
+        let mass: f64 = top.iter().map(|(_, lp)| f64::from(*lp).exp()).sum();
         assert!(mass <= 1.0 + 1e-6, "{mass}");
-        assert!(of(b"x", 0, 1, 1).top.is_empty());
+        assert_eq!(of(b"x", 0, 1, 1).top().len(), 0);
     }
 }

@@ -93,22 +93,48 @@ async fn tokenize(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Res
             request.with_pieces,
         )
         .await?;
-    let tokens: Vec<Value> = match tokenized.pieces {
-        None => tokenized.ids.iter().map(|id| json!(id)).collect(),
-        Some(pieces) => tokenized
-            .ids
-            .iter()
-            .zip(pieces)
-            .map(|(id, bytes)| {
-                let piece = match String::from_utf8(bytes) {
-                    Ok(text) => json!(text),
-                    Err(e) => json!(e.into_bytes()),
-                };
-                json!({"id": id, "piece": piece})
-            })
-            .collect(),
-    };
-    Ok(Json(json!({"tokens": tokens})).into_response())
+    // Written straight into the body: a long text's tokens are never a
+    // JSON value each.
+    let body = tokio::task::spawn_blocking(move || tokens_body(&tokenized))
+        .await
+        .map_err(|_| crate::service::ServiceError::Failed {
+            message: "writing the tokens failed".into(),
+        })?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
+}
+
+/// `{"tokens": [...]}`: ids, or `{"id", "piece"}` objects whose piece is
+/// the token's text, or its bytes when it is only part of a character.
+fn tokens_body(tokenized: &crate::service::Tokenized) -> Vec<u8> {
+    use std::io::Write as _;
+    let per_token = if tokenized.pieces.is_some() { 32 } else { 8 };
+    let mut out = Vec::with_capacity(16 + tokenized.ids.len() * per_token);
+    out.extend_from_slice(b"{\"tokens\":[");
+    for (i, id) in tokenized.ids.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let Some(pieces) = &tokenized.pieces else {
+            let _ = write!(out, "{id}");
+            continue;
+        };
+        let _ = write!(out, "{{\"id\":{id},\"piece\":");
+        let bytes = pieces.get(i);
+        let written = match std::str::from_utf8(bytes) {
+            Ok(text) => serde_json::to_writer(&mut out, text),
+            Err(_) => serde_json::to_writer(&mut out, bytes),
+        };
+        if written.is_err() {
+            out.extend_from_slice(b"null");
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+    out
 }
 
 #[derive(Debug, Deserialize)]

@@ -30,6 +30,7 @@ use super::super::clock::rfc3339;
 use super::super::errors::neutral;
 use super::super::state::AppState;
 use super::drive::{frames, ndjson};
+use super::logprobs::{Entries, Spliced, Step, json_response};
 use crate::service::{Generate, Running, ServiceError, parse_body};
 use crate::service::{KeepAlive, ModelInfo, ModelState};
 
@@ -426,10 +427,15 @@ async fn respond(
     if api == Api::Chat && !done.calls.is_empty() {
         last["message"]["tool_calls"] = done.calls.iter().map(call_value).collect();
     }
-    if !done.logprobs.is_empty() {
-        last["logprobs"] = super::logprobs::entries(&done.logprobs);
+    if done.logprobs.is_empty() {
+        return Ok(Json(last).into_response());
     }
-    Ok(Json(last).into_response())
+    // The log probabilities written straight into the body.
+    let fields = [(vec![Step::Key("logprobs")], Entries(&done.logprobs))];
+    Ok(json_response(&Spliced {
+        value: &last,
+        fields: &fields,
+    }))
 }
 
 /// Streams the generation as NDJSON (see [`drive`](super::drive)): each

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::super::super::clock::rfc3339;
 use super::super::drive::Framer;
+use super::super::logprobs;
 use crate::service::{Batch, Ending, Event, Finish, ToolCall};
 
 /// `/api/generate` or `/api/chat`.
@@ -155,8 +156,8 @@ impl Lines {
     /// The lines of one batch.
     pub fn batch_lines(&self, batch: &Batch, out: &mut Vec<u8>) {
         let mut produced_ns = batch.produced_ns;
-        let mut logprobs =
-            (!batch.logprobs.is_empty()).then(|| super::super::logprobs::entries(&batch.logprobs));
+        let mut logprobs = (!batch.logprobs.is_empty())
+            .then(|| logprobs::value(&logprobs::Entries(&batch.logprobs)));
         for event in &batch.events {
             match event {
                 Event::Thinking(text) => self.text_line(out, text, true, produced_ns.take()),

@@ -31,6 +31,7 @@ use super::super::clock::unix_now;
 use super::super::errors::not_found;
 use super::super::state::AppState;
 use super::drive::{frames, sse};
+use super::logprobs::{Chat, Completion, Spliced, Step, json_response};
 use crate::service::ModelInfo;
 use crate::service::streams::new_stream_id;
 use crate::service::{Running, ServiceError, parse_body};
@@ -123,14 +124,6 @@ async fn whole_response(running: Running, ids: &Ids) -> Result<Response> {
     let done = running.collect().await?.ok()?;
     let thinking = (!done.thinking.is_empty()).then_some(done.thinking.as_str());
     let reason = finish_reason(done.ending.finish);
-    let logprobs = if done.logprobs.is_empty() {
-        Value::Null
-    } else {
-        match ids.kind {
-            Kind::Chat => super::logprobs::chat(&done.logprobs),
-            Kind::Completion => super::logprobs::completion(&done.logprobs, 0),
-        }
-    };
     let choice = match ids.kind {
         Kind::Chat => {
             let content = if done.calls.is_empty() || !done.text.trim().is_empty() {
@@ -145,10 +138,10 @@ async fn whole_response(running: Running, ids: &Ids) -> Result<Response> {
             if !done.calls.is_empty() {
                 message["tool_calls"] = done.calls.iter().map(call_value).collect();
             }
-            json!({"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason})
+            json!({"index": 0, "message": message, "logprobs": null, "finish_reason": reason})
         }
         Kind::Completion => {
-            let mut choice = json!({"index": 0, "text": done.text, "logprobs": logprobs,
+            let mut choice = json!({"index": 0, "text": done.text, "logprobs": null,
                                     "finish_reason": reason});
             if let Some(thinking) = thinking {
                 choice["reasoning_content"] = json!(thinking);
@@ -158,7 +151,28 @@ async fn whole_response(running: Running, ids: &Ids) -> Result<Response> {
     };
     let mut body = ids.envelope(false, json!([choice]));
     body["usage"] = usage(&done.ending.usage);
-    Ok(Json(body).into_response())
+    if done.logprobs.is_empty() {
+        return Ok(Json(body).into_response());
+    }
+    // The log probabilities written straight into the body.
+    let at = vec![Step::Key("choices"), Step::At(0), Step::Key("logprobs")];
+    let es = &done.logprobs;
+    Ok(match ids.kind {
+        Kind::Chat => json_response(&Spliced {
+            value: &body,
+            fields: &[(at, Chat(es))],
+        }),
+        Kind::Completion => json_response(&Spliced {
+            value: &body,
+            fields: &[(
+                at,
+                Completion {
+                    entries: es,
+                    offset: 0,
+                },
+            )],
+        }),
+    })
 }
 
 /// Streams the generation as SSE (see [`drive`](super::drive)), with

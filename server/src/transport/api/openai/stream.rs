@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::super::drive::Framer;
+use super::super::logprobs;
 use super::error::error_body;
 use crate::service::{Batch, Ending, Event, Finish, ServiceError, ToolCall};
 use crate::vocab::Usage;
@@ -241,10 +242,17 @@ impl Framer for Chunks {
 
     fn batch(&mut self, batch: &Batch, out: &mut Vec<String>) {
         let logprobs = (!batch.logprobs.is_empty()).then(|| match self.ids.kind {
-            Kind::Chat => super::super::logprobs::chat(&batch.logprobs),
-            Kind::Completion => super::super::logprobs::completion(&batch.logprobs, self.offset),
+            Kind::Chat => logprobs::value(&logprobs::Chat(&batch.logprobs)),
+            Kind::Completion => logprobs::value(&logprobs::Completion {
+                entries: &batch.logprobs,
+                offset: self.offset,
+            }),
         });
-        self.offset += batch.logprobs.iter().map(|e| e.bytes.len()).sum::<usize>();
+        self.offset += batch
+            .logprobs
+            .iter()
+            .map(|e| e.bytes().len())
+            .sum::<usize>();
         self.ids
             .batch_events(batch, self.include_usage, logprobs, out);
     }

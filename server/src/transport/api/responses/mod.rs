@@ -318,7 +318,7 @@ async fn whole_response(
     if let Some(keep) = keep {
         keep.keep(&output);
     }
-    Ok(Json(output.finished(&done.ending)).into_response())
+    Ok(output.finished_response(&done.ending))
 }
 
 /// Frames as an SSE response, with keep-alive comments during a long

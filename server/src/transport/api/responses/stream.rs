@@ -16,7 +16,10 @@
 //! after tool calls opens no message (the chat API's `content: null`).
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
+
+use super::super::logprobs::{Entries, Spliced, Step, json_response};
 
 use crate::service::{
     Batch, Ending, Event, Finish, Message, Part, Speaker, TokenLogprob, ToolCall,
@@ -67,7 +70,7 @@ enum Open {
         id: String,
         text: String,
         /// Its tokens' log probabilities, when asked.
-        logprobs: Vec<Value>,
+        logprobs: Vec<TokenLogprob>,
     },
     Call {
         index: usize,
@@ -97,6 +100,10 @@ pub struct Output {
     logprobs: bool,
     /// Log probabilities of answer tokens not yet given to a delta.
     pending: Vec<TokenLogprob>,
+    /// The log probabilities of each closed message (by its index in the
+    /// output), written once: they join the output as they are written
+    /// out, never as a `Value` each.
+    written_logprobs: Vec<(usize, Box<RawValue>)>,
 }
 
 /// `usage` in the Responses shape.
@@ -122,7 +129,7 @@ struct Delta<'a> {
     content_index: Option<usize>,
     delta: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    logprobs: Option<&'a [Value]>,
+    logprobs: Option<Entries<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     produced_ns: Option<u64>,
 }
@@ -147,6 +154,7 @@ impl Output {
             status: None,
             logprobs: false,
             pending: Vec::new(),
+            written_logprobs: Vec::new(),
         }
     }
 
@@ -174,6 +182,18 @@ impl Output {
     }
 
     fn event(&mut self, out: &mut Vec<Frame>, kind: &'static str, payload: impl FnOnce() -> Value) {
+        self.event_with(out, kind, payload, &[]);
+    }
+
+    /// [`Output::event`] with log probabilities set at `fields` of the
+    /// payload.
+    fn event_with(
+        &mut self,
+        out: &mut Vec<Frame>,
+        kind: &'static str,
+        payload: impl FnOnce() -> Value,
+        fields: &[(Vec<Step>, &RawValue)],
+    ) {
         if !self.emit {
             return;
         }
@@ -181,10 +201,12 @@ impl Output {
         payload["type"] = json!(kind);
         payload["sequence_number"] = json!(self.sequence);
         self.sequence += 1;
-        out.push(Frame {
-            kind,
-            data: payload.to_string(),
-        });
+        let data = serde_json::to_string(&Spliced {
+            value: &payload,
+            fields,
+        })
+        .unwrap_or_default();
+        out.push(Frame { kind, data });
     }
 
     fn delta(
@@ -193,7 +215,7 @@ impl Output {
         kind: &'static str,
         delta: &str,
         produced_ns: Option<u64>,
-        logprobs: &[Value],
+        logprobs: &[TokenLogprob],
     ) {
         if !self.emit {
             return;
@@ -213,7 +235,7 @@ impl Output {
             output_index,
             content_index: (!call).then_some(0),
             delta,
-            logprobs: (kind == "response.output_text.delta").then_some(logprobs),
+            logprobs: (kind == "response.output_text.delta").then_some(Entries(logprobs)),
             produced_ns,
         })
         .unwrap_or_default();
@@ -274,21 +296,47 @@ impl Output {
                 text,
                 logprobs,
             } => {
-                let mut part = json!({"type": "output_text", "text": text, "annotations": []});
-                if self.logprobs {
-                    part["logprobs"] = Value::Array(logprobs.clone());
-                }
-                self.event(out, "response.output_text.done", || {
-                    json!({"item_id": id, "output_index": index, "content_index": 0,
-                           "text": text, "logprobs": logprobs})
-                });
-                self.event(out, "response.content_part.done", || {
-                    json!({"item_id": id, "output_index": index, "content_index": 0, "part": part})
-                });
+                let part = json!({"type": "output_text", "text": text, "annotations": []});
+                // Written once, however many events and answers carry them.
+                let written = serde_json::value::to_raw_value(&Entries(&logprobs))
+                    .unwrap_or_else(|_| RawValue::NULL.to_owned());
+                drop(logprobs);
+                self.event_with(
+                    out,
+                    "response.output_text.done",
+                    || {
+                        json!({"item_id": id, "output_index": index, "content_index": 0,
+                           "text": text})
+                    },
+                    &[(vec![Step::Key("logprobs")], &written)],
+                );
+                let shown = self.logprobs.then_some(&*written);
+                let at = |path: &[Step]| -> Vec<(Vec<Step>, &RawValue)> {
+                    shown.map(|raw| (path.to_vec(), raw)).into_iter().collect()
+                };
+                let in_part = at(&[Step::Key("part"), Step::Key("logprobs")]);
+                let in_item = at(&[
+                    Step::Key("item"),
+                    Step::Key("content"),
+                    Step::At(0),
+                    Step::Key("logprobs"),
+                ]);
+                self.event_with(
+                    out,
+                    "response.content_part.done",
+                    || {
+                        json!({"item_id": id, "output_index": index, "content_index": 0,
+                               "part": part})
+                    },
+                    &in_part,
+                );
                 self.text.push_str(&text);
                 let item = json!({"type": "message", "id": id, "role": "assistant",
                                   "status": status, "content": [part]});
-                self.done(index, item, out);
+                self.done_with(index, item, &in_item, out);
+                if self.logprobs {
+                    self.written_logprobs.push((index, written));
+                }
             }
             // A call is closed by its end event; one left open is cut.
             Open::Call {
@@ -305,11 +353,23 @@ impl Output {
     }
 
     fn done(&mut self, index: usize, item: Value, out: &mut Vec<Frame>) {
+        self.done_with(index, item, &[], out);
+    }
+
+    /// [`Output::done`], the event with log probabilities at `fields`.
+    fn done_with(
+        &mut self,
+        index: usize,
+        item: Value,
+        fields: &[(Vec<Step>, &RawValue)],
+        out: &mut Vec<Frame>,
+    ) {
         let event_item = item.clone();
-        self.event(
+        self.event_with(
             out,
             "response.output_item.done",
             || json!({"output_index": index, "item": event_item}),
+            fields,
         );
         self.items.push(item);
     }
@@ -379,20 +439,7 @@ impl Output {
     /// Text of the open message; it carries the log probabilities of the
     /// tokens read since the last delta.
     fn message_delta(&mut self, text: &str, produced_ns: Option<u64>, out: &mut Vec<Frame>) {
-        let entries: Vec<Value> = self
-            .pending
-            .drain(..)
-            .map(|e| super::super::logprobs::entry(&e))
-            .collect();
-        if let Open::Message {
-            text: all,
-            logprobs,
-            ..
-        } = &mut self.open
-        {
-            all.push_str(text);
-            logprobs.extend(entries.iter().cloned());
-        }
+        let entries = std::mem::take(&mut self.pending);
         self.delta(
             out,
             "response.output_text.delta",
@@ -400,6 +447,15 @@ impl Output {
             produced_ns,
             &entries,
         );
+        if let Open::Message {
+            text: all,
+            logprobs,
+            ..
+        } = &mut self.open
+        {
+            all.push_str(text);
+            logprobs.extend(entries);
+        }
     }
 
     fn call_start(&mut self, call_id: &str, name: &str, out: &mut Vec<Frame>) {
@@ -515,7 +571,13 @@ impl Output {
             Status::Incomplete => "response.incomplete",
             Status::Failed => "response.failed",
         };
-        self.event(out, kind, || json!({"response": response}));
+        // The messages' log probabilities go into the response as it is
+        // written out.
+        let written = std::mem::take(&mut self.written_logprobs);
+        let fields = logprob_fields(&written, &[Step::Key("response")]);
+        self.event_with(out, kind, || json!({"response": response}), &fields);
+        drop(fields);
+        self.written_logprobs = written;
     }
 
     /// A response refused before it started (the prompt over the
@@ -530,8 +592,29 @@ impl Output {
         self.event(out, "response.failed", || json!({"response": response}));
     }
 
-    /// The whole response once it has ended (without the events).
+    /// The whole response once it has ended (without the events), as
+    /// JSON: the messages' log probabilities written straight into it.
+    pub fn finished_response(&self, end: &Ending) -> axum::response::Response {
+        let fields = logprob_fields(&self.written_logprobs, &[]);
+        json_response(&Spliced {
+            value: &self.finished_without_logprobs(end),
+            fields: &fields,
+        })
+    }
+
+    /// The whole response once it has ended (without the events), as a
+    /// `Value` (for tests: answers are written by
+    /// [`Output::finished_response`]).
+    #[cfg(test)]
     pub fn finished(&self, end: &Ending) -> Value {
+        let fields = logprob_fields(&self.written_logprobs, &[]);
+        super::super::logprobs::value(&Spliced {
+            value: &self.finished_without_logprobs(end),
+            fields: &fields,
+        })
+    }
+
+    fn finished_without_logprobs(&self, end: &Ending) -> Value {
         let usage_value = usage(&end.usage);
         match self.status {
             Some(Status::Incomplete) => self.response(
@@ -557,6 +640,29 @@ impl Output {
             tool_calls: self.calls.clone(),
         }
     }
+}
+
+/// Where the closed messages' log probabilities (`written`: each
+/// message's index and its entries as JSON) go in a response found at
+/// `prefix`.
+fn logprob_fields<'a>(
+    written: &'a [(usize, Box<RawValue>)],
+    prefix: &[Step],
+) -> Vec<(Vec<Step>, &'a RawValue)> {
+    written
+        .iter()
+        .map(|(index, raw)| {
+            let mut at = prefix.to_vec();
+            at.extend([
+                Step::Key("output"),
+                Step::At(*index),
+                Step::Key("content"),
+                Step::At(0),
+                Step::Key("logprobs"),
+            ]);
+            (at, &**raw)
+        })
+        .collect()
 }
 
 #[cfg(test)]
