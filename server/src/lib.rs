@@ -13,6 +13,8 @@ pub mod commands;
 pub mod config;
 pub mod doctor;
 pub mod engine;
+#[allow(unsafe_code)]
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod notify;

@@ -12,6 +12,7 @@ use rkllm_server::{AppState, Cli, Config, commands};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    rkllm_server::memory::settle();
     // A runner process (see `backend::process`): no flags, no config.
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("--runner")) {
         let code = rkllm_server::startup::run_runner();

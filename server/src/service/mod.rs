@@ -41,7 +41,7 @@ pub use probe::ProbeReport;
 pub use request::{Generate, OutputFormat, ToolChoice};
 pub use rerank::{Ranked, Reranked};
 pub use running::{Batch, Completed, Ending, Finish, Running, Step};
-pub use tokens::{MAX_DETOKENIZE, Tokenized};
+pub use tokens::{MAX_DETOKENIZE, Pieces, Tokenized};
 
 /// What the APIs say of models and requests (the engine's own types).
 pub use crate::engine::{ALL_OVERRIDES, KeepAlive, ModelInfo, ModelState, Priority, RequestLimits};
@@ -170,6 +170,7 @@ impl Service {
         asked: Option<Priority>,
     ) -> Result<Prepared, ServiceError> {
         let priority = self.priority(&request, asked)?;
+        self.within_bounds(&request)?;
         // The model's facts in one call (again after a load that probed it).
         let profile = self.probed_first(&request).await?;
         let (constraint, reservation) = match self.constraint(&request).await? {
@@ -207,6 +208,11 @@ impl Service {
             .await
             .map_err(|e| ServiceError::invalid(e.field, e.message))?,
         };
+        // The rendered prompt within its bound too, before it is counted.
+        too_large(
+            prompt.text.len(),
+            self.engine.request_limits().max_prompt_bytes,
+        )?;
         let prompt = self.counted(request.model.as_deref(), prompt).await;
         let images = if sources.is_empty() {
             Vec::new()
@@ -237,6 +243,19 @@ impl Service {
             max_tool_calls: request.max_tool_calls,
             reservation,
         })
+    }
+
+    /// Refuses a request whose text alone is over the prompt's bound, before
+    /// any template is rendered or tokenizer run (the rendered prompt is
+    /// checked again, by the engine).
+    ///
+    /// # Errors
+    /// A [`crate::engine::ValidationError::TooLarge`] naming the sizes.
+    fn within_bounds(&self, request: &Generate) -> Result<(), ServiceError> {
+        let limit = self.engine.request_limits().max_prompt_bytes;
+        let bytes =
+            prompt::input_bytes(&request.input) + request.suffix.as_ref().map_or(0, String::len);
+        too_large(bytes, limit)
     }
 
     /// Loads `request`'s model first when the request rests on a feature
@@ -376,6 +395,7 @@ impl Service {
     /// A conversation that cannot be sent (empty, not ending with a user or
     /// tool message, one the template fails on).
     pub async fn count_tokens(&self, request: &Generate) -> Result<u32, ServiceError> {
+        self.within_bounds(request)?;
         let offer_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
         let offered =
             offer_tools.then(|| serde_json::Value::Array(request.tools.clone()).to_string());
@@ -577,6 +597,24 @@ fn trimmed(
         .filter(|(_, gone)| !gone)
         .map(|(m, _)| m.clone())
         .collect()
+}
+
+/// A [`crate::engine::ValidationError::TooLarge`] when `bytes` of prompt
+/// are over `limit`.
+///
+/// # Errors
+/// That error, naming the sizes.
+fn too_large(bytes: usize, limit: usize) -> Result<(), ServiceError> {
+    if bytes > limit {
+        return Err(crate::engine::ValidationError::TooLarge {
+            field: "prompt",
+            message: format!(
+                "`prompt` must be at most {limit} bytes (limits.max_prompt_bytes), got {bytes}"
+            ),
+        }
+        .into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

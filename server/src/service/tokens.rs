@@ -16,11 +16,33 @@ pub struct Tokenized {
     pub ids: Vec<u32>,
     /// Each token's bytes (a token may be part of a character), when
     /// asked for.
-    pub pieces: Option<Vec<Vec<u8>>>,
+    pub pieces: Option<Pieces>,
+}
+
+/// Tokens' bytes in one buffer: token `i`'s are `bytes[ends[i - 1]..ends[i]]`
+/// (two allocations for a text, not one per token).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pieces {
+    /// Every token's bytes, one after another.
+    pub bytes: Vec<u8>,
+    /// Where each token's bytes end.
+    pub ends: Vec<u32>,
+}
+
+impl Pieces {
+    /// Token `i`'s bytes.
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.bytes[start..self.ends[i] as usize]
+    }
 }
 
 /// The most tokens one `/detokenize` takes.
-pub const MAX_DETOKENIZE: usize = 1 << 20;
+pub const MAX_DETOKENIZE: usize = 1 << 18;
+
+/// The most bytes one `/tokenize` takes (its body is bounded by
+/// `limits.max_request_bytes` before this).
+pub const MAX_TOKENIZE_BYTES: usize = 4 << 20;
 
 impl Service {
     /// `model`'s tokenizer (the default model's when `None`), with the
@@ -70,15 +92,35 @@ impl Service {
         add_special: bool,
         with_pieces: bool,
     ) -> Result<Tokenized, ServiceError> {
+        // Bounded before any work (a request's body is bounded below this
+        // by limits.max_request_bytes).
+        if content.len() > MAX_TOKENIZE_BYTES {
+            return Err(ServiceError::invalid(
+                "content",
+                format!(
+                    "`content` is {} bytes, more than the {MAX_TOKENIZE_BYTES} one request may tokenize",
+                    content.len()
+                ),
+            ));
+        }
         let (_, encoder) = self.encoder_for(model, "model", "tokenize").await?;
         tokio::task::spawn_blocking(move || {
             let ids = encoder
-                .encode_with(&content, add_special)
+                .encode_long(&content, add_special)
                 .map_err(|e| ServiceError::invalid("content", e))?;
-            let pieces = with_pieces
-                .then(|| encoder.pieces(&ids))
-                .transpose()
-                .map_err(|e| ServiceError::Failed { message: e })?;
+            drop(content);
+            let pieces = if with_pieces {
+                let mut pieces = Pieces {
+                    bytes: Vec::with_capacity(ids.len() * 4),
+                    ends: Vec::new(),
+                };
+                encoder
+                    .pieces_into(&ids, &mut pieces.bytes, &mut pieces.ends)
+                    .map_err(|e| ServiceError::Failed { message: e })?;
+                Some(pieces)
+            } else {
+                None
+            };
             Ok(Tokenized { ids, pieces })
         })
         .await

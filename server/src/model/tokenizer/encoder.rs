@@ -84,11 +84,130 @@ impl Encoder {
     /// # Errors
     /// What the library could not encode.
     pub fn count(&self, text: &str) -> Result<usize, String> {
-        // Without the offsets, which a count does not need.
-        self.inner
-            .encode_fast(text, false)
-            .map(|encoding| encoding.len())
-            .map_err(|e| e.to_string())
+        let mut tokens = 0;
+        for part in self.parts(text) {
+            // Without the offsets, which a count does not need.
+            tokens += self
+                .inner
+                .encode_fast(part, false)
+                .map(|encoding| encoding.len())
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(tokens)
+    }
+
+    /// The tokens of a long `text`, encoded a part at a time ([`Self::parts`])
+    /// so that the library's full encoding (a string and offsets for every
+    /// token) is never held for all of it at once; the same ids as
+    /// [`Self::encode_with`].
+    ///
+    /// # Errors
+    /// What the library could not encode.
+    pub fn encode_long(&self, text: &str, add_special: bool) -> Result<Vec<u32>, String> {
+        if add_special {
+            // What the tokenizer adds goes around the whole text.
+            return self.encode_with(text, true);
+        }
+        let mut ids = Vec::with_capacity(text.len() / 3);
+        for part in self.parts(text) {
+            let encoding = self.inner.encode(part, false).map_err(|e| e.to_string())?;
+            ids.extend_from_slice(encoding.get_ids());
+        }
+        Ok(ids)
+    }
+
+    /// `text` cut where this tokenizer cuts a text the same way whether it
+    /// is whole or not, so that its parts' tokens joined are the whole's,
+    /// about every [`PART_BYTES`]: for a byte-level tokenizer, at a place
+    /// where the pre-tokenizers of byte-level BPE end a piece (the start of
+    /// a line, or a space between a word and what comes before it), once
+    /// encoding the text around it whole and cut has given the same tokens;
+    /// any other tokenizer, or a text without such a place, whole.
+    pub fn parts<'t>(&self, text: &'t str) -> impl Iterator<Item = &'t str> {
+        let mut rest = text;
+        std::iter::from_fn(move || {
+            if rest.is_empty() {
+                return None;
+            }
+            let cut = if self.byte_level && rest.len() > PART_BYTES {
+                self.cut_after(rest, PART_BYTES).unwrap_or(rest.len())
+            } else {
+                rest.len()
+            };
+            let (part, after) = rest.split_at(cut);
+            rest = after;
+            Some(part)
+        })
+    }
+
+    /// The first place at or after byte `from` of `text` (and within
+    /// [`PART_BYTES`] of it) where [`Self::parts`] may cut it.
+    fn cut_after(&self, text: &str, from: usize) -> Option<usize> {
+        let window = |at: usize, back: bool| {
+            let mut i = if back {
+                at.saturating_sub(CHECK_BYTES)
+            } else {
+                (at + CHECK_BYTES).min(text.len())
+            };
+            while !text.is_char_boundary(i) {
+                i = if back { i - 1 } else { i + 1 };
+            }
+            i
+        };
+        let same_either_way = |at: usize| {
+            let (start, end) = (window(at, true), window(at, false));
+            let encode = |t: &str| {
+                self.inner
+                    .encode_fast(t, false)
+                    .map(|e| e.get_ids().to_vec())
+                    .ok()
+            };
+            match (
+                encode(&text[start..end]),
+                encode(&text[start..at]),
+                encode(&text[at..end]),
+            ) {
+                (Some(whole), Some(mut cut), Some(after)) => {
+                    cut.extend(after);
+                    whole == cut
+                }
+                _ => false,
+            }
+        };
+        let end = (from + PART_BYTES).min(text.len());
+        (from.max(1)..end)
+            .filter(|&i| may_cut(text.as_bytes(), i) && text.is_char_boundary(i))
+            .take(MAX_CUTS_TRIED)
+            .find(|&i| same_either_way(i))
+    }
+
+    /// Appends the bytes of each of `ids` to `bytes`, and where each ends
+    /// to `ends`: a text's pieces in two buffers, not one per token.
+    ///
+    /// # Errors
+    /// An id outside the vocabulary.
+    pub fn pieces_into(
+        &self,
+        ids: &[u32],
+        bytes: &mut Vec<u8>,
+        ends: &mut Vec<u32>,
+    ) -> Result<(), String> {
+        ends.reserve(ids.len());
+        for &id in ids {
+            let token = self
+                .inner
+                .id_to_token(id)
+                .ok_or_else(|| format!("token {id} is not in the vocabulary"))?;
+            if self.added.contains(&id) {
+                bytes.extend_from_slice(token.as_bytes());
+            } else if self.byte_level {
+                byte_level_into(&token, bytes);
+            } else {
+                bytes.extend_from_slice(&sentencepiece_bytes(&token));
+            }
+            ends.push(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
+        }
+        Ok(())
     }
 
     /// Whether `token` is one token of the vocabulary (an added token, or
@@ -168,14 +287,41 @@ fn byte_of(c: char) -> Option<u8> {
 /// UTF-8).
 fn byte_level_bytes(piece: &str) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(piece.len());
+    byte_level_into(piece, &mut bytes);
+    bytes
+}
+
+/// [`byte_level_bytes`] appended to `bytes`.
+fn byte_level_into(piece: &str, bytes: &mut Vec<u8>) {
     for c in piece.chars() {
         match byte_of(c) {
             Some(b) => bytes.push(b),
             None => bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
         }
     }
-    bytes
 }
+
+/// About how long a part of a long text is encoded at a time.
+pub const PART_BYTES: usize = 64 * 1024;
+
+/// Whether byte-level BPE's pre-tokenizers end a piece before byte `i`:
+/// the start of a line (after a newline, before a character other than
+/// white space), or a space between a word and what comes before it (a
+/// piece holds a space only at its start or in a run of white space).
+fn may_cut(bytes: &[u8], i: usize) -> bool {
+    let (before, at, after) = (bytes[i - 1], bytes[i], bytes.get(i + 1).copied());
+    let line = before == b'\n' && !at.is_ascii_whitespace();
+    let word = at == b' '
+        && !before.is_ascii_whitespace()
+        && after.is_some_and(|b| b.is_ascii_alphabetic());
+    line || word
+}
+
+/// Bytes either side of a cut that are encoded to check it.
+const CHECK_BYTES: usize = 64;
+
+/// Places tried for one cut before a text is left whole there.
+const MAX_CUTS_TRIED: usize = 16;
 
 /// A SentencePiece piece's bytes: `<0xNN>` is that byte, `▁` a space.
 fn sentencepiece_bytes(piece: &str) -> Vec<u8> {
@@ -191,6 +337,35 @@ fn sentencepiece_bytes(piece: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_text_encoded_a_part_at_a_time_gives_the_wholes_tokens() {
+        let encoder = Encoder::parse(super::super::MOCK_TOKENIZER).unwrap();
+        let line = "The board logs a line, {\"json\": 1} and 東京 👋🏽.\n\n  indented\n";
+        let text = line.repeat(PART_BYTES / line.len() * 3);
+        // One long line is cut between words.
+        let words = "a word, 東京  twice\tand 👋🏽 once. ".repeat(PART_BYTES / 20 * 3);
+        let parts: Vec<&str> = encoder.parts(&words).collect();
+        assert!(parts.len() >= 3, "{}", parts.len());
+        assert_eq!(
+            encoder.encode_long(&words, false).unwrap(),
+            encoder.encode(&words).unwrap()
+        );
+        let parts: Vec<&str> = encoder.parts(&text).collect();
+        assert!(parts.len() >= 3, "{}", parts.len());
+        assert_eq!(parts.concat(), text);
+        let whole = encoder.encode(&text).unwrap();
+        assert_eq!(encoder.encode_long(&text, false).unwrap(), whole);
+        assert_eq!(encoder.count(&text).unwrap(), whole.len());
+        let (mut bytes, mut ends) = (Vec::new(), Vec::new());
+        encoder.pieces_into(&whole, &mut bytes, &mut ends).unwrap();
+        assert_eq!(bytes, text.as_bytes());
+        assert_eq!(ends.len(), whole.len());
+        assert_eq!(
+            encoder.pieces(&whole[..3]).unwrap().concat(),
+            bytes[..ends[2] as usize]
+        );
+    }
 
     #[test]
     fn the_mock_tokenizer_encodes_and_decodes_back() {
