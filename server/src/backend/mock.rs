@@ -564,7 +564,8 @@ impl Runner for MockRunner {
         }
         let ran = matches!(&result, Ok(g) if g.finish_reason != FinishReason::Abort);
         if let (Some(prompt), true) = (prefilled.keep, ran) {
-            self.snapshots.keep(&prompt, false);
+            self.snapshots
+                .keep(&prompt, false, request.prompt.keeping());
         }
         if let Ok(generation) = &mut result
             && self.keeps_snapshots
@@ -629,9 +630,9 @@ impl MockRunner {
             .map_or_else(|| self.count(&request.prompt.text), |t| t as usize);
         sink.set_prompt_tokens(u32::try_from(prefilled.max(1)).unwrap_or(u32::MAX));
         let mut answer = logprobs::judgement(query, document);
-        let bytes = answer.bytes.clone();
+        let bytes = answer.bytes().to_vec();
         if let Some(top) = request.sampling.logprobs {
-            answer.top.truncate(usize::from(top));
+            answer.truncate_top(usize::from(top));
             sink.logprob(answer);
         }
         if !sink.token_bytes(&bytes) {

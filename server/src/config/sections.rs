@@ -262,6 +262,8 @@ pub struct LimitsSection {
     /// Largest JSON schema (a format, or a forced call's tools) a request
     /// may hold, in bytes as JSON.
     pub max_schema_bytes: usize,
+    /// Tokens a rerank by a reranker may prefill in all its judgements.
+    pub max_rerank_tokens: u32,
 }
 
 impl Default for LimitsSection {
@@ -277,6 +279,7 @@ impl Default for LimitsSection {
             remote_image_allow: Vec::new(),
             max_embedding_inputs: 64,
             max_schema_bytes: crate::engine::DEFAULT_MAX_SCHEMA_BYTES,
+            max_rerank_tokens: crate::engine::DEFAULT_MAX_RERANK_TOKENS,
         }
     }
 }

@@ -282,6 +282,7 @@ impl Config {
                 default_max_tokens: self.limits.default_max_tokens,
                 max_tokens_limit: self.limits.max_tokens,
                 max_schema_bytes: self.limits.max_schema_bytes,
+                max_rerank_tokens: self.limits.max_rerank_tokens,
             },
             lifecycle: Lifecycle {
                 max_loaded_models: self.engine.max_loaded_models,

@@ -300,6 +300,11 @@ impl Config {
                 1..=4096,
             ),
             (
+                "limits.max_rerank_tokens",
+                u64::from(l.max_rerank_tokens),
+                256..=(1 << 22),
+            ),
+            (
                 "limits.remote_image_timeout_secs",
                 l.remote_image_timeout_secs,
                 1..=300,

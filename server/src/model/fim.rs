@@ -3,7 +3,7 @@
 //! gap. Each family spells its FIM tokens its own way; a model has FIM
 //! when its tokenizer holds one family's three tokens.
 
-use super::prompt::{Chat, Prompt};
+use super::prompt::{Chat, Keeping, Prompt};
 
 /// One family's FIM tokens and the order its prompt takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,13 +113,19 @@ impl Fim {
     /// is (no chat template), ending at the family's end tokens. It is
     /// sent as a whole text with no system part, so that a runner that
     /// keeps snapshots of such texts starts the next one (the same file a
-    /// keystroke later) from the longest prefix it holds.
+    /// keystroke later) from the longest prefix it holds: the file up to
+    /// the first byte the keystroke changed. Each one's snapshot replaces
+    /// the file's previous one, so a file has one however many keystrokes
+    /// it took.
     pub fn prompt(&self, prefix: &str, suffix: &str) -> Prompt {
         Prompt {
             text: self.arrange(prefix, suffix),
             chat: Some(Chat {
                 system: None,
                 turns: None,
+                keeping: Keeping::Replacing {
+                    head: self.family.prefix.len(),
+                },
             }),
             stop: self.ends.clone(),
             ..Prompt::default()

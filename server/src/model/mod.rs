@@ -32,7 +32,7 @@ pub const BYTES_PER_TOKEN: usize = 4;
 
 pub use fim::Fim;
 pub use message::{ImageSource, Message, Part, Speaker, ToolCall};
-pub use prompt::{Chat, Input, Prompt, Turn};
+pub use prompt::{Chat, Input, Keeping, Prompt, Turn};
 pub use reasoning::ReasoningMode;
 pub use sampling::{Role, Sampling, ThinkingBudget};
 pub use spec::{

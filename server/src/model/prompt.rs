@@ -109,6 +109,36 @@ pub struct Chat {
     /// Its turns, when the runner may reuse the runtime's history (the
     /// runtime's own template); `None`: rendered whole by the server.
     pub turns: Option<Vec<Turn>>,
+    /// Which snapshots of it are kept, by a runner that keeps them.
+    #[serde(default, skip_serializing_if = "Keeping::is_whole")]
+    pub keeping: Keeping,
+}
+
+/// Which snapshots of a prompt sent whole a runner keeps (see
+/// `crate::plan::snapshots`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Keeping {
+    /// Its own, after its run: a chat's, its next turn's start.
+    #[default]
+    Whole,
+    /// Only its first this many bytes, on their own: what every prompt of
+    /// one request shares (a rerank's judgements, before the document).
+    Prefix(usize),
+    /// Its own, replacing the others of the same source: a code
+    /// completion's, the next keystroke's start. Kept prompts that begin
+    /// with its first `head` bytes (the infill's opening) and share a
+    /// prefix with it beyond them are of the same file.
+    Replacing {
+        /// The bytes that open every prompt of its kind.
+        head: usize,
+    },
+}
+
+impl Keeping {
+    /// Whether it is [`Keeping::Whole`], the default.
+    pub fn is_whole(&self) -> bool {
+        *self == Self::Whole
+    }
 }
 
 impl Prompt {
@@ -132,10 +162,44 @@ impl Prompt {
         Some(chat.system.as_deref().unwrap_or(""))
     }
 
+    /// Which snapshots of it a runner keeps.
+    pub fn keeping(&self) -> Keeping {
+        self.chat.as_ref().map_or(Keeping::Whole, |c| c.keeping)
+    }
+
     /// For a chat in the runtime's template: its system message's text.
     pub fn chat_system(&self) -> Option<&str> {
         let chat = self.chat.as_ref().filter(|c| c.turns.is_some())?;
         chat.system.as_deref()
+    }
+}
+
+/// The bytes of a request's text as given: every message's text and tool
+/// calls, or the prompt and its system text. A template adds to it, never
+/// takes away, so a text over a bound is refused on this count before any
+/// template is rendered or any tokenizer run.
+pub fn input_bytes(input: &Input) -> usize {
+    match input {
+        Input::Chat(messages) => messages
+            .iter()
+            .map(|m| {
+                let parts: usize = m
+                    .parts
+                    .iter()
+                    .map(|p| match p {
+                        Part::Text(text) => text.len(),
+                        Part::Image(_) => IMAGE_TAG.len(),
+                    })
+                    .sum();
+                let calls: usize = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments.len())
+                    .sum();
+                parts + calls
+            })
+            .sum(),
+        Input::Prompt { text, system, .. } => text.len() + system.as_ref().map_or(0, String::len),
     }
 }
 
@@ -217,6 +281,7 @@ pub async fn build(
                         chat: Some(Chat {
                             system,
                             turns: None,
+                            keeping: Keeping::Whole,
                         }),
                         stop: template.stop_strings(),
                         prefill: None,
@@ -231,6 +296,7 @@ pub async fn build(
                     chat: Some(Chat {
                         system,
                         turns: Some(turns(&messages)),
+                        keeping: Keeping::Whole,
                     }),
                     stop: Vec::new(),
                     prefill: None,
@@ -247,6 +313,7 @@ pub async fn build(
                     chat: Some(Chat {
                         system,
                         turns: None,
+                        keeping: Keeping::Whole,
                     }),
                     stop: server_side.stop_strings(),
                     prefill: None,

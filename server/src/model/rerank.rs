@@ -9,7 +9,7 @@
 //! against "no" in that token's distribution (its logits row), a value in
 //! [0, 1].
 
-use super::prompt::{Chat, Prompt};
+use super::prompt::{Chat, Keeping, Prompt};
 use crate::vocab::TokenLogprob;
 
 /// The system text of the judgement.
@@ -29,19 +29,22 @@ const DOCUMENT: &str = "\n<Document>: ";
 const END: &str = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
 
 /// The judgement of `document` against `query` under `instruction`, as
-/// the model is given it: a whole text, sent without a template (the
-/// query's part is the same for every document, so a runner that keeps
-/// snapshots prefills it once).
+/// the model is given it: a whole text, sent without a template. The
+/// query's part is the same for every document: a runner that keeps
+/// snapshots saves that part once, on its own, and starts every judgement
+/// from it, saving none of the judgements themselves.
 pub fn judgement(instruction: &str, query: &str, document: &str) -> Prompt {
+    let shared = format!(
+        "<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n<Instruct>: \
+         {instruction}{QUERY}{query}{DOCUMENT}"
+    );
     Prompt {
-        text: format!(
-            "<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n<Instruct>: \
-             {instruction}{QUERY}{query}{DOCUMENT}{document}{END}"
-        ),
         chat: Some(Chat {
             system: None,
             turns: None,
+            keeping: Keeping::Prefix(shared.len()),
         }),
+        text: shared + document + END,
         ..Prompt::default()
     }
 }
@@ -61,11 +64,10 @@ pub fn parts(text: &str) -> Option<(&str, &str)> {
 pub fn relevance(first: &TokenLogprob) -> Option<f32> {
     let probability = |word: &[u8]| {
         first
-            .top
-            .iter()
-            .find(|(bytes, _)| bytes.as_slice() == word)
-            .map(|(_, logprob)| *logprob)
-            .or_else(|| (first.bytes == word).then_some(first.logprob))
+            .top()
+            .find(|(bytes, _)| *bytes == word)
+            .map(|(_, logprob)| logprob)
+            .or_else(|| (first.bytes() == word).then_some(first.logprob()))
             .map(|logprob| f64::from(logprob).exp())
     };
     let (yes, no) = (probability(b"yes"), probability(b"no"));
@@ -85,17 +87,13 @@ mod tests {
     use super::*;
 
     fn first(pick: &str, top: &[(&str, f32)]) -> TokenLogprob {
-        TokenLogprob {
-            bytes: pick.as_bytes().to_vec(),
-            logprob: top
-                .iter()
+        TokenLogprob::new(
+            pick.as_bytes(),
+            top.iter()
                 .find(|(t, _)| *t == pick)
                 .map_or(-0.1, |(_, lp)| *lp),
-            top: top
-                .iter()
-                .map(|(t, lp)| (t.as_bytes().to_vec(), *lp))
-                .collect(),
-        }
+            top.iter().map(|(t, lp)| (t.as_bytes(), *lp)),
+        )
     }
 
     #[test]

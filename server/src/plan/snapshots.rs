@@ -13,6 +13,8 @@
 //! This module decides; whoever keeps the snapshots carries it out and
 //! says whether the disk has room.
 
+pub use crate::model::Keeping;
+
 /// A loaded snapshot is worth its file only when it covers this much.
 pub const MIN_REUSE_BYTES: usize = 64;
 
@@ -55,6 +57,31 @@ pub fn best(kept: &[Kept<'_>], prompt: &str) -> Option<(usize, usize)> {
         .map(|(i, k)| (i, common_prefix(k.prompt, prompt)))
         .filter(|&(_, shared)| shared >= MIN_REUSE_BYTES)
         .max_by_key(|&(i, shared)| (shared, kept[i].used))
+}
+
+/// The snapshots a new one of `prompt`, kept as `keeping` says, makes
+/// useless: those [`superseded`] says, and for [`Keeping::Replacing`] the
+/// others of the same source (they begin with the prompt's `head` and share
+/// at least [`MIN_REUSE_BYTES`] past it with it). Indices in `kept`,
+/// ascending.
+pub fn replaced(kept: &[Kept<'_>], prompt: &str, keeping: Keeping) -> Vec<usize> {
+    let Keeping::Replacing { head } = keeping else {
+        return superseded(kept, prompt);
+    };
+    let Some(opening) = prompt.get(..head) else {
+        return superseded(kept, prompt);
+    };
+    let earlier = superseded(kept, prompt);
+    (0..kept.len())
+        .filter(|&i| {
+            let k = &kept[i];
+            earlier.contains(&i)
+                || (!k.system_prefix
+                    && k.prompt != prompt
+                    && k.prompt.starts_with(opening)
+                    && common_prefix(k.prompt, prompt) >= head + MIN_REUSE_BYTES)
+        })
+        .collect()
 }
 
 /// The snapshots a new one of `prompt` makes useless: earlier turns of the
@@ -130,6 +157,33 @@ pub struct Store<'a> {
     pub saves: bool,
 }
 
+/// [`restore`] for a prompt kept as `keeping` says: with
+/// [`Keeping::Prefix`], the prefix is saved on its own first (when no kept
+/// snapshot covers it yet, and it is worth a file) and the prompt itself
+/// is not; otherwise as [`restore`].
+pub fn restore_keeping(
+    store: Store<'_>,
+    system: &str,
+    prompt: &str,
+    covered: usize,
+    keeping: Keeping,
+) -> Restore {
+    let mut plan = restore(store, system, prompt, covered);
+    if let Keeping::Prefix(end) = keeping
+        && end <= prompt.len()
+        && prompt.is_char_boundary(end)
+    {
+        let best = best(store.kept, prompt);
+        plan.save_prefix = (end >= MIN_REUSE_BYTES
+            && covered < end
+            && store.saves
+            && best.is_none_or(|(_, shared)| shared < end))
+        .then_some(end);
+        plan.save = false;
+    }
+    plan
+}
+
 /// Before `prompt` (a chat sent whole whose system message's text is
 /// `system`, empty without one) runs: which snapshot it starts from and
 /// which are saved. `covered`: bytes of it the model's system-prompt cache,
@@ -158,6 +212,61 @@ pub fn restore(store: Store<'_>, system: &str, prompt: &str, covered: usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_prefix_is_saved_on_its_own_and_the_prompt_is_not() {
+        let shared = "judge: ".repeat(20);
+        let first = format!("{shared}document one");
+        let plan = restore_keeping(
+            Store {
+                kept: &[],
+                saves: true,
+            },
+            "",
+            &first,
+            0,
+            Keeping::Prefix(shared.len()),
+        );
+        assert_eq!(plan.save_prefix, Some(shared.len()));
+        assert!(!plan.save);
+        // Once it is kept, the next judgement starts from it, saving nothing.
+        let k = [Kept {
+            prompt: &shared,
+            used: 1,
+            system_prefix: true,
+        }];
+        let second = format!("{shared}document two");
+        let plan = restore_keeping(
+            Store {
+                kept: &k,
+                saves: true,
+            },
+            "",
+            &second,
+            0,
+            Keeping::Prefix(shared.len()),
+        );
+        assert_eq!(
+            (plan.save_prefix, plan.load, plan.save),
+            (None, Load::Snapshot(0), false)
+        );
+    }
+
+    #[test]
+    fn a_completion_replaces_the_snapshots_of_its_file_and_no_others() {
+        let file = format!("<pre>{}", "fn main() {\n".repeat(10));
+        let earlier = format!("{file}let a<suf>}}<mid>");
+        let other_file = format!("<pre>{}<suf><mid>", "struct S;\n".repeat(10));
+        let chat = format!("system: {}", "x".repeat(100));
+        let k = kept(&[
+            Box::leak(earlier.into_boxed_str()),
+            Box::leak(other_file.into_boxed_str()),
+            Box::leak(chat.into_boxed_str()),
+        ]);
+        let now = format!("{file}let ab<suf>}}<mid>");
+        assert_eq!(replaced(&k, &now, Keeping::Replacing { head: 5 }), vec![0]);
+        assert!(replaced(&k, &now, Keeping::Whole).is_empty());
+    }
 
     fn kept(prompts: &[&'static str]) -> Vec<Kept<'static>> {
         prompts

@@ -95,6 +95,27 @@ impl Service {
                 format!("`documents[{i}]` is empty"),
             ));
         }
+        // Every text within the prompt's bound, before any work.
+        let limit = self.engine.request_limits().max_prompt_bytes;
+        if query.len() > limit {
+            return Err(ServiceError::invalid(
+                "query",
+                format!(
+                    "`query` is {} bytes, over the limit of {limit} (limits.max_prompt_bytes)",
+                    query.len()
+                ),
+            ));
+        }
+        if let Some(i) = documents.iter().position(|d| query.len() + d.len() > limit) {
+            return Err(ServiceError::invalid(
+                "documents",
+                format!(
+                    "`documents[{i}]` is {} bytes; with the query that is over the limit of \
+                     {limit} (limits.max_prompt_bytes)",
+                    documents[i].len()
+                ),
+            ));
+        }
         if documents.len() + 1 > self.max_embedding_inputs {
             return Err(ServiceError::invalid(
                 "documents",
@@ -105,6 +126,14 @@ impl Service {
                     self.max_embedding_inputs
                 ),
             ));
+        }
+        if top_n == Some(0) {
+            // Nothing asked for: nothing runs.
+            return Ok(Reranked {
+                model: info.name,
+                results: Vec::new(),
+                prompt_tokens: 0,
+            });
         }
         if judged {
             return self.judge(info.name, &query, documents, top_n).await;
@@ -140,12 +169,15 @@ impl Service {
 
     /// Ranks `documents` by reranker `model`: one judgement after another
     /// in the model's queue (others' requests interleave), each a run of
-    /// one token whose logits row gives the relevance.
+    /// one token whose logits row gives the relevance. Every judgement is
+    /// built, bounded and counted before the first runs.
     ///
     /// # Errors
     /// A model whose template would wrap the judgement (its runtime's
-    /// built-in one); a refusal or a failed run; an answer that is neither
-    /// "yes" nor "no".
+    /// built-in one); a judgement over the prompt's bound or the model's
+    /// context, or judgements over `limits.max_rerank_tokens` together
+    /// (naming `documents`); a refusal or a failed run; an answer that is
+    /// neither "yes" nor "no".
     async fn judge(
         &self,
         model: String,
@@ -169,12 +201,12 @@ impl Service {
         if profile.unprobed {
             self.engine.load(Some(&model), None).await?;
         }
+        let judgements = self.judgements(&model, &profile, query, &documents).await?;
         let mut results = Vec::with_capacity(documents.len());
         let mut prompt_tokens: u32 = 0;
-        for (index, document) in documents.iter().enumerate() {
-            let prompt = rerank::judgement(rerank::DEFAULT_INSTRUCTION, query, document);
+        for (index, prompt) in judgements.into_iter().enumerate() {
             let run = RunRequest {
-                prompt: self.counted(Some(&model), prompt).await,
+                prompt,
                 model: Some(model.clone()),
                 max_tokens: Some(1),
                 sampling: crate::model::Sampling {
@@ -208,6 +240,76 @@ impl Service {
             results: ranked(results, top_n),
             prompt_tokens,
         })
+    }
+}
+
+impl Service {
+    /// The judgements of `documents` against `query` by `model`, each
+    /// within the prompt's bound and the model's context, and all within
+    /// `limits.max_rerank_tokens` together, counted by its tokenizer (by
+    /// their bytes without one).
+    ///
+    /// # Errors
+    /// The first judgement over a bound, or the total over its own (naming
+    /// `documents`).
+    async fn judgements(
+        &self,
+        model: &str,
+        profile: &crate::engine::ModelProfile,
+        query: &str,
+        documents: &[String],
+    ) -> Result<Vec<crate::model::Prompt>, ServiceError> {
+        let limits = self.engine.request_limits();
+        let mut judgements = Vec::with_capacity(documents.len());
+        for (i, document) in documents.iter().enumerate() {
+            let prompt = rerank::judgement(rerank::DEFAULT_INSTRUCTION, query, document);
+            if prompt.text.len() > limits.max_prompt_bytes {
+                return Err(ServiceError::invalid(
+                    "documents",
+                    format!(
+                        "the judgement of `documents[{i}]` is {} bytes, over the limit of {} \
+                         (limits.max_prompt_bytes)",
+                        prompt.text.len(),
+                        limits.max_prompt_bytes
+                    ),
+                ));
+            }
+            judgements.push(prompt);
+        }
+        let mut total: u64 = 0;
+        let mut counted = Vec::with_capacity(judgements.len());
+        for (i, prompt) in judgements.into_iter().enumerate() {
+            let prompt = self.counted(Some(model), prompt).await;
+            let tokens = prompt.tokens.map_or_else(
+                || (prompt.text.len() / crate::engine::BYTES_PER_TOKEN) as u64,
+                u64::from,
+            );
+            if let Some(context) = profile.context_length
+                && tokens >= u64::from(context)
+            {
+                return Err(ServiceError::invalid(
+                    "documents",
+                    format!(
+                        "the judgement of `documents[{i}]` is {tokens} tokens, over model \
+                         `{model}`'s context of {context}"
+                    ),
+                ));
+            }
+            total += tokens;
+            if total > u64::from(limits.max_rerank_tokens) {
+                return Err(ServiceError::invalid(
+                    "documents",
+                    format!(
+                        "the judgements of `documents` are over {} tokens together (the limit \
+                         of limits.max_rerank_tokens, at `documents[{i}]`): fewer or shorter \
+                         documents, or a larger limit",
+                        limits.max_rerank_tokens
+                    ),
+                ));
+            }
+            counted.push(prompt);
+        }
+        Ok(counted)
     }
 }
 

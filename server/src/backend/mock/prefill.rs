@@ -51,9 +51,9 @@ impl Snapshots {
 
     /// Keeps the prefill of `prompt`: what a later turn of its conversation
     /// supersedes goes, then the least recently used past the bound.
-    pub(super) fn keep(&mut self, prompt: &str, system_prefix: bool) {
+    pub(super) fn keep(&mut self, prompt: &str, system_prefix: bool, keeping: plan::Keeping) {
         self.entries.retain(|e| e.prompt != prompt);
-        let gone = plan::superseded(&self.kept(), prompt);
+        let gone = plan::replaced(&self.kept(), prompt, keeping);
         for index in gone.into_iter().rev() {
             self.entries.remove(index);
         }
@@ -164,7 +164,8 @@ impl MockRunner {
         }
         let snapshots = &mut self.snapshots;
         let kept = snapshots.kept();
-        let mut restore = plan::restore(
+        let keeping = request.prompt.keeping();
+        let mut restore = plan::restore_keeping(
             Store {
                 kept: &kept,
                 saves: true,
@@ -172,12 +173,13 @@ impl MockRunner {
             system,
             prompt,
             0,
+            keeping,
         );
         drop(kept);
         if let Some(end) = restore.save_prefix {
-            snapshots.keep(&prompt[..end], true);
+            snapshots.keep(&prompt[..end], true, plan::Keeping::Whole);
             let kept = snapshots.kept();
-            restore = plan::restore(
+            restore = plan::restore_keeping(
                 Store {
                     kept: &kept,
                     saves: true,
@@ -185,6 +187,7 @@ impl MockRunner {
                 system,
                 prompt,
                 0,
+                keeping,
             );
         }
         let covered = match restore.load {

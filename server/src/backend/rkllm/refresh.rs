@@ -76,7 +76,13 @@ impl RkllmRunner {
         self.sync_prompt_cache(&pending.text, cancel);
         // Not a conversation sent whole: its restore counts no hit or miss.
         let tally = self.snapshots.as_mut().map(Snapshots::take_tally);
-        let save_to = self.restore_snapshot(model, &pending.system, &pending.text, cancel);
+        let save_to = self.restore_snapshot(
+            model,
+            &pending.system,
+            &pending.text,
+            crate::model::Keeping::Whole,
+            cancel,
+        );
         if let (Some(snapshots), Some(tally)) = (self.snapshots.as_mut(), tally) {
             snapshots.put_tally(tally);
         }
@@ -103,7 +109,7 @@ impl RkllmRunner {
                 FinishReason::Stop
             }
         };
-        self.keep_snapshot(&pending.text, &tmp, ran);
+        self.keep_snapshot(&pending.text, crate::model::Keeping::Whole, &tmp, ran);
         tracing::debug!(
             model,
             yielded = finish == FinishReason::Abort,

@@ -42,7 +42,7 @@ use super::prompt_cache::{
 use super::runtime::Runtime;
 use crate::backend::SnapshotReport;
 use crate::model::ModelSpec;
-use crate::plan::snapshots::{self as plan, Kept, Load, Store, common_prefix};
+use crate::plan::snapshots::{self as plan, Keeping, Kept, Load, Store, common_prefix};
 use crate::vocab::CancelToken;
 
 /// Files at most per model, whatever their bytes.
@@ -658,12 +658,24 @@ impl Snapshots {
     /// with) go; a system prompt saved on its own stays. A save that took
     /// the disk below its reserve, or that cannot be installed, is removed.
     pub(super) fn keep(&mut self, prompt: &str, system_prefix: bool, tmp: &Path) {
+        self.keep_as(prompt, system_prefix, Keeping::Whole, tmp);
+    }
+
+    /// [`Snapshots::keep`] for a prompt kept as `keeping` says: a code
+    /// completion's replaces the others of its file.
+    pub(super) fn keep_as(
+        &mut self,
+        prompt: &str,
+        system_prefix: bool,
+        keeping: Keeping,
+        tmp: &Path,
+    ) {
         if let Ok(meta) = std::fs::metadata(tmp) {
             self.per_prompt_byte = self
                 .per_prompt_byte
                 .max(meta.len() as f64 / prompt.len().max(1) as f64);
         }
-        match self.install(prompt, system_prefix, tmp) {
+        match self.install(prompt, system_prefix, keeping, tmp) {
             Ok(()) => self.saved(),
             Err(not_kept) => {
                 let _ = std::fs::remove_file(tmp);
@@ -682,7 +694,13 @@ impl Snapshots {
         }
     }
 
-    fn install(&mut self, prompt: &str, system_prefix: bool, tmp: &Path) -> Result<(), NotKept> {
+    fn install(
+        &mut self,
+        prompt: &str,
+        system_prefix: bool,
+        keeping: Keeping,
+        tmp: &Path,
+    ) -> Result<(), NotKept> {
         let write = |what: &str, path: &Path, e: &std::io::Error| NotKept {
             trouble: Trouble::Write(e.kind()),
             why: format!("cannot {what} {}: {e}", path.display()),
@@ -726,7 +744,7 @@ impl Snapshots {
             .map(|p| std::fs::metadata(p).map_or(0, |m| on_disk(&m)))
             .sum();
         self.entries.retain(|e| e.stem != stem);
-        let earlier = plan::superseded(&self.kept(), prompt);
+        let earlier = plan::replaced(&self.kept(), prompt, keeping);
         for index in earlier.into_iter().rev() {
             self.remove(index);
         }
@@ -797,6 +815,7 @@ impl RkllmRunner {
         model: &str,
         system: &str,
         prompt: &str,
+        keeping: Keeping,
         cancel: &CancelToken,
     ) -> Option<PathBuf> {
         let mut snaps = self.snapshots.take()?;
@@ -812,7 +831,7 @@ impl RkllmRunner {
         let covered = system_cache.unwrap_or(0);
         let store = |s: &Snapshots| {
             let kept = s.kept();
-            plan::restore(
+            plan::restore_keeping(
                 Store {
                     kept: &kept,
                     saves: !s.saves_failed,
@@ -820,6 +839,7 @@ impl RkllmRunner {
                 system,
                 prompt,
                 covered,
+                keeping,
             )
         };
         let mut restore = store(&snaps);
@@ -900,9 +920,9 @@ impl RkllmRunner {
     /// when the run went well and the runtime wrote it.
     /// `ran`: the run ended well (not aborted: an aborted run's runner
     /// must answer its abort at once, and its prefill may be cut short).
-    pub(super) fn keep_snapshot(&mut self, prompt: &str, tmp: &Path, ran: bool) {
+    pub(super) fn keep_snapshot(&mut self, prompt: &str, keeping: Keeping, tmp: &Path, ran: bool) {
         match self.snapshots.as_mut() {
-            Some(snaps) if ran && tmp.is_file() => snaps.keep(prompt, false, tmp),
+            Some(snaps) if ran && tmp.is_file() => snaps.keep_as(prompt, false, keeping, tmp),
             Some(snaps) if ran => {
                 snaps.not_written(prompt, "the runtime wrote no prompt cache when asked to");
             }
