@@ -13,8 +13,8 @@ use super::abi::RunSettings;
 use super::handle::ActiveRun;
 use super::{RkllmRunner, runtime_error};
 use crate::backend::{BackendError, Generation, TokenSink, ValidRunRequest};
-use crate::plan::budget::{CLOSE, after_close, pause_at};
-use crate::vocab::FinishReason;
+use crate::plan::budget::{CLOSE, PauseAt, after_close};
+use crate::vocab::{FinishReason, Usage};
 
 impl RkllmRunner {
     /// The thinking tokens after which `request`'s block is closed.
@@ -26,9 +26,9 @@ impl RkllmRunner {
         &mut self,
         request: &ValidRunRequest,
         budget: u32,
-    ) -> Result<u32, BackendError> {
+    ) -> Result<PauseAt, BackendError> {
         let close = u32::try_from(self.close_ids()?.len()).unwrap_or(u32::MAX);
-        Ok(pause_at(budget, request.max_tokens, close))
+        Ok(PauseAt::of(budget, request.max_tokens, close))
     }
 
     /// After `run` paused at the thinking budget: closes the block and
@@ -46,21 +46,38 @@ impl RkllmRunner {
         // The runtime holds the paused generation: the next request starts
         // from a cleared cache.
         self.held.dirty = true;
+        // The second run counts the closing tag as its prompt, and the
+        // first paused without counts: the prompt is what the first
+        // prefilled (the tokenizer's count of it, which a budget needs), the
+        // answer what the sink was given (reasoning tokens are the sink's
+        // either way).
+        let prompt = super::text::whole_prompt_tokens(request)
+            .or_else(|| first_run_prompt(run))
+            .or(request.prompt.tokens)
+            .unwrap_or(0);
+        let ended = |finish: FinishReason, sink: &TokenSink<'_>| Generation {
+            usage: Some(Usage {
+                prompt_tokens: prompt,
+                completion_tokens: sink.tokens(),
+                reasoning_tokens: 0,
+            }),
+            ..Generation::ended(finish)
+        };
         if run.pause_ignored {
             tracing::warn!(
                 model = %request.model,
                 "the runtime went on after the pause at the thinking budget; the run was stopped there"
             );
-            return Ok(Generation::ended(FinishReason::Length));
+            return Ok(ended(FinishReason::Length, sink));
         }
         let ids = self.close_ids()?;
         let fed = u32::try_from(ids.len()).unwrap_or(u32::MAX);
         let remaining = after_close(request.max_tokens, sink.tokens(), fed);
         if !sink.tokens_bytes(CLOSE.as_bytes(), fed) {
-            return Ok(Generation::ended(FinishReason::Stop));
+            return Ok(ended(FinishReason::Stop, sink));
         }
         if remaining == 0 {
-            return Ok(Generation::ended(FinishReason::Length));
+            return Ok(ended(FinishReason::Length, sink));
         }
         tracing::debug!(
             model = %request.model,
@@ -78,8 +95,7 @@ impl RkllmRunner {
             ..*first
         };
         let mut generation = self.execute(request, sink, &settings)?;
-        // The first run paused without its counts: the sink's stand.
-        generation.usage = None;
+        generation.usage = ended(generation.finish_reason, sink).usage;
         generation.runtime_timings = None;
         if generation.finish_reason == FinishReason::Length || sink.tokens() >= request.max_tokens {
             generation.finish_reason = FinishReason::Length;
@@ -104,4 +120,12 @@ impl RkllmRunner {
             .map(|id| i32::try_from(id).map_err(|_| runtime_error(None, "a token id out of range")))
             .collect()
     }
+}
+
+/// The prompt tokens the paused run reported, if the runtime counted them
+/// before the pause.
+fn first_run_prompt(run: &ActiveRun) -> Option<u32> {
+    run.finished
+        .and_then(|perf| u32::try_from(perf.prefill_tokens).ok())
+        .filter(|&tokens| tokens > 0)
 }

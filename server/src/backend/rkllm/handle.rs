@@ -119,7 +119,7 @@ pub(super) enum CallbackMode<'m> {
     /// block), and for a logits run the log probabilities to report (the
     /// vocabulary, and how many of the likeliest tokens with each).
     Text {
-        budget: Option<u32>,
+        budget: Option<crate::plan::budget::PauseAt>,
         logprobs: Option<(Arc<Vocabulary>, usize)>,
     },
     /// A hidden-layer run: the rows are kept, no text is expected.
@@ -138,7 +138,7 @@ pub(super) enum CallbackMode<'m> {
 /// installed.
 enum Mode {
     Text {
-        budget: Option<u32>,
+        budget: Option<crate::plan::budget::PauseAt>,
         logprobs: Option<(Arc<Vocabulary>, usize)>,
     },
     Hidden,
@@ -248,7 +248,9 @@ impl ActiveRun {
         } else if self.cap.is_some_and(|cap| self.tokens >= cap) {
             self.capped = true;
             self.abort.abort(self.run_id);
-        } else if budget.is_some_and(|budget| sink.thinking() && sink.thought() >= budget) {
+        } else if budget
+            .is_some_and(|at| at.reached(sink.thinking(), sink.thought(), sink.tokens()))
+        {
             // The thinking took its budget: pause, for the runner to feed
             // the block's end (RKLLM_ABI.md §3.5c).
             self.budget_paused = true;

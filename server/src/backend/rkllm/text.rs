@@ -109,7 +109,7 @@ impl RkllmRunner {
         if let Some(tmp) = snapshot_to {
             let ran = matches!(&result, Ok(g) if g.finish_reason != FinishReason::Abort)
                 && !sink.cancel_token().is_cancelled();
-            self.keep_snapshot(prompt, &tmp, ran);
+            self.keep_snapshot(prompt, request.prompt.keeping(), &tmp, ran);
         }
         match (request.prompt.turns(), &result) {
             (Some(conversation), Ok(g))
@@ -161,7 +161,13 @@ impl RkllmRunner {
         if request.lora.is_some() {
             return None;
         }
-        self.restore_snapshot(&request.model, system, prompt, cancel)
+        self.restore_snapshot(
+            &request.model,
+            system,
+            prompt,
+            request.prompt.keeping(),
+            cancel,
+        )
     }
 
     /// What the plan reads of `request`.
@@ -335,7 +341,8 @@ fn generation_of(
     };
     Ok(Generation {
         usage: perf.map(|p| Usage {
-            prompt_tokens: u32::try_from(p.prefill_tokens).unwrap_or(0),
+            prompt_tokens: whole_prompt_tokens(request)
+                .unwrap_or_else(|| u32::try_from(p.prefill_tokens).unwrap_or(0)),
             completion_tokens: generated,
             reasoning_tokens: 0,
         }),
@@ -344,4 +351,16 @@ fn generation_of(
         memory_mb: perf.map(|p| f64::from(p.memory_usage_mb)),
         ..Generation::ended(finish_reason)
     })
+}
+
+/// The prompt's tokens by the model's tokenizer, when the runtime is given
+/// its whole text and nothing else (no turns of its own template, no
+/// images): what the request's usage reports, however much of it the
+/// runtime prefilled (a snapshot may have held the rest, a pause may have
+/// left no count).
+pub(super) fn whole_prompt_tokens(request: &ValidRunRequest) -> Option<u32> {
+    request
+        .prompt
+        .tokens
+        .filter(|_| request.prompt.turns().is_none() && request.images.is_empty())
 }
