@@ -62,15 +62,23 @@ pub fn requested_version(params: Option<&Value>) -> Option<&str> {
 }
 
 /// The refusal of a version the server does not speak.
+///
+/// An earlier revision the server speaks in sessions is not called
+/// unsupported: the message says where it is spoken.
 pub fn unsupported_version(requested: &str) -> RpcError {
-    RpcError::new(
-        codes::UNSUPPORTED_VERSION,
+    let message = if PROTOCOL_VERSIONS.contains(&requested) {
+        format!(
+            "protocol version `{requested}` is spoken in sessions (after `initialize`), not in a \
+             request that carries its version in `_meta`; such a request must name {MODERN}"
+        )
+    } else {
         format!(
             "unsupported protocol version `{requested}`; supported: {}",
             supported_versions().join(", ")
-        ),
-    )
-    .with_data(json!({"supported": supported_versions(), "requested": requested}))
+        )
+    };
+    RpcError::new(codes::UNSUPPORTED_VERSION, message)
+        .with_data(json!({"supported": supported_versions(), "requested": requested}))
 }
 
 /// Checks that a stateless request's `_meta` carries what the revision
@@ -209,6 +217,23 @@ mod tests {
         assert_eq!(other.code, codes::UNSUPPORTED_VERSION);
         assert_eq!(other.data.as_ref().unwrap()["requested"], "2099-01-01");
         assert_eq!(other.data.as_ref().unwrap()["supported"][0], MODERN);
+        assert!(
+            other
+                .message
+                .contains("unsupported protocol version `2099-01-01`")
+        );
+        // A revision spoken in sessions is never called unsupported.
+        let earlier = PROTOCOL_VERSIONS[0];
+        let session =
+            check_meta(meta(json!({META_VERSION: earlier, META_CAPABILITIES: {}})).as_ref())
+                .unwrap_err();
+        assert_eq!(session.code, codes::UNSUPPORTED_VERSION);
+        assert!(
+            !session.message.contains("unsupported"),
+            "{}",
+            session.message
+        );
+        assert!(session.message.contains(MODERN), "{}", session.message);
         let bare = check_meta(meta(json!({META_VERSION: MODERN})).as_ref()).unwrap_err();
         assert_eq!(bare.code, super::super::codes::INVALID_PARAMS);
     }
