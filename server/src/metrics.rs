@@ -48,6 +48,12 @@ struct ModelLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    model: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RefreshLabels {
     model: String,
     outcome: &'static str,
@@ -98,6 +104,9 @@ struct Metrics {
     tokenizer_memory: Family<ModelLabels, Gauge>,
     snapshot_hits: Family<ModelLabels, Counter>,
     snapshot_misses: Family<ModelLabels, Counter>,
+    prompt_tokens_reused: Family<ModelLabels, Counter>,
+    prompt_tokens_prefilled: Family<ModelLabels, Counter>,
+    prompt_cache_requests: Family<OutcomeLabels, Counter>,
     snapshot_files: Family<ModelLabels, Gauge>,
     snapshot_bytes: Family<ModelLabels, Gauge>,
     snapshot_refreshes: Family<RefreshLabels, Counter>,
@@ -179,6 +188,27 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "snapshot_misses",
         "Conversations sent whole with no snapshot to start from, per model",
         snapshot_misses.clone(),
+    );
+    let prompt_tokens_reused = Family::<ModelLabels, Counter>::default();
+    registry.register(
+        "prompt_tokens_reused",
+        "Prompt tokens a request started from (a snapshot, the prompt cache, the runtime's \
+         history), per model",
+        prompt_tokens_reused.clone(),
+    );
+    let prompt_tokens_prefilled = Family::<ModelLabels, Counter>::default();
+    registry.register(
+        "prompt_tokens_prefilled",
+        "Prompt tokens the runtime prefilled, per model",
+        prompt_tokens_prefilled.clone(),
+    );
+    let prompt_cache_requests = Family::<OutcomeLabels, Counter>::default();
+    registry.register(
+        "prompt_cache_requests",
+        "Requests of a conversation by what their prompt started from: hit (at least the \
+         conversation's previous prompt), partial (less), miss (nothing), new (a first request \
+         prefilled whole), shared (a first request started from a shared opening), per model",
+        prompt_cache_requests.clone(),
     );
     let snapshot_files = Family::<ModelLabels, Gauge>::default();
     registry.register(
@@ -301,6 +331,9 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         model_decode_tokens_per_second,
         snapshot_hits,
         snapshot_misses,
+        prompt_tokens_reused,
+        prompt_tokens_prefilled,
+        prompt_cache_requests,
         snapshot_files,
         snapshot_bytes,
         snapshot_refreshes,
@@ -408,6 +441,30 @@ pub fn snapshots(model: &str, report: SnapshotCounts) {
     m.snapshot_bytes
         .get_or_create(&labels)
         .set(i64::try_from(report.bytes).unwrap_or(i64::MAX));
+}
+
+/// Records the prompt tokens one request started from (`reused`) and
+/// those the runtime prefilled, and its conversation's `outcome` (see
+/// `engine::reuse`) when it belongs to one.
+pub fn prompt_reuse(model: &str, reused: u32, prefilled: u32, outcome: Option<&'static str>) {
+    let m = &*METRICS;
+    let labels = ModelLabels {
+        model: model.to_owned(),
+    };
+    m.prompt_tokens_reused
+        .get_or_create(&labels)
+        .inc_by(u64::from(reused));
+    m.prompt_tokens_prefilled
+        .get_or_create(&labels)
+        .inc_by(u64::from(prefilled));
+    if let Some(outcome) = outcome {
+        m.prompt_cache_requests
+            .get_or_create(&OutcomeLabels {
+                model: model.to_owned(),
+                outcome,
+            })
+            .inc();
+    }
 }
 
 /// Records a lane's idle work (a snapshot brought up to date) that took

@@ -72,6 +72,22 @@ pub struct Generation {
     /// The verdicts of a probe order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdicts: Option<Box<crate::plan::probe::Verdicts>>,
+    /// How much of the prompt the runtime prefilled, and how much it
+    /// started from (a snapshot, a prompt cache, its history), when the
+    /// runner knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_reuse: Option<PromptReuse>,
+}
+
+/// The prompt tokens of one request the runtime started from and those it
+/// prefilled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PromptReuse {
+    /// Tokens a snapshot, the model's prompt cache or the runtime's history
+    /// held already.
+    pub reused: u32,
+    /// Tokens the runtime prefilled.
+    pub prefilled: u32,
 }
 
 /// A model's conversation snapshots, as a run leaves them: the hits and
@@ -103,6 +119,7 @@ impl Generation {
             snapshots: None,
             idle_work: false,
             verdicts: None,
+            prompt_reuse: None,
         }
     }
 }
@@ -156,6 +173,18 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// The per-request parameters this backend applies, for `models`.
     fn overrides(&self) -> &'static [&'static str];
+
+    /// Whether its sampler takes a request's `seed`. The runtime's takes
+    /// none: there a seed is kept only where sampling is greedy.
+    fn seeded(&self) -> bool {
+        false
+    }
+
+    /// Whether `model` samples greedily (temperature 0) when a request
+    /// sets no temperature of its own.
+    fn greedy(&self, model: &ModelSpec) -> bool {
+        model.settings.temperature == Some(0.0)
+    }
 
     /// Whether its runners probe the runtime at load ([`Runner::verdicts`]):
     /// a request resting on a probed feature of a model not loaded yet

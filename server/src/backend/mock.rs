@@ -77,6 +77,10 @@ impl Backend for MockBackend {
         ALL_OVERRIDES
     }
 
+    fn seeded(&self) -> bool {
+        true
+    }
+
     fn context_length(&self, model: &ModelSpec) -> Option<u32> {
         Some(model.settings.max_context_len.unwrap_or(MOCK_CONTEXT_LEN))
     }
@@ -323,6 +327,13 @@ fn seed_of(request: &ValidRunRequest) -> u64 {
         h.bytes(&v.to_bits().to_le_bytes());
     }
     h.opt_f64(s.top_k.map(f64::from));
+    // A seed picks among the words as a sampler's would; greedy sampling
+    // (temperature 0) takes the likeliest whatever the seed. Only when
+    // set, so that unseeded requests say what they said before.
+    if let Some(seed) = s.seed.filter(|_| s.greedy() != Some(true)) {
+        h.bytes(b"seed");
+        h.bytes(&seed.to_le_bytes());
+    }
     h.0
 }
 
@@ -567,10 +578,11 @@ impl Runner for MockRunner {
             self.snapshots
                 .keep(&prompt, false, request.prompt.keeping());
         }
-        if let Ok(generation) = &mut result
-            && self.keeps_snapshots
-        {
-            generation.snapshots = Some(self.snapshots.report());
+        if let Ok(generation) = &mut result {
+            if self.keeps_snapshots {
+                generation.snapshots = Some(self.snapshots.report());
+            }
+            generation.prompt_reuse = Some(prefilled.reuse);
         }
         result
     }
@@ -740,7 +752,8 @@ impl MockRunner {
                     }
                 }
                 if let Some(top) = request.sampling.logprobs {
-                    sink.logprob(logprobs::of(piece, top, seed, emitted));
+                    let greedy = request.sampling.greedy() == Some(true);
+                    sink.logprob(logprobs::of(piece, top, seed, emitted, greedy));
                 }
                 emitted += 1;
                 if !sink.token_bytes(piece) {

@@ -21,8 +21,8 @@ mod utf8;
 pub mod vocabularies;
 
 pub use api::{
-    ALL_OVERRIDES, Backend, BackendError, BackendSettings, Generation, Runner, SnapshotReport,
-    files_present,
+    ALL_OVERRIDES, Backend, BackendError, BackendSettings, Generation, PromptReuse, Runner,
+    SnapshotReport, files_present,
 };
 pub use mock::{MockBackend, MockConfig};
 pub use request::{Constrained, ProbeOrder, ValidRunRequest};

@@ -23,6 +23,8 @@ pub(super) struct Job {
     pub keep_alive: Option<KeepAlive>,
     /// Its lane in the model's queue.
     pub priority: super::Priority,
+    /// The conversation it belongs to (`crate::service::conversation`).
+    pub conversation: Option<String>,
 }
 
 impl std::fmt::Debug for Job {
@@ -81,6 +83,8 @@ pub(super) struct Reports<'a> {
     pub verdicts: &'a parking_lot::Mutex<Option<crate::plan::probe::Verdicts>>,
     /// The model's profile, resolved again once its verdicts change.
     pub profile: &'a parking_lot::Mutex<Option<std::sync::Arc<super::profile::ModelProfile>>>,
+    /// Its conversations' previous prompts, for the prompt-cache metrics.
+    pub conversations: &'a parking_lot::Mutex<super::reuse::Conversations>,
 }
 
 /// Runs one job on `runner`, ending its stream. The runtime's KV cache
@@ -92,6 +96,7 @@ pub(super) fn run_job(runner: &mut dyn Runner, job: &Job, into: Reports<'_>) -> 
         snapshots,
         verdicts,
         profile,
+        conversations,
     } = into;
     let mut ran = JobRan {
         lost: None,
@@ -132,6 +137,20 @@ pub(super) fn run_job(runner: &mut dyn Runner, job: &Job, into: Reports<'_>) -> 
                 *profile.lock() = None;
             }
             end_generated(job, &generation, &seen);
+            if let Some(reuse) = generation.prompt_reuse
+                && generation.finish_reason != FinishReason::Abort
+            {
+                let outcome = job
+                    .conversation
+                    .as_deref()
+                    .map(|key| conversations.lock().record(key, reuse));
+                crate::metrics::prompt_reuse(
+                    &job.request.model,
+                    reuse.reused,
+                    reuse.prefilled,
+                    outcome.map(|o| o.as_str()),
+                );
+            }
             ran.idle_work = generation.idle_work;
         }
         Ok(Err(err)) => {

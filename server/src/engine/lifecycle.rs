@@ -186,6 +186,9 @@ pub(super) struct ModelSlot {
     pub profile: Mutex<Option<Arc<ModelProfile>>>,
     /// Stops its lane's idle work (see [`super::idle`]).
     pub idle_stop: super::idle::IdleStop,
+    /// How long each recent conversation's previous prompt was, for the
+    /// prompt-cache metrics (see [`super::reuse`]).
+    pub conversations: Mutex<super::reuse::Conversations>,
 }
 
 impl std::fmt::Debug for ModelSlot {
@@ -209,6 +212,7 @@ impl ModelSlot {
             verdicts: Mutex::new(None),
             profile: Mutex::new(None),
             idle_stop: super::idle::IdleStop::default(),
+            conversations: Mutex::default(),
         }
     }
 
@@ -649,6 +653,7 @@ fn run(
         snapshots: &slot.snapshots,
         verdicts: &slot.verdicts,
         profile: &slot.profile,
+        conversations: &slot.conversations,
     };
     let ran = run_job(r.as_mut(), &job, reports);
     let took = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u64;

@@ -16,6 +16,7 @@ mod output;
 mod priority;
 mod profile;
 mod request;
+mod reuse;
 mod scheduler;
 mod tokenizers;
 
@@ -28,7 +29,7 @@ pub use profile::ModelProfile;
 pub use request::{
     BYTES_PER_TOKEN, DEFAULT_MAX_RERANK_TOKENS, DEFAULT_MAX_SCHEMA_BYTES, RequestLimits,
     RunRequest, ValidationError, check_context, check_embedding, check_images, check_lora,
-    check_overrides, prompt_tokens, request_context,
+    check_overrides, check_seed, prompt_tokens, request_context,
 };
 pub use scheduler::{
     Engine, EngineError, EngineLimits, ModelInfo, NodeLoad, Readiness, Reservation,

@@ -42,6 +42,9 @@ pub struct RunRequest {
     pub context: Option<u64>,
     /// Probe the model's runtime again instead of generating (no prompt).
     pub probe: Option<crate::backend::ProbeOrder>,
+    /// The conversation it belongs to, for the prompt-cache metrics
+    /// (`crate::service::conversation`).
+    pub conversation: Option<String>,
 }
 
 /// The most stop strings a request may give, and the longest one.
@@ -279,12 +282,12 @@ pub fn check_context(
 }
 
 /// The context a request runs in: the window it asked for (`asked`,
-/// Ollama's `options.num_ctx`), which must fit the model's (`model`, when
-/// the backend knows it); the model's when it asked for none.
+/// Ollama's `options.num_ctx`), clamped to the model's (`model`, when the
+/// backend knows it) as Ollama clamps it, with a warning in the log; the
+/// model's when it asked for none.
 ///
 /// # Errors
-/// A [`ValidationError::Invalid`] on `options.num_ctx` naming the model's
-/// limit, for a window larger than the model's context.
+/// A [`ValidationError::Invalid`] on `options.num_ctx` for a window of 0.
 pub fn request_context(
     request: &ValidRunRequest,
     asked: Option<u64>,
@@ -295,16 +298,16 @@ pub fn request_context(
             "options.num_ctx",
             "`options.num_ctx` must be at least 1".into(),
         )),
-        (Some(asked), Some(limit)) if asked > u64::from(limit) => Err(invalid(
-            "options.num_ctx",
-            format!(
-                "`options.num_ctx` asks for a context of {asked} tokens, more than model `{}` \
-                 holds: its context is {limit} tokens (max_context_len, set when it loads); ask \
-                 for at most {limit}, or raise the model's max_context_len in the server's \
-                 config (up to what the model was converted for)",
-                request.model
-            ),
-        )),
+        (Some(asked), Some(limit)) if asked > u64::from(limit) => {
+            tracing::warn!(
+                model = %request.model,
+                asked,
+                context = limit,
+                "requested context size too large for model: `options.num_ctx` {asked} \
+                 clamped to the model's {limit} tokens (max_context_len)"
+            );
+            Ok(Some(limit))
+        }
         (Some(asked), _) => Ok(Some(u32::try_from(asked).unwrap_or(u32::MAX))),
         (None, model) => Ok(model),
     }
@@ -348,6 +351,34 @@ pub fn check_overrides(request: &ValidRunRequest, applied: &[&str]) -> Result<()
         )),
         None => Ok(()),
     }
+}
+
+/// Checks that a request's `seed` can be kept: by a backend whose sampler
+/// takes one, or where sampling is greedy (the request's temperature 0, or
+/// the model's when it sets none: `model_greedy`), where the same prompt
+/// gives the same text whatever the seed.
+///
+/// # Errors
+/// A [`ValidationError::Invalid`] on `seed` saying how to get the same text.
+pub fn check_seed(
+    request: &ValidRunRequest,
+    seeded: bool,
+    model_greedy: impl FnOnce() -> bool,
+) -> Result<(), ValidationError> {
+    let sampling = &request.sampling;
+    if sampling.seed.is_none() || seeded || sampling.greedy().unwrap_or_else(model_greedy) {
+        return Ok(());
+    }
+    Err(invalid(
+        "seed",
+        format!(
+            "`seed` cannot be kept by model `{}`: the NPU runtime's sampler takes no seed, so \
+             at a temperature above 0 the same seed would not give the same text; send \
+             `temperature: 0` (the same prompt then gives the same text, seed or not), or no \
+             `seed`",
+            request.model
+        ),
+    ))
 }
 
 /// Checks that a requested LoRA adapter is one of the model's.

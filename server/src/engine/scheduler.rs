@@ -779,10 +779,13 @@ impl Engine {
         let priority = request.priority;
         let constraint = request.constraint.take();
         let asked_context = request.context;
+        let conversation = request.conversation.take();
         let mut request = request.validate(slot.name().to_owned(), &self.limits.request)?;
         let model_context = self.shared.backend.context_length(&slot.spec);
         let context = super::request_context(&request, asked_context, model_context)?;
         super::check_overrides(&request, self.shared.backend.overrides())?;
+        let backend = &self.shared.backend;
+        super::check_seed(&request, backend.seeded(), || backend.greedy(&slot.spec))?;
         if !request.max_tokens_requested && self.limits.request.default_max_tokens.is_none() {
             // No length named, and no cap configured: until the model ends
             // or its context is full.
@@ -854,6 +857,7 @@ impl Engine {
                 reasoning: slot.spec.reasoning,
                 keep_alive,
                 priority,
+                conversation,
             },
             priority,
             now,

@@ -224,6 +224,24 @@ pub struct Options {
     pub tools: Option<String>,
     /// The thinking switch, when set.
     pub thinking: Option<bool>,
+    /// Where the model's own (Jinja) template takes a system message sent
+    /// after the conversation began ([`renders_late_system`] finds out).
+    pub late_system: LateSystem,
+}
+
+/// Where a system or developer message sent after the conversation began
+/// goes. Instructions before the first turn are one system prompt either
+/// way, so that it stays the same from request to request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LateSystem {
+    /// Where the client put it: the template renders a system message
+    /// anywhere (ChatML, Llama 3, Qwen2.5's and Qwen3's own).
+    InPlace,
+    /// Into the user or tool message beside it (see [`arrange_system`]):
+    /// for a template that takes one system prompt only (the runtime's
+    /// own, a Jinja template that refuses or moves a late one).
+    #[default]
+    Merged,
 }
 
 /// Why a request's input cannot become a prompt.
@@ -258,7 +276,14 @@ pub async fn build(
     let thinking = options.thinking.unwrap_or(false);
     match input {
         Input::Chat(messages) => {
-            let messages = system_first(messages);
+            let late = match template {
+                ChatTemplate::Builtin => LateSystem::Merged,
+                ChatTemplate::Jinja(_) => options.late_system,
+                ChatTemplate::ChatMl | ChatTemplate::Llama3 | ChatTemplate::Custom(_) => {
+                    LateSystem::InPlace
+                }
+            };
+            let messages = arrange_system(messages, late);
             let prefill = prefill_of(&messages);
             if prefill.is_some() {
                 return build_continuing(template, messages, options, render).await;
@@ -458,32 +483,122 @@ pub fn turns(messages: &[Message]) -> Vec<Turn> {
         .collect()
 }
 
-/// A conversation with its system messages first: instructions may come
-/// anywhere (an agent appends one after the first user message), and are
-/// gathered, in order, into one system message before the turns.
-pub fn system_first(messages: Vec<Message>) -> Vec<Message> {
-    let (system, turns): (Vec<Message>, Vec<Message>) = messages
-        .into_iter()
-        .partition(|m| m.speaker == Speaker::System);
-    if system.len() <= 1 && turns.is_empty() {
-        return system;
+/// Whether a conversation has a system or developer message after its
+/// first turn.
+pub fn has_late_system(input: &Input) -> bool {
+    match input {
+        Input::Chat(messages) => messages
+            .iter()
+            .skip_while(|m| m.speaker == Speaker::System)
+            .any(|m| m.speaker == Speaker::System),
+        Input::Prompt { .. } => false,
     }
-    let mut out = Vec::with_capacity(turns.len() + 1);
-    if !system.is_empty() {
-        let text: Vec<String> = system.iter().map(Message::rendered).collect();
-        out.push(Message::text(Speaker::System, text.join("\n\n")));
+}
+
+/// A conversation with the system messages before its first turn made one
+/// system prompt, and those sent later placed as `late` says: kept where
+/// they are, or merged into a message beside them. A merged one goes to
+/// the end of the user or tool message just before it (an agent's reminder
+/// after a tool result), else to the start of the next user or tool message
+/// (an instruction sent with a new question), else to the end of the last
+/// user or tool message: each place is one the conversation's next request
+/// writes the same way, so only the message it joins changes, and the
+/// system prompt never does.
+pub fn arrange_system(messages: Vec<Message>, late: LateSystem) -> Vec<Message> {
+    let lead = messages
+        .iter()
+        .take_while(|m| m.speaker == Speaker::System)
+        .count();
+    let mut messages = messages.into_iter();
+    let mut out: Vec<Message> = Vec::new();
+    let leading: Vec<Message> = messages.by_ref().take(lead).collect();
+    match <[Message; 1]>::try_from(leading) {
+        Ok([one]) => out.push(one),
+        Err(leading) if !leading.is_empty() => {
+            let text: Vec<String> = leading.iter().map(Message::rendered).collect();
+            out.push(Message::text(Speaker::System, text.join("\n\n")));
+        }
+        Err(_) => {}
     }
-    out.extend(turns);
+    let speaks = |m: &Message| matches!(m.speaker, Speaker::User | Speaker::Tool);
+    let mut waiting: Vec<String> = Vec::new();
+    for message in messages {
+        if late == LateSystem::InPlace {
+            out.push(message);
+            continue;
+        }
+        if message.speaker == Speaker::System {
+            let text = message.rendered();
+            match out.last_mut() {
+                Some(before) if waiting.is_empty() && speaks(before) => {
+                    before.parts.push(Part::Text(format!("\n\n{text}")));
+                }
+                _ => waiting.push(text),
+            }
+            continue;
+        }
+        let mut message = message;
+        if !waiting.is_empty() && speaks(&message) {
+            let text = std::mem::take(&mut waiting).join("\n\n");
+            message.parts.insert(0, Part::Text(format!("{text}\n\n")));
+        }
+        out.push(message);
+    }
+    if !waiting.is_empty() {
+        let text = waiting.join("\n\n");
+        match out.iter_mut().rev().find(|m| speaks(m)) {
+            Some(last) => last.parts.push(Part::Text(format!("\n\n{text}"))),
+            None => out.push(Message::text(Speaker::System, text)),
+        }
+    }
     out
 }
 
+/// Whether `template` renders a system message sent after the first turn
+/// where it was sent: a short conversation with one (markers for texts) is
+/// rendered once, and the late message must be written once, after the
+/// reply before it and before the question after it. A template that
+/// raises on it (one system prompt only), drops it or moves it does not.
+pub async fn renders_late_system(template: &JinjaTemplate, render: &impl Render) -> bool {
+    const MARKS: [(Speaker, &str); 5] = [
+        (Speaker::System, "rkllm-probe-first-system"),
+        (Speaker::User, "rkllm-probe-first-question"),
+        (Speaker::Assistant, "rkllm-probe-first-answer"),
+        (Speaker::System, "rkllm-probe-late-system"),
+        (Speaker::User, "rkllm-probe-second-question"),
+    ];
+    let messages: Vec<Message> = MARKS
+        .iter()
+        .map(|&(speaker, text)| Message::text(speaker, text))
+        .collect();
+    let Ok(text) = render
+        .render(render_job(template, &messages, None, None))
+        .await
+    else {
+        return false;
+    };
+    let at: Vec<Option<usize>> = MARKS.iter().map(|(_, mark)| text.find(mark)).collect();
+    let late = MARKS[3].1;
+    at.windows(2)
+        .skip(1)
+        .all(|w| matches!(w, [Some(a), Some(b)] if a < b))
+        && text.matches(late).count() == 1
+}
+
 /// The prompt and role to send for a conversation (its system messages
-/// first, see [`system_first`]).
+/// arranged, see [`arrange_system`]). System messages after the last one
+/// (kept in place) do not change whose turn it is.
 ///
 /// # Errors
-/// When there is no message, or the last one is not from the user or a tool.
+/// When there is no message, or the last one besides those is not from the
+/// user or a tool.
 pub fn prompt_of(messages: &[Message]) -> Result<(String, Role), String> {
-    let last = messages.last().ok_or("`messages` must not be empty")?;
+    let last = messages
+        .iter()
+        .rev()
+        .find(|m| m.speaker != Speaker::System)
+        .or(messages.last())
+        .ok_or("`messages` must not be empty")?;
     let role = match last.speaker {
         Speaker::User => Role::User,
         Speaker::Tool => Role::Tool,
@@ -568,24 +683,120 @@ mod tests {
         assert_eq!(prompt, format!("{}\nuser: More?", transcript(&held)));
     }
 
+    fn said(messages: &[Message]) -> Vec<(Speaker, String)> {
+        messages.iter().map(|m| (m.speaker, m.rendered())).collect()
+    }
+
     #[test]
-    fn system_messages_anywhere_are_gathered_first() {
-        let messages = system_first(vec![
+    fn leading_system_messages_are_one_prompt_and_late_ones_stay_in_place() {
+        let messages = vec![
             Message::text(Speaker::System, "a"),
-            Message::text(Speaker::User, "q"),
             Message::text(Speaker::System, "b"),
-        ]);
+            Message::text(Speaker::User, "q"),
+            Message::text(Speaker::System, "late"),
+        ];
+        let placed = arrange_system(messages.clone(), LateSystem::InPlace);
         assert_eq!(
-            messages,
-            vec![
-                Message::text(Speaker::System, "a\n\nb"),
-                Message::text(Speaker::User, "q")
+            said(&placed),
+            [
+                (Speaker::System, "a\n\nb".into()),
+                (Speaker::User, "q".into()),
+                (Speaker::System, "late".into())
             ]
         );
+        // A system message after the last question is not the turn's end.
+        assert_eq!(prompt_of(&placed).unwrap().1, Role::User);
+        assert!(has_late_system(&Input::Chat(messages)));
+        assert!(!has_late_system(&Input::Chat(vec![
+            Message::text(Speaker::System, "a"),
+            Message::text(Speaker::User, "q"),
+        ])));
+    }
+
+    #[test]
+    fn merged_late_system_messages_join_the_message_beside_them_and_the_prompt_stays() {
+        let first = vec![
+            Message::text(Speaker::System, "rules"),
+            Message::text(Speaker::User, "q1"),
+            Message::text(Speaker::System, "env"),
+        ];
+        let merged = arrange_system(first.clone(), LateSystem::Merged);
         assert_eq!(
-            prompt_of(&messages).unwrap(),
-            ("a\n\nb\n\nq".into(), Role::User)
+            said(&merged),
+            [
+                (Speaker::System, "rules".into()),
+                (Speaker::User, "q1\n\nenv".into())
+            ]
         );
+        // The next request writes the same messages the same way, and the
+        // reminder after a tool result joins that result.
+        let mut next = first;
+        next.extend([
+            Message::text(Speaker::Assistant, "a1"),
+            Message::text(Speaker::Tool, "result"),
+            Message::text(Speaker::System, "12000 tokens left"),
+        ]);
+        let next = arrange_system(next, LateSystem::Merged);
+        assert_eq!(&said(&next)[..2], &said(&merged)[..]);
+        assert_eq!(
+            said(&next)[3],
+            (Speaker::Tool, "result\n\n12000 tokens left".into())
+        );
+        // After a reply, an instruction sent with a new question opens it.
+        let asked = arrange_system(
+            vec![
+                Message::text(Speaker::User, "q1"),
+                Message::text(Speaker::Assistant, "a1"),
+                Message::text(Speaker::System, "be brief"),
+                Message::text(Speaker::User, "q2"),
+            ],
+            LateSystem::Merged,
+        );
+        assert_eq!(
+            said(&asked),
+            [
+                (Speaker::User, "q1".into()),
+                (Speaker::Assistant, "a1".into()),
+                (Speaker::User, "be brief\n\nq2".into())
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_template_that_renders_a_late_system_message_in_place_is_told_apart() {
+        let jinja = |source: &str| JinjaTemplate {
+            source: source.into(),
+            bos_token: String::new(),
+            eos_token: String::new(),
+        };
+        let anywhere =
+            jinja("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>");
+        assert!(renders_late_system(&anywhere, &InThread).await);
+        let first_only = jinja(
+            "{% for m in messages %}{% if m.role == 'system' and not loop.first %}\
+             {{ raise_exception('System role only first') }}{% endif %}\
+             <{{ m.role }}>{{ m.content }}{% endfor %}",
+        );
+        assert!(!renders_late_system(&first_only, &InThread).await);
+        let gathered = jinja(
+            "{% for m in messages if m.role == 'system' %}{{ m.content }}{% endfor %}\
+             {% for m in messages if m.role != 'system' %}<{{ m.role }}>{{ m.content }}{% endfor %}",
+        );
+        assert!(!renders_late_system(&gathered, &InThread).await);
+    }
+
+    #[tokio::test]
+    async fn the_published_qwen_and_llama_templates_render_a_late_system_message_in_place() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/chat-templates");
+        for file in ["qwen2.5.jinja", "qwen3.jinja", "llama3.2.jinja"] {
+            let template = JinjaTemplate {
+                source: std::fs::read_to_string(dir.join(file)).unwrap(),
+                bos_token: String::new(),
+                eos_token: String::new(),
+            };
+            assert!(renders_late_system(&template, &InThread).await, "{file}");
+        }
     }
 
     #[test]

@@ -54,6 +54,10 @@ pub struct Sampling {
     /// none are read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<u8>,
+    /// The seed of the sampler's random choices: the same seed, prompt and
+    /// settings give the same text. `None`: the backend's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
 }
 
 /// A thinking budget and how it was asked for.
@@ -86,6 +90,18 @@ impl ThinkingBudget {
 }
 
 impl Sampling {
+    /// A client's seed: -1 (llama.cpp's and Ollama's "random") is none;
+    /// another negative one is its two's-complement bits.
+    pub fn client_seed(seed: Option<i64>) -> Option<u64> {
+        seed.filter(|&s| s != -1).map(|s| s as u64)
+    }
+
+    /// Whether this request's own temperature makes sampling greedy (the
+    /// likeliest token each step, whatever the seed); `None`: it sets none.
+    pub fn greedy(&self) -> Option<bool> {
+        self.temperature.map(|t| t == 0.0)
+    }
+
     /// The per-request parameter names this request sets (as in
     /// `ALL_OVERRIDES`), for refusing those a backend cannot apply.
     pub fn set_fields(&self) -> Vec<&'static str> {

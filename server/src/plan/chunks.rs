@@ -28,6 +28,9 @@ pub struct Chunks {
     pub rest: Vec<Vec<i32>>,
     /// The prompt's tokens in all.
     pub total: u32,
+    /// Of those, the tokens at its start a loaded prompt cache (a
+    /// snapshot) covers: not prefilled again.
+    pub covered: u32,
 }
 
 impl Chunks {
@@ -38,6 +41,7 @@ impl Chunks {
             first_tokens: 0,
             rest: Vec::new(),
             total: 0,
+            covered: 0,
         }
     }
 
@@ -106,6 +110,7 @@ impl Chunks {
             first_tokens: u32::try_from(edge).unwrap_or(u32::MAX),
             rest,
             total: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+            covered: u32::try_from(covered).unwrap_or(u32::MAX),
         })
     }
 }

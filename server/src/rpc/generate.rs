@@ -84,6 +84,7 @@ pub(super) async fn prepare(state: &Services, p: &mut Params) -> Result<Prepared
             mirostat_eta: p.opt_f64("mirostat_eta")?,
             thinking_budget: None,
             logprobs: None,
+            seed: p.opt_int("seed", 0, u64::MAX)?,
         },
         stop,
         thinking: p.opt_bool("enable_thinking")?,

@@ -15,6 +15,7 @@
 
 pub mod address_filter;
 pub mod background;
+pub mod conversation;
 mod embed;
 mod error;
 mod event;
@@ -48,7 +49,7 @@ pub use crate::engine::{ALL_OVERRIDES, KeepAlive, ModelInfo, ModelState, Priorit
 /// Images an API carries as text, and the tag a prompt marks each with.
 pub use crate::model::image::{IMAGE_TAG, decode_base64_image};
 /// What a model is given, as the APIs write it (the model's own types).
-pub use crate::model::prompt::{prompt_of, system_first, turns};
+pub use crate::model::prompt::{prompt_of, turns};
 pub use crate::model::{
     ImageSource, Input, Message, Part, Role, Sampling, Speaker, ThinkingBudget, ToolCall,
 };
@@ -57,7 +58,7 @@ pub use crate::vocab::{TokenLogprob, token_text};
 
 use crate::engine::{Engine, Reservation, RunRequest};
 use crate::model::constraint::Constraint;
-use crate::model::prompt::{self, Options};
+use crate::model::prompt::{self, LateSystem, Options};
 use crate::sandbox::Sandbox;
 use crate::stream::PrivateStream;
 
@@ -72,7 +73,15 @@ pub struct Service {
     /// Whether a request that names no lane is put in the background lane
     /// when its prompt is a known client's background task.
     detect_background: bool,
+    /// Whether each model template seen (by a hash of its text) renders a
+    /// system message sent after the first turn in place: found once, by a
+    /// render, the first time a conversation has one.
+    late_system: parking_lot::Mutex<std::collections::HashMap<u64, LateSystem>>,
 }
+
+/// Templates whose answer [`Service`] remembers; past it the memory starts
+/// over (a server has a handful of models).
+const LATE_SYSTEM_TEMPLATES: usize = 64;
 
 /// A request ready for the engine.
 #[derive(Debug)]
@@ -111,7 +120,61 @@ impl Service {
             remote_images,
             max_embedding_inputs,
             detect_background: true,
+            late_system: parking_lot::Mutex::default(),
         }
+    }
+
+    /// Builds the prompt of `input` for a model with `template` (in the
+    /// sandbox when it is the model's own), placing a late system message
+    /// where the template takes it.
+    async fn build_prompt(
+        &self,
+        template: &crate::model::ChatTemplate,
+        input: crate::model::Input,
+        tools: Option<String>,
+        thinking: Option<bool>,
+    ) -> Result<(crate::model::Prompt, Vec<crate::model::ImageSource>), ServiceError> {
+        let late_system = match template {
+            crate::model::ChatTemplate::Jinja(jinja) if prompt::has_late_system(&input) => {
+                self.late_system_of(jinja).await
+            }
+            _ => LateSystem::default(),
+        };
+        let options = Options {
+            tools,
+            thinking,
+            late_system,
+        };
+        prompt::build(template, input, options, self.sandbox.as_ref())
+            .await
+            .map_err(|e| ServiceError::invalid(e.field, e.message))
+    }
+
+    /// Where `template` takes a late system message, found by a render the
+    /// first time and remembered.
+    async fn late_system_of(&self, template: &crate::model::JinjaTemplate) -> LateSystem {
+        use std::hash::BuildHasher;
+        let key =
+            std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+                .hash_one(&template.source);
+        if let Some(known) = self.late_system.lock().get(&key) {
+            return *known;
+        }
+        let late = if prompt::renders_late_system(template, self.sandbox.as_ref()).await {
+            LateSystem::InPlace
+        } else {
+            LateSystem::Merged
+        };
+        tracing::debug!(
+            ?late,
+            "the model's template and a system message after the first turn"
+        );
+        let mut known = self.late_system.lock();
+        if known.len() >= LATE_SYSTEM_TEMPLATES {
+            known.clear();
+        }
+        known.insert(key, late);
+        late
     }
 
     /// This service with the matching of known clients' background tasks
@@ -191,22 +254,16 @@ impl Service {
             Priority::Background => Some(false),
             Priority::Interactive => request.thinking,
         };
+        let conversation = conversation::key(request.session.as_deref(), &request.input);
         let (prompt, sources) = match request.suffix {
             Some(suffix) => {
                 let prompt = self.fill_in(&profile, request.input, &suffix).await?;
                 (prompt, Vec::new())
             }
-            None => prompt::build(
-                &profile.template,
-                request.input,
-                Options {
-                    tools: offered,
-                    thinking,
-                },
-                self.sandbox.as_ref(),
-            )
-            .await
-            .map_err(|e| ServiceError::invalid(e.field, e.message))?,
+            None => {
+                self.build_prompt(&profile.template, request.input, offered, thinking)
+                    .await?
+            }
         };
         // The rendered prompt within its bound too, before it is counted.
         too_large(
@@ -235,6 +292,7 @@ impl Service {
             priority,
             context: request.context,
             probe: None,
+            conversation,
         };
         Ok(Prepared {
             run,
@@ -401,17 +459,14 @@ impl Service {
             offer_tools.then(|| serde_json::Value::Array(request.tools.clone()).to_string());
         let profile = self.engine.profile(request.model.as_deref())?;
         let template = &profile.template;
-        let (prompt, _) = prompt::build(
-            template,
-            request.input.clone(),
-            Options {
-                tools: offered.clone(),
-                thinking: request.thinking,
-            },
-            self.sandbox.as_ref(),
-        )
-        .await
-        .map_err(|e| ServiceError::invalid(e.field, e.message))?;
+        let (prompt, _) = self
+            .build_prompt(
+                template,
+                request.input.clone(),
+                offered.clone(),
+                request.thinking,
+            )
+            .await?;
         // The runtime's own template writes the tools itself.
         let mut text = prompt.text;
         if let (crate::model::ChatTemplate::Builtin, Some(tools)) = (template, offered) {

@@ -80,6 +80,9 @@ pub struct Generate {
     /// The text after the gap the answer fills (fill-in-the-middle; the
     /// input is then a prompt: the text before it).
     pub suffix: Option<String>,
+    /// The session the body names (`prompt_cache_key`, Anthropic's
+    /// `metadata.user_id`), for the conversation's key (`conversation`).
+    pub session: Option<String>,
 }
 
 impl Generate {

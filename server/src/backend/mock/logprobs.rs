@@ -8,11 +8,17 @@ use super::{Rng, WORDS};
 use crate::vocab::TokenLogprob;
 
 /// The log probability of the token `piece`, emitted `index`-th in the
-/// reply of the request hashed to `seed`, with `top` alternatives.
-pub(super) fn of(piece: &[u8], top: u8, seed: u64, index: u64) -> TokenLogprob {
+/// reply of the request hashed to `seed`, with `top` alternatives. As a
+/// sampler's pick: under greedy sampling (`greedy`, temperature 0) the
+/// likeliest token, so first among the alternatives; otherwise a token the
+/// distribution gave some mass, among the alternatives with its own value
+/// whenever any are asked for.
+pub(super) fn of(piece: &[u8], top: u8, seed: u64, index: u64, greedy: bool) -> TokenLogprob {
     let mut rng = Rng::new(seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    // The token's own probability: between about 0.2 and 1.
-    let p = 0.2 + 0.8 * (rng.below(1000) as f64 / 1000.0);
+    // The token's own probability: between 0.4 and 1 when greedy (above
+    // the (1 - p) / 2 of the likeliest alternative), else 0.2 and 1.
+    let low = if greedy { 0.4 } else { 0.2 };
+    let p = low + (1.0 - low) * (rng.below(1000) as f64 / 1000.0);
     let logprob = p.ln() as f32;
     let mut entries: Vec<(Vec<u8>, f32)> = vec![(piece.to_vec(), logprob)];
     // The rest of the mass, halved from one alternative to the next.
@@ -27,8 +33,18 @@ pub(super) fn of(piece: &[u8], top: u8, seed: u64, index: u64) -> TokenLogprob {
         entries.push((word.into_bytes(), rest.max(f64::MIN_POSITIVE).ln() as f32));
         rest /= 2.0;
     }
+    // Likeliest first; the pick keeps its place among those reported (a
+    // stable sort keeps it ahead of an alternative of the same value).
     entries.sort_by(|a, b| b.1.total_cmp(&a.1));
-    entries.truncate(usize::from(top));
+    let kept = usize::from(top);
+    if kept > 0
+        && let Some(at) = entries.iter().position(|(b, _)| b.as_slice() == piece)
+        && at >= kept
+    {
+        let pick = entries.remove(at);
+        entries.insert(kept - 1, pick);
+    }
+    entries.truncate(kept);
     TokenLogprob::new(piece, logprob, entries)
 }
 
@@ -85,8 +101,8 @@ mod tests {
 
     #[test]
     fn values_are_probabilities_sorted_and_the_same_each_time() {
-        let a = of(b" NPU", 5, 7, 3);
-        assert_eq!(a, of(b" NPU", 5, 7, 3));
+        let a = of(b" NPU", 5, 7, 3, false);
+        assert_eq!(a, of(b" NPU", 5, 7, 3, false));
         assert!(a.logprob() <= 0.0);
         let top: Vec<_> = a.top().collect();
         assert_eq!(top.len(), 5);
@@ -97,6 +113,26 @@ mod tests {
         );
         let mass: f64 = top.iter().map(|(_, lp)| f64::from(*lp).exp()).sum();
         assert!(mass <= 1.0 + 1e-6, "{mass}");
-        assert_eq!(of(b"x", 0, 1, 1).top().len(), 0);
+        assert_eq!(of(b"x", 0, 1, 1, false).top().len(), 0);
+    }
+
+    #[test]
+    fn the_pick_is_first_when_greedy_and_among_the_alternatives_otherwise() {
+        for index in 0..500 {
+            for top in 1..=20 {
+                let greedy = of(b" NPU", top, 11, index, true);
+                let first = greedy.top().next().unwrap();
+                assert_eq!(first, (&b" NPU"[..], greedy.logprob()), "{index} {top}");
+                let sampled = of(b" NPU", top, 11, index, false);
+                assert!(
+                    sampled
+                        .top()
+                        .any(|(b, lp)| b == b" NPU" && lp == sampled.logprob()),
+                    "{index} {top}: {sampled:?}"
+                );
+                let mass: f64 = sampled.top().map(|(_, lp)| f64::from(lp).exp()).sum();
+                assert!(mass <= 1.0 + 1e-6, "{mass}");
+            }
+        }
     }
 }

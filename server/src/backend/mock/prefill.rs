@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use super::MockRunner;
-use crate::backend::{SnapshotReport, TokenSink, ValidRunRequest};
+use crate::backend::{PromptReuse, SnapshotReport, TokenSink, ValidRunRequest};
 use crate::plan::chunks::Chunks;
 use crate::plan::snapshots::{self as plan, Kept, Load, Store, common_prefix};
 use crate::plan::start::{self, Ask, Send};
@@ -89,6 +89,8 @@ impl Snapshots {
 pub(super) struct Prefilled {
     /// The prompt tokens to report.
     pub tokens: u32,
+    /// What the run started from and what it prefilled.
+    pub reuse: PromptReuse,
     /// Whether the client left during it.
     pub left: bool,
     /// The snapshot to keep once the run went well (the prompt's).
@@ -115,10 +117,17 @@ impl MockRunner {
         };
         let send = start::send(&ask, &self.conversation, true);
         if let Send::Continue(turn) = send {
-            let tokens = self.count(&turn.text);
+            let tokens = u32::try_from(self.count(&turn.text).max(1)).unwrap_or(u32::MAX);
             let left = !delay.is_zero() && sink.cancel_token().wait_timeout(delay);
             return Prefilled {
-                tokens: u32::try_from(tokens.max(1)).unwrap_or(u32::MAX),
+                tokens,
+                reuse: PromptReuse {
+                    reused: request
+                        .prompt
+                        .tokens
+                        .map_or(0, |w| w.saturating_sub(tokens)),
+                    prefilled: tokens,
+                },
                 left,
                 keep: None,
             };
@@ -129,16 +138,25 @@ impl MockRunner {
         match chunks {
             Some(chunks) => self.prefill_chunks(sink, &chunks, delay, keep),
             None => {
-                let tokens = if covered > 0 {
-                    self.count(&request.prompt.text[covered..])
+                let (tokens, reused) = if covered > 0 {
+                    let prompt = &request.prompt.text;
+                    (
+                        self.count(&prompt[covered..]),
+                        self.count(&prompt[..covered]),
+                    )
                 } else if request.prompt.prefill.is_none() && request.prompt.tokens.is_some() {
-                    request.prompt.tokens.unwrap_or_default() as usize
+                    (request.prompt.tokens.unwrap_or_default() as usize, 0)
                 } else {
-                    self.count(&super::input_of(request))
+                    (self.count(&super::input_of(request)), 0)
                 };
                 let left = !delay.is_zero() && sink.cancel_token().wait_timeout(delay);
+                let tokens = u32::try_from(tokens.max(1)).unwrap_or(u32::MAX);
                 Prefilled {
-                    tokens: u32::try_from(tokens.max(1)).unwrap_or(u32::MAX),
+                    tokens,
+                    reuse: PromptReuse {
+                        reused: u32::try_from(reused).unwrap_or(u32::MAX),
+                        prefilled: tokens,
+                    },
                     left,
                     keep,
                 }
@@ -241,6 +259,10 @@ impl MockRunner {
             if !sink.is_open() || (!share.is_zero() && sink.cancel_token().wait_timeout(share)) {
                 return Prefilled {
                     tokens: chunks.total,
+                    reuse: PromptReuse {
+                        reused: chunks.covered,
+                        prefilled: chunks.total.saturating_sub(chunks.covered),
+                    },
                     left: true,
                     keep: None,
                 };
@@ -253,6 +275,10 @@ impl MockRunner {
         }
         Prefilled {
             tokens: chunks.total,
+            reuse: PromptReuse {
+                reused: chunks.covered,
+                prefilled: chunks.total.saturating_sub(chunks.covered),
+            },
             left: false,
             keep,
         }

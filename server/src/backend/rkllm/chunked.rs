@@ -114,6 +114,10 @@ impl RkllmRunner {
             prompt_tokens: chunks.total,
             ..u
         });
+        generation.prompt_reuse = Some(crate::backend::PromptReuse {
+            reused: chunks.covered,
+            prefilled: chunks.total.saturating_sub(chunks.covered),
+        });
         generation.runtime_timings = None;
         Ok(generation)
     }

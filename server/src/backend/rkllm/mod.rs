@@ -265,6 +265,10 @@ impl Backend for RkllmBackend {
         u32::try_from(self.init_for(model).max_context_len).ok()
     }
 
+    fn greedy(&self, model: &ModelSpec) -> bool {
+        self.init_for(model).sampling.temperature == 0.0
+    }
+
     fn probes(&self) -> bool {
         true
     }

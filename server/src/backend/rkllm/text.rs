@@ -82,6 +82,7 @@ impl RkllmRunner {
         self.held.dirty |= keep_history;
         let checked = keep_history && self.held.history.checks();
         let before = if checked { self.handle.kv_size() } else { None };
+        let continued = matches!(send, Send::Continue(_));
         let chunks = start::chunk_size(&self.profile, &ask, send)
             .and_then(|size| self.chunks_for(request, prompt, size));
         if chunks.is_some() && !self.profile.features.snapshots.on {
@@ -106,6 +107,17 @@ impl RkllmRunner {
                 },
             ),
         };
+        let mut result = result;
+        if let (true, Ok(generation)) = (continued, result.as_mut()) {
+            // The runtime prefilled the new message on the history it held.
+            generation.prompt_reuse =
+                generation
+                    .prompt_reuse
+                    .map(|r| crate::backend::PromptReuse {
+                        reused: before.unwrap_or(0),
+                        ..r
+                    });
+        }
         if let Some(tmp) = snapshot_to {
             let ran = matches!(&result, Ok(g) if g.finish_reason != FinishReason::Abort)
                 && !sink.cancel_token().is_cancelled();
@@ -345,6 +357,15 @@ fn generation_of(
                 .unwrap_or_else(|| u32::try_from(p.prefill_tokens).unwrap_or(0)),
             completion_tokens: generated,
             reasoning_tokens: 0,
+        }),
+        // What the runtime prefilled is its own count; the rest of the
+        // prompt's tokens it started from.
+        prompt_reuse: perf.map(|p| {
+            let prefilled = u32::try_from(p.prefill_tokens).unwrap_or(0);
+            crate::backend::PromptReuse {
+                reused: whole_prompt_tokens(request).map_or(0, |w| w.saturating_sub(prefilled)),
+                prefilled,
+            }
         }),
         runtime_timings: perf
             .map(|p| (f64::from(p.prefill_time_ms), f64::from(p.generate_time_ms))),

@@ -37,6 +37,9 @@ pub struct Request {
     pub output_config: Option<OutputConfig>,
     /// `"auto"` or `"standard_only"`: this server has one tier.
     pub service_tier: Option<String>,
+    /// `user_id` names the caller's session (Claude Code's holds its
+    /// session id): read for the conversation's key only.
+    pub metadata: Option<Value>,
 }
 
 /// A tool: a client tool (`{name, description?, input_schema}`, `type`
@@ -273,6 +276,12 @@ impl Request {
             context: None,
             max_tool_calls: one_call.then_some(1),
             suffix: None,
+            session: self
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get("user_id"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
         })
     }
 }

@@ -224,6 +224,7 @@ impl Options {
             mirostat_eta: self.mirostat_eta.filter(|_| mirostat.is_some()),
             thinking_budget: None,
             logprobs: None,
+            seed: Sampling::client_seed(self.seed),
         }
     }
 
@@ -349,7 +350,6 @@ impl GenerateRequest {
             .collect();
         self.options.check()?;
         let logprobs = logprobs(self.logprobs, self.top_logprobs)?;
-        let _ = self.options.seed;
         Ok(Generate {
             model,
             input: Input::Prompt {
@@ -439,7 +439,6 @@ impl ChatRequest {
             .collect::<Result<Vec<_>, _>>()?;
         self.options.check()?;
         let logprobs = logprobs(self.logprobs, self.top_logprobs)?;
-        let _ = self.options.seed;
         Ok(Generate {
             model,
             input: Input::Chat(messages),
@@ -460,6 +459,7 @@ impl ChatRequest {
             context: self.options.num_ctx,
             max_tool_calls: None,
             suffix: None,
+            session: None,
         })
     }
 }
@@ -541,7 +541,14 @@ mod tests {
             "mirostat": 0, "mirostat_tau": 5.0, "num_ctx": 2048, "seed": 42
         }})))
         .unwrap();
-        assert_eq!(g.sampling, Sampling::default());
+        // The seed is read: the sampler's choices follow it.
+        assert_eq!(
+            g.sampling,
+            Sampling {
+                seed: Some(42),
+                ..Sampling::default()
+            }
+        );
         assert_eq!(g.context, Some(2048));
         let g = chat(base(json!({"options": {"mirostat": 2, "mirostat_tau": 3.0,
                                               "mirostat_eta": 0.2}})))

@@ -358,12 +358,10 @@ impl Request {
         }
         self.refuse_unsupported()?;
         let _ = (
-            self.seed,
             &self.user,
             &self.metadata,
             &self.verbosity,
             &self.safety_identifier,
-            &self.prompt_cache_key,
         );
         let max_tool_calls = (self.parallel_tool_calls == Some(false)).then_some(1);
         let input = if chat {
@@ -401,6 +399,7 @@ impl Request {
                     .reasoning_effort
                     .as_deref()
                     .and_then(crate::service::ThinkingBudget::of_effort),
+                seed: Sampling::client_seed(self.seed),
                 ..Sampling::default()
             },
             max_tokens: self.max_completion_tokens.or(self.max_tokens),
@@ -418,6 +417,7 @@ impl Request {
             context: None,
             max_tool_calls,
             suffix: self.suffix.filter(|s| !s.is_empty()),
+            session: self.prompt_cache_key,
         })
     }
 

@@ -610,6 +610,7 @@ impl Request {
                 context: None,
                 max_tool_calls: (self.parallel_tool_calls == Some(false)).then_some(1),
                 suffix: None,
+                session: self.prompt_cache_key.clone(),
             },
             instructions: self.instructions.filter(|i| !i.is_empty()),
             input,
