@@ -167,6 +167,29 @@ async fn continues_fim_request_reaches_the_runtime_as_prefix_suffix_middle() {
         "the snapshot covers the prefix ({cached} bytes): {second}"
     );
 
+    // Continue's default `num_ctx` (8192) on a model with a smaller
+    // context: clamped to the model's, as Ollama does, and said in the log.
+    assert!(num_ctx < 8192, "{parameters}");
+    let lines = ndjson(
+        &server,
+        "/api/generate",
+        continue_body("coder_rk3588", &typed, suffix, 8192),
+    )
+    .await;
+    let text: String = lines
+        .iter()
+        .filter_map(|l| l["response"].as_str())
+        .collect();
+    assert_eq!(text, MIDDLE, "{lines:?}");
+    assert!(
+        server
+            .log()
+            .iter()
+            .any(|l| l.contains("requested context size too large") && l.contains("8192")),
+        "{:?}",
+        server.log()
+    );
+
     // `/v1/completions` with a suffix is the same.
     let completion = server
         .post_json(

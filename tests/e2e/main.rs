@@ -4,12 +4,14 @@
 mod harness;
 
 mod accounting;
+mod agent_cache;
 mod board;
 mod browser_guard;
 mod chunked_prefill;
 mod cli_store;
 mod cluster;
 mod connections;
+mod conversations;
 mod domains;
 mod embeddings;
 mod errors;

@@ -152,3 +152,75 @@ def test_what_cannot_be_given_is_refused_naming_the_field(base):
         ollama_top = http.post("/api/chat", json={
             "model": "mock", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2, "stream": False})
         assert ollama_top.status_code == 400 and "top_logprobs" in ollama_top.json()["error"]
+
+
+def check_picks(entries, greedy: bool):
+    """The token picked is the first alternative under greedy sampling,
+    and among the alternatives with its own logprob otherwise."""
+    assert entries, "no log probabilities"
+    for e in entries:
+        top = [(token_bytes(a), a.logprob) for a in e.top_logprobs]
+        if greedy:
+            assert top[0] == (token_bytes(e), e.logprob), (e, top)
+        else:
+            assert (token_bytes(e), e.logprob) in top, (e, top)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8], ids=["greedy", "sampled"])
+def test_the_mocks_picks_agree_with_its_alternatives_on_every_api(base, temperature):
+    greedy = temperature == 0.0
+    client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    messages = [{"role": "user", "content": PROMPT}]
+    whole = client.chat.completions.create(model="mock", messages=messages, logprobs=True, top_logprobs=3,
+                                           temperature=temperature)
+    check_picks(whole.choices[0].logprobs.content, greedy)
+    streamed = client.chat.completions.create(model="mock", messages=messages, logprobs=True, top_logprobs=3,
+                                              temperature=temperature, stream=True)
+    check_picks([e for c in streamed if c.choices and c.choices[0].logprobs
+                 for e in c.choices[0].logprobs.content], greedy)
+    include = ["message.output_text.logprobs"]
+    response = client.responses.create(model="mock", input=PROMPT, include=include, top_logprobs=3,
+                                       temperature=temperature)
+    check_picks(response.output[0].content[0].logprobs, greedy)
+    deltas = []
+    with client.responses.stream(model="mock", input=PROMPT, include=include, top_logprobs=3,
+                                 temperature=temperature) as events:
+        for event in events:
+            if event.type == "response.output_text.delta":
+                deltas += event.logprobs
+    check_picks(deltas, greedy)
+    local = ollama.Client(host=base)
+    options = {"temperature": temperature}
+    chat = local.chat(model="mock", messages=messages, logprobs=True, top_logprobs=3, options=options)
+    check_picks(chat.logprobs, greedy)
+    generated = local.generate(model="mock", prompt=PROMPT, logprobs=True, top_logprobs=3, options=options)
+    check_picks(generated.logprobs, greedy)
+
+
+def test_a_seed_picks_the_mocks_words_and_the_same_seed_the_same_ones(base):
+    client = ollama.Client(host=base)
+    said = {
+        seed: client.generate(model="mock", prompt="Tell a story @mock(length=16)",
+                              options={"seed": seed, "temperature": 0.8}).response
+        for seed in (11, 12, 13, 14)
+    }
+    assert len(set(said.values())) == 4, said
+    again = client.generate(model="mock", prompt="Tell a story @mock(length=16)",
+                            options={"seed": 12, "temperature": 0.8}).response
+    assert again == said[12]
+    # Greedy sampling takes the likeliest words whatever the seed.
+    greedy = {
+        client.generate(model="mock", prompt="Tell a story @mock(length=16)",
+                        options={"seed": seed, "temperature": 0}).response
+        for seed in (11, 12)
+    }
+    assert len(greedy) == 1, greedy
+    # The same through OpenAI's `seed`.
+    openai_client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    texts = [
+        openai_client.chat.completions.create(
+            model="mock", messages=[{"role": "user", "content": "Tell a story @mock(length=16)"}],
+            seed=seed, temperature=0.8).choices[0].message.content
+        for seed in (11, 12, 11)
+    ]
+    assert texts[0] == texts[2] != texts[1], texts

@@ -150,7 +150,7 @@ def test_options_ollama_ignores_are_ignored_with_a_warning_naming_each(server):
     assert any("an_option_nobody_knows" in line for line in warned), warned
 
 
-def test_num_ctx_bounds_the_answer_and_a_prompt_over_it_is_refused(server):
+def test_num_ctx_bounds_the_answer_a_prompt_over_it_is_refused_and_one_above_the_model_is_clamped(server):
     client, _ = server
     body = merged(BASE["/api/generate"], {"prompt": "@mock(length=500) x", "options": {"num_predict": -1, "num_ctx": 60}})
     answer = client.post("/api/generate", json=body).json()
@@ -159,10 +159,11 @@ def test_num_ctx_bounds_the_answer_and_a_prompt_over_it_is_refused(server):
     body = merged(BASE["/api/generate"], {"prompt": "x " * 400, "options": {"num_ctx": 60}})
     refused = client.post("/api/generate", json=body)
     assert refused.status_code == 400 and "num_ctx" in refused.text, refused.text
-    body = merged(BASE["/api/generate"], {"options": {"num_ctx": 10**9}})
-    refused = client.post("/api/generate", json=body)
-    assert refused.status_code == 400, refused.text
-    assert "262144" in refused.text, refused.text
+    # Above the model's context: clamped to it, as Ollama does.
+    body = merged(BASE["/api/generate"], {"prompt": "@mock(length=5) x", "options": {"num_ctx": 10**9}})
+    clamped = client.post("/api/generate", json=body)
+    assert clamped.status_code == 200, clamped.text
+    assert clamped.json()["done"] is True, clamped.text
 
 
 def test_sampling_options_change_what_the_mock_says(server):
