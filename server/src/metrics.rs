@@ -102,6 +102,9 @@ struct Metrics {
     model_state: Family<StateLabels, Gauge>,
     runner_memory: Family<ModelLabels, Gauge>,
     tokenizer_memory: Family<ModelLabels, Gauge>,
+    kv_cache_tokens: Family<ModelLabels, Gauge>,
+    kv_cache_utilization: Family<ModelLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    lora_adapters_loaded: Family<ModelLabels, Gauge>,
     snapshot_hits: Family<ModelLabels, Counter>,
     snapshot_misses: Family<ModelLabels, Counter>,
     prompt_tokens_reused: Family<ModelLabels, Counter>,
@@ -309,9 +312,32 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Memory of each model's loaded tokenizer vocabulary in the server (0 until loaded)",
         tokenizer_memory.clone(),
     );
+    let kv_cache_tokens = Family::<ModelLabels, Gauge>::default();
+    registry.register(
+        "kv_cache_tokens",
+        "Positions each model's KV cache held after its last request (0: not loaded or unknown)",
+        kv_cache_tokens.clone(),
+    );
+    let kv_cache_utilization =
+        Family::<ModelLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    registry.register(
+        "kv_cache_utilization",
+        "Each model's KV cache positions held against its context, 0 to 1 (the Gateway API \
+         Inference Extension's KVCacheUtilization)",
+        kv_cache_utilization.clone(),
+    );
+    let lora_adapters_loaded = Family::<ModelLabels, Gauge>::default();
+    registry.register(
+        "lora_adapters_loaded",
+        "LoRA adapters loaded with each model (0 when it is not loaded)",
+        lora_adapters_loaded.clone(),
+    );
     Metrics {
         registry,
         tokenizer_memory,
+        kv_cache_tokens,
+        kv_cache_utilization,
+        lora_adapters_loaded,
         model_loads,
         model_unloads,
         runner_crashes,
@@ -526,6 +552,12 @@ pub struct ModelGauge {
     pub memory_bytes: Option<u64>,
     /// Memory of its loaded tokenizer vocabulary, once loaded.
     pub tokenizer_memory_bytes: Option<u64>,
+    /// Positions its KV cache held after its last request, when known.
+    pub kv_cache_tokens: Option<u64>,
+    /// Tokens its context holds.
+    pub context_length: Option<u32>,
+    /// Its LoRA adapters loaded with it (none while it is not loaded).
+    pub lora_adapters: Vec<String>,
 }
 
 /// Current-state gauges, read by the caller at scrape time.
@@ -607,6 +639,20 @@ pub fn render(gauges: Gauges) -> Result<String, std::fmt::Error> {
                 model: model.name.clone(),
             })
             .set(i64::try_from(model.tokenizer_memory_bytes.unwrap_or(0)).unwrap_or(i64::MAX));
+        let held = model.kv_cache_tokens.unwrap_or(0);
+        m.kv_cache_tokens
+            .get_or_create(&labels)
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
+        let context = model.context_length.map_or(0, u64::from);
+        let used = if context == 0 {
+            0.0
+        } else {
+            (held as f64 / context as f64).min(1.0)
+        };
+        m.kv_cache_utilization.get_or_create(&labels).set(used);
+        m.lora_adapters_loaded
+            .get_or_create(&labels)
+            .set(i64::try_from(model.lora_adapters.len()).unwrap_or(i64::MAX));
     }
     // Encoding reads the registry only; the lock keeps two scrapes from
     // interleaving their gauge updates and output.
@@ -619,8 +665,47 @@ pub fn render(gauges: Gauges) -> Result<String, std::fmt::Error> {
     let end = text.rfind("# EOF").unwrap_or(text.len());
     let mut board = String::new();
     write_board(&mut board, &gauges.board)?;
+    write_lora_info(&mut board, &gauges.models)?;
     text.insert_str(end, &board);
     Ok(text)
+}
+
+/// `rkllm_lora_requests`: the loaded LoRA adapters in the shape the
+/// Gateway API Inference Extension reads for adapter affinity (vLLM's
+/// `lora_requests_info`): one series whose labels name the adapters
+/// loaded (`running_lora_adapters`, comma-separated), none waiting (an
+/// adapter is loaded with its model, never per request) and `max_lora`,
+/// its value the time of the scrape.
+fn write_lora_info(out: &mut String, models: &[ModelGauge]) -> std::fmt::Result {
+    use std::fmt::Write;
+    let loaded: Vec<&str> = models
+        .iter()
+        .flat_map(|m| m.lora_adapters.iter().map(String::as_str))
+        .collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let name = "rkllm_lora_requests";
+    writeln!(
+        out,
+        "# HELP {name} LoRA adapters loaded (the Gateway API Inference Extension's LoRA \
+         affinity); the value is the time of the scrape"
+    )?;
+    writeln!(out, "# TYPE {name} gauge")?;
+    let escaped: String = loaded
+        .join(",")
+        .chars()
+        .flat_map(|c| match c {
+            '"' | '\\' => vec!['\\', c],
+            '\n' => vec!['\\', 'n'],
+            c => vec![c],
+        })
+        .collect();
+    writeln!(
+        out,
+        "{name}{{running_lora_adapters=\"{escaped}\",waiting_lora_adapters=\"\",max_lora=\"{}\"}} {now}",
+        loaded.len()
+    )
 }
 
 fn write_board(out: &mut String, series: &[BoardSeries]) -> std::fmt::Result {

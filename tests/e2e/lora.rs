@@ -139,3 +139,49 @@ async fn a_missing_adapter_file_fails_the_load_naming_it() {
         "{text}"
     );
 }
+
+/// A gauge's value for model `chat` in a metrics text.
+fn gauge(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("model=\"chat\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} for chat in {metrics}"))
+}
+
+#[tokio::test]
+async fn a_gateway_reads_the_kv_cache_held_and_the_adapters_loaded() {
+    let scratch = ScratchDir::new();
+    let (server, _log) = start(Fake::V1_3, &scratch, None);
+    // Not loaded yet: nothing held, no adapter loaded.
+    let before = server.metrics_text().await;
+    assert_eq!(gauge(&before, "rkllm_kv_cache_tokens"), 0.0);
+    assert_eq!(gauge(&before, "rkllm_lora_adapters_loaded"), 0.0);
+    // A chat: the runtime keeps its history for the next turn (a plain
+    // prompt leaves the cache empty).
+    let chat: Value = server
+        .post_json(
+            "/v1/chat/completions",
+            json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(chat["choices"][0]["message"]["content"], TEXT, "{chat}");
+    let after = server.metrics_text().await;
+    let held = gauge(&after, "rkllm_kv_cache_tokens");
+    let used = gauge(&after, "rkllm_kv_cache_utilization");
+    assert!(held > 0.0, "{after}");
+    assert!(used > 0.0 && used <= 1.0, "{after}");
+    let models = server.ok("models", json!({})).await;
+    let context = models["models"][0]["context_length"].as_f64().unwrap();
+    assert!(
+        (used - held / context).abs() < 1e-9,
+        "{used} {held} {context}"
+    );
+    assert_eq!(gauge(&after, "rkllm_lora_adapters_loaded"), 2.0);
+    assert!(
+        after.lines().any(|l| l.starts_with("rkllm_lora_requests{")
+            && l.contains("running_lora_adapters=\"pirate,formal\"")
+            && l.contains("max_lora=\"2\"")),
+        "{after}"
+    );
+}

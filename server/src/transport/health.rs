@@ -77,6 +77,13 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
                 state: m.state.as_str(),
                 memory_bytes: m.memory_bytes,
                 tokenizer_memory_bytes: m.tokenizer.and_then(|t| t.memory_bytes),
+                kv_cache_tokens: m.kv_cache_tokens.filter(|_| m.loaded),
+                context_length: m.context_length,
+                lora_adapters: if m.loaded {
+                    m.lora_adapters
+                } else {
+                    Vec::new()
+                },
             })
             .collect(),
     };
