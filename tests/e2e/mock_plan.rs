@@ -2,7 +2,8 @@
 //! the server renders is prefilled in chunks, told to the client as on a
 //! board (SSE comments, MCP progress), and a chat that comes back after
 //! another is served from the mock's snapshot of it, counted as the NPU
-//! path counts it: the tokens past what the snapshot covers.
+//! path counts it: the whole prompt in the usage, and the tokens prefilled
+//! past what the snapshot covers in the metrics.
 
 use serde_json::{Value, json};
 
@@ -127,17 +128,17 @@ async fn a_chat_that_comes_back_on_the_mock_starts_from_its_snapshot() {
         .to_owned();
     let whole = first["usage"]["prompt_tokens"].as_u64().unwrap();
     // Another chat runs between.
-    chat(json!([{"role": "user", "content": "Something else entirely."}])).await;
+    let other = chat(json!([{"role": "user", "content": "Something else entirely."}])).await;
+    let other = other["usage"]["prompt_tokens"].as_u64().unwrap();
     let back = chat(json!([{"role": "system", "content": system},
                           {"role": "user", "content": "What happened at noon?"},
                           {"role": "assistant", "content": reply},
                           {"role": "user", "content": "And after?"}]))
     .await;
+    // The usage counts the whole prompt, as on the NPU; what the turn
+    // prefilled past its snapshot is in the metrics.
     let returning = back["usage"]["prompt_tokens"].as_u64().unwrap();
-    assert!(
-        returning < whole / 2,
-        "the returning turn counts only what its snapshot does not cover: {returning} of a first turn of {whole}"
-    );
+    assert!(returning > whole, "{returning} of a first turn of {whole}");
     let metrics = server.metrics_text().await;
     let hits: f64 = metrics
         .lines()
@@ -145,4 +146,23 @@ async fn a_chat_that_comes_back_on_the_mock_starts_from_its_snapshot() {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0.0);
     assert!(hits >= 1.0, "{metrics}");
+    let counter = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name) && l.contains("model=\"chat\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    // Three requests: the first two prefilled whole, the returning one
+    // only what its snapshot does not cover.
+    let reused = counter("rkllm_prompt_tokens_reused_total");
+    let prefilled = counter("rkllm_prompt_tokens_prefilled_total");
+    assert!(
+        reused >= whole as f64,
+        "{reused} reused, {prefilled} prefilled: {metrics}"
+    );
+    assert!(
+        prefilled < (whole + other + returning / 2) as f64,
+        "{reused} reused, {prefilled} prefilled, of {whole} + {other} + {returning}: {metrics}"
+    );
 }

@@ -385,18 +385,23 @@ def test_stop_strings_end_the_answer_not_the_thinking(base, model, directive):
 @pytest.mark.parametrize("runner", ["thread", "process"])
 def test_a_thinking_chat_continues_with_only_the_new_turn(tmp_path, runner):
     """The model's history holds the answer, not the thinking: the client
-    sends back the answer, and only its new message is prefilled."""
+    sends back the answer, and only its new message is prefilled. With a
+    thinking budget (`reasoning_effort`) the chat is sent whole, as on the
+    NPU, where the budget's pause is a single-turn run."""
     proc, base = start(tmp_path, "--mock-runner", runner)
     try:
         client = openai_client(base)
         history = user(f"{QUESTION} @mock(think=2)")
-        first = client.chat.completions.create(model="r1", messages=history, reasoning_effort="high").choices[0]
+        # `max`: thinking on, with no budget.
+        first = client.chat.completions.create(model="r1", messages=history, reasoning_effort="max").choices[0]
         assert first.message.reasoning_content
         new_turn = "And at sunset? @mock(think=2)"
         history += [{"role": "assistant", "content": first.message.content}, *user(new_turn)]
-        second = client.chat.completions.create(model="r1", messages=history, reasoning_effort="high")
+        second = client.chat.completions.create(model="r1", messages=history, reasoning_effort="max")
         assert_apart(second.choices[0].message.reasoning_content, second.choices[0].message.content)
         assert second.usage.prompt_tokens == prefill_tokens(new_turn)
+        budgeted = client.chat.completions.create(model="r1", messages=history, reasoning_effort="high")
+        assert budgeted.usage.prompt_tokens > prefill_tokens(new_turn)
 
         # Ollama's client sends the thinking back with the answer.
         chat = ollama_client(base)

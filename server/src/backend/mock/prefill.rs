@@ -5,8 +5,8 @@
 //! prefilled in chunks, each reported as the NPU runner reports it, and a
 //! client that leaves is noticed at the next chunk's end. The prefill's
 //! time (`prefill_ms`) is spread over the chunks; its counts are the NPU
-//! path's: the tokens one run prefills past what a snapshot covers, or a
-//! chunked prompt's tokens in all.
+//! path's: the prompt's tokens in all in the usage, and apart from them
+//! the tokens prefilled past what a snapshot covers.
 
 use std::time::Duration;
 
@@ -133,29 +133,39 @@ impl MockRunner {
             };
         }
         let (covered, keep) = self.restore(request);
+        eprintln!("DEBUG mock covered={covered} len={} tokens={:?} turns={}", request.prompt.text.len(), request.prompt.tokens, request.prompt.turns().is_some());
         let chunks = start::chunk_size(&self.profile, &ask, send)
             .and_then(|size| self.chunks(&request.prompt.text, size, covered));
         match chunks {
             Some(chunks) => self.prefill_chunks(sink, &chunks, delay, keep),
             None => {
-                let (tokens, reused) = if covered > 0 {
-                    let prompt = &request.prompt.text;
-                    (
-                        self.count(&prompt[covered..]),
-                        self.count(&prompt[..covered]),
-                    )
-                } else if request.prompt.prefill.is_none() && request.prompt.tokens.is_some() {
-                    (request.prompt.tokens.unwrap_or_default() as usize, 0)
+                // The usage counts the whole prompt, as the NPU runner's
+                // does (by the tokenizer); what the run prefilled past the
+                // snapshot is reported apart.
+                let prompt = &request.prompt.text;
+                let whole = request
+                    .prompt
+                    .tokens
+                    .filter(|_| request.prompt.prefill.is_none())
+                    .map(|t| t as usize);
+                let (tokens, prefilled) = if covered > 0 {
+                    let rest = self.count(&prompt[covered..]);
+                    let all = whole.unwrap_or_else(|| rest + self.count(&prompt[..covered]));
+                    (all.max(rest), rest)
                 } else {
-                    (self.count(&super::input_of(request)), 0)
+                    let all = whole.unwrap_or_else(|| self.count(&super::input_of(request)));
+                    (all, all)
                 };
                 let left = !delay.is_zero() && sink.cancel_token().wait_timeout(delay);
                 let tokens = u32::try_from(tokens.max(1)).unwrap_or(u32::MAX);
+                let prefilled = u32::try_from(prefilled.max(1))
+                    .unwrap_or(u32::MAX)
+                    .min(tokens);
                 Prefilled {
                     tokens,
                     reuse: PromptReuse {
-                        reused: u32::try_from(reused).unwrap_or(u32::MAX),
-                        prefilled: tokens,
+                        reused: tokens - prefilled,
+                        prefilled,
                     },
                     left,
                     keep,
