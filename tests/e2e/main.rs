@@ -40,6 +40,7 @@ mod rerank;
 mod responses_hostile;
 mod rkllm;
 mod runners;
+mod shared_opening;
 mod snapshots;
 mod soak;
 mod stdio;

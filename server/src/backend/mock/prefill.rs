@@ -133,7 +133,6 @@ impl MockRunner {
             };
         }
         let (covered, keep) = self.restore(request);
-        eprintln!("DEBUG mock covered={covered} len={} tokens={:?} turns={}", request.prompt.text.len(), request.prompt.tokens, request.prompt.turns().is_some());
         let chunks = start::chunk_size(&self.profile, &ask, send)
             .and_then(|size| self.chunks(&request.prompt.text, size, covered));
         match chunks {
