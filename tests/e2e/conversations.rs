@@ -119,3 +119,32 @@ async fn a_conversation_keeps_its_name_and_its_turns_count_as_hits() {
     assert!(new >= 1, "{new}");
     assert!(hits >= 1, "{hits}");
 }
+
+#[tokio::test]
+async fn a_first_turn_that_makes_its_system_prompts_snapshot_on_the_way_reused_nothing() {
+    let server = start();
+    // Long enough for the system prompt to be kept as a snapshot of its
+    // own on the way (the run starts from it, but this request made it).
+    let system = "You read the board's logs and answer briefly. ".repeat(80);
+    let messages = json!([{"role": "system", "content": system},
+                          {"role": "user", "content": "What happened?"}]);
+    chat(&server, &messages, &[]).await;
+    assert_eq!(
+        counter(&server, "rkllm_prompt_tokens_reused_total", None).await,
+        0
+    );
+    assert!(counter(&server, "rkllm_prompt_tokens_prefilled_total", None).await > 3000);
+    assert_eq!(
+        counter(&server, "rkllm_prompt_cache_requests_total", Some("new")).await,
+        1
+    );
+    // Another conversation with the same opening starts from it: shared.
+    let other = json!([{"role": "system", "content": system},
+                       {"role": "user", "content": "Anything else?"}]);
+    chat(&server, &other, &[]).await;
+    assert!(counter(&server, "rkllm_prompt_tokens_reused_total", None).await > 3000);
+    assert_eq!(
+        counter(&server, "rkllm_prompt_cache_requests_total", Some("shared")).await,
+        1
+    );
+}

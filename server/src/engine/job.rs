@@ -136,7 +136,8 @@ pub(super) fn run_job(runner: &mut dyn Runner, job: &Job, into: Reports<'_>) -> 
                 *verdicts.lock() = Some((**found).clone());
                 *profile.lock() = None;
             }
-            end_generated(job, &generation, &seen);
+            // Counted before the stream ends, so that whoever reads the
+            // metrics after the answer sees this request in them.
             if let Some(reuse) = generation.prompt_reuse
                 && generation.finish_reason != FinishReason::Abort
             {
@@ -151,6 +152,7 @@ pub(super) fn run_job(runner: &mut dyn Runner, job: &Job, into: Reports<'_>) -> 
                     outcome.map(|o| o.as_str()),
                 );
             }
+            end_generated(job, &generation, &seen);
             ran.idle_work = generation.idle_work;
         }
         Ok(Err(err)) => {

@@ -132,10 +132,10 @@ impl MockRunner {
                 keep: None,
             };
         }
-        let (covered, keep) = self.restore(request);
+        let (covered, keep, made) = self.restore(request);
         let chunks = start::chunk_size(&self.profile, &ask, send)
             .and_then(|size| self.chunks(&request.prompt.text, size, covered));
-        match chunks {
+        let mut prefilled = match chunks {
             Some(chunks) => self.prefill_chunks(sink, &chunks, delay, keep),
             None => {
                 // The usage counts the whole prompt, as the NPU runner's
@@ -170,13 +170,24 @@ impl MockRunner {
                     keep,
                 }
             }
+        };
+        if made > 0 && covered <= made {
+            // It started from what it made on the way: all prefilled here.
+            let reuse = prefilled.reuse;
+            prefilled.reuse = PromptReuse {
+                reused: 0,
+                prefilled: reuse.reused.saturating_add(reuse.prefilled),
+            };
         }
+        prefilled
     }
 
     /// Before a chat is sent whole: the snapshot it starts from (the bytes
-    /// of its prompt it covers) and whether its own is kept after the run.
-    /// A plain prompt, or one with a LoRA adapter, uses none and makes none.
-    fn restore(&mut self, request: &ValidRunRequest) -> (usize, Option<String>) {
+    /// of its prompt it covers), whether its own is kept after the run, and
+    /// the bytes of a system prompt's snapshot made on the way (prefilled by
+    /// this request, not reused). A plain prompt, or one with a LoRA
+    /// adapter, uses none and makes none.
+    fn restore(&mut self, request: &ValidRunRequest) -> (usize, Option<String>, usize) {
         let prompt = request.prompt.text.as_str();
         let system = match (request.prompt.whole_chat(), request.prompt.turns()) {
             (Some(system), _) => system,
@@ -184,10 +195,10 @@ impl MockRunner {
                 .first()
                 .filter(|t| t.role == "system")
                 .map_or("", |t| t.text.as_str()),
-            (None, None) => return (0, None),
+            (None, None) => return (0, None, 0),
         };
         if !self.keeps_snapshots || request.lora.is_some() {
-            return (0, None);
+            return (0, None, 0);
         }
         let snapshots = &mut self.snapshots;
         let kept = snapshots.kept();
@@ -203,7 +214,9 @@ impl MockRunner {
             keeping,
         );
         drop(kept);
+        let mut made = 0;
         if let Some(end) = restore.save_prefix {
+            made = end;
             snapshots.keep(&prompt[..end], true, plan::Keeping::Whole);
             let kept = snapshots.kept();
             restore = plan::restore_keeping(
@@ -229,7 +242,7 @@ impl MockRunner {
                 0
             }
         };
-        (covered, restore.save.then(|| prompt.to_owned()))
+        (covered, restore.save.then(|| prompt.to_owned()), made)
     }
 
     /// How `prompt` is cut into chunks of `size` tokens past the `covered`

@@ -503,6 +503,7 @@ impl RkllmRunner {
                 ),
                 dirty: false,
                 tools: None,
+                side_prefilled: 0,
             },
             tokens: constrained::Tokens::default(),
             prompt_cache: None,
@@ -613,6 +614,10 @@ struct Held {
     dirty: bool,
     /// The tools last handed to `rkllm_set_function_tools`.
     tools: Option<String>,
+    /// Tokens the request in progress prefilled in runs of its own before
+    /// its prompt's (a system prompt's snapshot made on the way), for the
+    /// prompt-cache counts.
+    side_prefilled: u32,
 }
 
 /// Models seen to drop their history, by name, for the life of the

@@ -626,6 +626,9 @@ impl RkllmRunner {
             ..Once::plain(prompt, role)
         };
         let built = self.run_once(&request, &mut sink, once);
+        if let Ok(Some(reuse)) = built.as_ref().map(|g| g.prompt_reuse) {
+            self.held.side_prefilled = self.held.side_prefilled.saturating_add(reuse.prefilled);
+        }
         self.clear_history();
         match built {
             _ if cancel.is_cancelled() => Err(NotBuilt::Aborted),

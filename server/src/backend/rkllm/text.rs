@@ -51,6 +51,7 @@ impl RkllmRunner {
         sink: &mut TokenSink<'_>,
     ) -> Result<Generation, BackendError> {
         let ask = self.ask(request);
+        self.held.side_prefilled = 0;
         let mut send = start::send(&ask, &self.held.conversation, self.held.history.reuses());
         if matches!(send, Send::Continue(_)) {
             let now = self.handle.kv_size();
@@ -108,15 +109,24 @@ impl RkllmRunner {
             ),
         };
         let mut result = result;
-        if let (true, Ok(generation)) = (continued, result.as_mut()) {
-            // The runtime prefilled the new message on the history it held.
-            generation.prompt_reuse =
-                generation
-                    .prompt_reuse
-                    .map(|r| crate::backend::PromptReuse {
+        if let Ok(generation) = result.as_mut() {
+            let side = std::mem::take(&mut self.held.side_prefilled);
+            generation.prompt_reuse = generation.prompt_reuse.map(|r| {
+                if continued {
+                    // The new message, prefilled on the history it held.
+                    crate::backend::PromptReuse {
                         reused: before.unwrap_or(0),
                         ..r
-                    });
+                    }
+                } else {
+                    // What a snapshot made on the way holds was prefilled
+                    // by this request too.
+                    crate::backend::PromptReuse {
+                        reused: r.reused.saturating_sub(side),
+                        prefilled: r.prefilled.saturating_add(side),
+                    }
+                }
+            });
         }
         if let Some(tmp) = snapshot_to {
             let ran = matches!(&result, Ok(g) if g.finish_reason != FinishReason::Abort)
