@@ -332,7 +332,7 @@ def test_the_beta_namespace_and_its_query(server):
     assert message.type == "message" and message.content[0].text
 
 
-def test_system_messages_anywhere_and_the_billing_block_leave_the_prompt_alone(server):
+def test_the_billing_block_leaves_the_prompt_alone_and_a_late_system_message_stays_where_it_was_sent(server):
     client = client_for(server)
     plain = client.messages.create(model="mock", max_tokens=100, system="Be brief.", messages=user("Hello NPU"))
     assert plain.usage.input_tokens == mock_tokens("Be brief.\n\nHello NPU")
@@ -353,13 +353,18 @@ def test_system_messages_anywhere_and_the_billing_block_leave_the_prompt_alone(s
         reply = billed(n)
         assert reply.content[0].text == plain.content[0].text and reply.usage.input_tokens == plain.usage.input_tokens
 
-    # Claude Code's system message after the user's (last in the list).
+    # Claude Code's system message after the user's (last in the list) stays
+    # where it was sent, so that the system prompt before the turns never
+    # changes (docs/agents.md): the mock's template takes one system prompt
+    # only, so it joins the user message before it, as if sent in it.
     inside = client.messages.create(
         model="mock",
         max_tokens=100,
         messages=[{"role": "user", "content": "Hello NPU"}, {"role": "system", "content": "Be brief."}],
     )
-    assert inside.content[0].text == plain.content[0].text and inside.usage.input_tokens == plain.usage.input_tokens
+    joined = client.messages.create(model="mock", max_tokens=100, messages=user("Hello NPU\n\nBe brief."))
+    assert inside.content[0].text == joined.content[0].text
+    assert inside.usage.input_tokens == joined.usage.input_tokens == mock_tokens("Hello NPU\n\nBe brief.")
 
 
 def test_a_deferred_tool_is_offered_only_after_a_tool_reference(server):
