@@ -786,33 +786,12 @@ impl Engine {
         super::check_overrides(&request, self.shared.backend.overrides())?;
         let backend = &self.shared.backend;
         super::check_seed(&request, backend.seeded(), || backend.greedy(&slot.spec))?;
-        if !request.max_tokens_requested && self.limits.request.default_max_tokens.is_none() {
-            // No length named, and no cap configured: until the model ends
-            // or its context is full.
-            if let Some(context) = context {
-                request.max_tokens = context.max(1);
-            }
-        }
-        if let Some(window) = asked_context.and(context) {
-            // A window of its own: the prompt must fit it, and the answer
-            // ends where it is full.
-            let (tokens, how) = super::prompt_tokens(&request);
-            let room = (window as usize).checked_sub(tokens).filter(|&n| n > 0);
-            let Some(room) = room else {
-                return Err(ValidationError::TooLarge {
-                    field: "prompt",
-                    message: format!(
-                        "the prompt is {tokens} tokens ({how}), as many as or more than the \
-                         {window} tokens of context the request asked for (`options.num_ctx`): \
-                         ask for a larger context, or shorten the conversation"
-                    ),
-                }
-                .into());
-            };
-            request.max_tokens = request
-                .max_tokens
-                .min(u32::try_from(room).unwrap_or(u32::MAX));
-        }
+        fit_window(
+            &mut request,
+            asked_context,
+            context,
+            self.limits.request.default_max_tokens.is_none(),
+        )?;
         if let Some(constraint) = constraint {
             let tokenizer = self.tokenizer_of(&slot)?;
             request.constraint = Some(crate::backend::Constrained {
@@ -1009,4 +988,46 @@ fn resident_bytes(pid: u32) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// The token cap of a request in the context it runs in (`context`): with
+/// no length named and no default cap (`uncapped`), until the context is
+/// full; in a window of its own (`asked`, Ollama's `num_ctx`), the prompt
+/// must fit it and the answer ends where it is full.
+///
+/// # Errors
+/// A prompt as long as the window or longer, naming `prompt`.
+fn fit_window(
+    request: &mut crate::backend::ValidRunRequest,
+    asked: Option<u64>,
+    context: Option<u32>,
+    uncapped: bool,
+) -> Result<(), ValidationError> {
+    if !request.max_tokens_requested && uncapped {
+        // No length named, and no cap configured: until the model ends
+        // or its context is full.
+        if let Some(context) = context {
+            request.max_tokens = context.max(1);
+        }
+    }
+    if let Some(window) = asked.and(context) {
+        // A window of its own: the prompt must fit it, and the answer
+        // ends where it is full.
+        let (tokens, how) = super::prompt_tokens(request);
+        let room = (window as usize).checked_sub(tokens).filter(|&n| n > 0);
+        let Some(room) = room else {
+            return Err(ValidationError::TooLarge {
+                field: "prompt",
+                message: format!(
+                    "the prompt is {tokens} tokens ({how}), as many as or more than the \
+                     {window} tokens of context the request asked for (`options.num_ctx`): \
+                     ask for a larger context, or shorten the conversation"
+                ),
+            });
+        };
+        request.max_tokens = request
+            .max_tokens
+            .min(u32::try_from(room).unwrap_or(u32::MAX));
+    }
+    Ok(())
 }

@@ -276,14 +276,7 @@ pub async fn build(
     let thinking = options.thinking.unwrap_or(false);
     match input {
         Input::Chat(messages) => {
-            let late = match template {
-                ChatTemplate::Builtin => LateSystem::Merged,
-                ChatTemplate::Jinja(_) => options.late_system,
-                ChatTemplate::ChatMl | ChatTemplate::Llama3 | ChatTemplate::Custom(_) => {
-                    LateSystem::InPlace
-                }
-            };
-            let messages = arrange_system(messages, late);
+            let messages = arrange_system(messages, late_system(template, &options));
             let prefill = prefill_of(&messages);
             if prefill.is_some() {
                 return build_continuing(template, messages, options, render).await;
@@ -352,28 +345,52 @@ pub async fn build(
             system,
             role,
             images,
-        } => {
-            // Without tags of their own, the images go before the text.
-            let text = if images.is_empty() || text.contains(IMAGE_TAG) {
-                text
-            } else {
-                IMAGE_TAG.repeat(images.len()) + &text
-            };
-            let text = match system.filter(|s| !s.is_empty()) {
-                Some(system) => format!("{system}\n\n{text}"),
-                None => text,
-            };
-            let prompt = Prompt {
-                text,
-                role,
-                thinking,
-                tools: options.tools,
-                chat: None,
-                stop: template.stop_strings(),
-                prefill: None,
-                tokens: None,
-            };
-            Ok((prompt, images))
+        } => Ok(plain_prompt(template, text, system, role, images, options)),
+    }
+}
+
+/// The prompt of a plain text (not a conversation): its images' tags
+/// first when it has none of its own, its system text before it.
+fn plain_prompt(
+    template: &ChatTemplate,
+    text: String,
+    system: Option<String>,
+    role: Role,
+    images: Vec<ImageSource>,
+    options: Options,
+) -> (Prompt, Vec<ImageSource>) {
+    let text = if images.is_empty() || text.contains(IMAGE_TAG) {
+        text
+    } else {
+        IMAGE_TAG.repeat(images.len()) + &text
+    };
+    let text = match system.filter(|s| !s.is_empty()) {
+        Some(system) => format!("{system}\n\n{text}"),
+        None => text,
+    };
+    let prompt = Prompt {
+        text,
+        role,
+        thinking: options.thinking.unwrap_or(false),
+        tools: options.tools,
+        chat: None,
+        stop: template.stop_strings(),
+        prefill: None,
+        tokens: None,
+    };
+    (prompt, images)
+}
+
+/// Where `template` takes a system message sent after the first turn:
+/// the server's named templates write any role anywhere; the runtime's own
+/// takes one system prompt; a Jinja template as its render showed
+/// (`options`).
+fn late_system(template: &ChatTemplate, options: &Options) -> LateSystem {
+    match template {
+        ChatTemplate::Builtin => LateSystem::Merged,
+        ChatTemplate::Jinja(_) => options.late_system,
+        ChatTemplate::ChatMl | ChatTemplate::Llama3 | ChatTemplate::Custom(_) => {
+            LateSystem::InPlace
         }
     }
 }

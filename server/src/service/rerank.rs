@@ -96,37 +96,7 @@ impl Service {
             ));
         }
         // Every text within the prompt's bound, before any work.
-        let limit = self.engine.request_limits().max_prompt_bytes;
-        if query.len() > limit {
-            return Err(ServiceError::invalid(
-                "query",
-                format!(
-                    "`query` is {} bytes, over the limit of {limit} (limits.max_prompt_bytes)",
-                    query.len()
-                ),
-            ));
-        }
-        if let Some(i) = documents.iter().position(|d| query.len() + d.len() > limit) {
-            return Err(ServiceError::invalid(
-                "documents",
-                format!(
-                    "`documents[{i}]` is {} bytes; with the query that is over the limit of \
-                     {limit} (limits.max_prompt_bytes)",
-                    documents[i].len()
-                ),
-            ));
-        }
-        if documents.len() + 1 > self.max_embedding_inputs {
-            return Err(ServiceError::invalid(
-                "documents",
-                format!(
-                    "`documents` has {} texts; with the query that is over the limit of {} \
-                     (limits.max_embedding_inputs)",
-                    documents.len(),
-                    self.max_embedding_inputs
-                ),
-            ));
-        }
+        self.rerank_sizes(&query, &documents)?;
         if top_n == Some(0) {
             // Nothing asked for: nothing runs.
             return Ok(Reranked {
@@ -244,6 +214,47 @@ impl Service {
 }
 
 impl Service {
+    /// The bytes of a rerank's query and of each document with it, within
+    /// `limits.max_prompt_bytes`, and their number within
+    /// `limits.max_embedding_inputs`: checked before any other work.
+    ///
+    /// # Errors
+    /// The first over its bound, naming the field and the key.
+    fn rerank_sizes(&self, query: &str, documents: &[String]) -> Result<(), ServiceError> {
+        let limit = self.engine.request_limits().max_prompt_bytes;
+        if query.len() > limit {
+            return Err(ServiceError::invalid(
+                "query",
+                format!(
+                    "`query` is {} bytes, over the limit of {limit} (limits.max_prompt_bytes)",
+                    query.len()
+                ),
+            ));
+        }
+        if let Some(i) = documents.iter().position(|d| query.len() + d.len() > limit) {
+            return Err(ServiceError::invalid(
+                "documents",
+                format!(
+                    "`documents[{i}]` is {} bytes; with the query that is over the limit of \
+                         {limit} (limits.max_prompt_bytes)",
+                    documents[i].len()
+                ),
+            ));
+        }
+        if documents.len() + 1 > self.max_embedding_inputs {
+            return Err(ServiceError::invalid(
+                "documents",
+                format!(
+                    "`documents` has {} texts; with the query that is over the limit of {} \
+                         (limits.max_embedding_inputs)",
+                    documents.len(),
+                    self.max_embedding_inputs
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The judgements of `documents` against `query` by `model`, each
     /// within the prompt's bound and the model's context, and all within
     /// `limits.max_rerank_tokens` together, counted by its tokenizer (by

@@ -109,25 +109,7 @@ impl RkllmRunner {
             ),
         };
         let mut result = result;
-        if let Ok(generation) = result.as_mut() {
-            let side = std::mem::take(&mut self.held.side_prefilled);
-            generation.prompt_reuse = generation.prompt_reuse.map(|r| {
-                if continued {
-                    // The new message, prefilled on the history it held.
-                    crate::backend::PromptReuse {
-                        reused: before.unwrap_or(0),
-                        ..r
-                    }
-                } else {
-                    // What a snapshot made on the way holds was prefilled
-                    // by this request too.
-                    crate::backend::PromptReuse {
-                        reused: r.reused.saturating_sub(side),
-                        prefilled: r.prefilled.saturating_add(side),
-                    }
-                }
-            });
-        }
+        self.account_reuse(&mut result, continued, before);
         if let Some(tmp) = snapshot_to {
             let ran = matches!(&result, Ok(g) if g.finish_reason != FinishReason::Abort)
                 && !sink.cancel_token().is_cancelled();
@@ -154,6 +136,35 @@ impl RkllmRunner {
             }
         }
         result
+    }
+
+    /// Tells what a run's prompt started from: on the history the runtime
+    /// held (`continued`, its `before` positions), the new message was
+    /// prefilled; otherwise what a snapshot made on the way holds was
+    /// prefilled by this request too, not reused.
+    fn account_reuse(
+        &mut self,
+        result: &mut Result<Generation, BackendError>,
+        continued: bool,
+        before: Option<u32>,
+    ) {
+        let side = std::mem::take(&mut self.held.side_prefilled);
+        let Ok(generation) = result.as_mut() else {
+            return;
+        };
+        generation.prompt_reuse = generation.prompt_reuse.map(|r| {
+            if continued {
+                crate::backend::PromptReuse {
+                    reused: before.unwrap_or(0),
+                    ..r
+                }
+            } else {
+                crate::backend::PromptReuse {
+                    reused: r.reused.saturating_sub(side),
+                    prefilled: r.prefilled.saturating_add(side),
+                }
+            }
+        });
     }
 
     /// Before `prompt` is sent whole: the runtime's history cleared, the
