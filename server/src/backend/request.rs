@@ -54,6 +54,20 @@ pub struct ValidRunRequest {
     pub constraint: Option<Constrained>,
 }
 
+impl ValidRunRequest {
+    /// What the run plan reads of this request (`crate::plan::start`): the
+    /// same for the NPU runner and the mock.
+    pub fn ask(&self) -> crate::plan::start::Ask<'_> {
+        crate::plan::start::Ask {
+            text: &self.prompt.text,
+            turns: self.prompt.turns(),
+            rows: self.sampling.logprobs.is_some(),
+            budget: self.sampling.thinking_budget.is_some(),
+            special: !self.images.is_empty() || self.embed.is_some() || self.constraint.is_some(),
+        }
+    }
+}
+
 /// What a probe order asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbeOrder {

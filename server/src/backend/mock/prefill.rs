@@ -14,7 +14,7 @@ use super::MockRunner;
 use crate::backend::{PromptReuse, SnapshotReport, TokenSink, ValidRunRequest};
 use crate::plan::chunks::Chunks;
 use crate::plan::snapshots::{self as plan, Kept, Load, Store, common_prefix};
-use crate::plan::start::{self, Ask, Send};
+use crate::plan::start::{self, Send};
 
 /// Snapshots the mock keeps per model, at most (least recently used go).
 const MAX_SNAPSHOTS: usize = 64;
@@ -106,15 +106,7 @@ impl MockRunner {
         sink: &mut TokenSink<'_>,
         delay: Duration,
     ) -> Prefilled {
-        let ask = Ask {
-            text: &request.prompt.text,
-            turns: request.prompt.turns(),
-            rows: request.sampling.logprobs.is_some(),
-            budget: request.sampling.thinking_budget.is_some(),
-            special: !request.images.is_empty()
-                || request.embed.is_some()
-                || request.constraint.is_some(),
-        };
+        let ask = request.ask();
         let send = start::send(&ask, &self.conversation, true);
         if let Send::Continue(turn) = send {
             let tokens = u32::try_from(self.count(&turn.text).max(1)).unwrap_or(u32::MAX);

@@ -50,7 +50,7 @@ impl RkllmRunner {
         request: &ValidRunRequest,
         sink: &mut TokenSink<'_>,
     ) -> Result<Generation, BackendError> {
-        let ask = self.ask(request);
+        let ask = request.ask();
         self.held.side_prefilled = 0;
         let mut send = start::send(&ask, &self.held.conversation, self.held.history.reuses());
         if matches!(send, Send::Continue(_)) {
@@ -201,19 +201,6 @@ impl RkllmRunner {
             request.prompt.keeping(),
             cancel,
         )
-    }
-
-    /// What the plan reads of `request`.
-    pub(super) fn ask<'r>(&self, request: &'r ValidRunRequest) -> start::Ask<'r> {
-        start::Ask {
-            text: &request.prompt.text,
-            turns: request.prompt.turns(),
-            rows: request.sampling.logprobs.is_some(),
-            budget: request.sampling.thinking_budget.is_some(),
-            special: !request.images.is_empty()
-                || request.embed.is_some()
-                || request.constraint.is_some(),
-        }
     }
 
     /// After a kept-history run that started with `before` KV positions:
