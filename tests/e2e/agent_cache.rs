@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, ScratchDir, Server, mock_tokenizer};
+use crate::harness::{Fake, ScratchDir, Server, mock_tokenizer, model_metric};
 
 /// What the double "generates": the model file's text.
 const ANSWER: &str = "I will read the code before I change anything.";
@@ -681,10 +681,7 @@ async fn each_turn_of_an_agent_session_without_late_messages_prefills_only_what_
 
 /// A counter of `GET /metrics` for the model, if there is one.
 fn counter(metrics: &str, name: &str) -> Option<f64> {
-    let wanted = format!("{name}{{model=\"{MODEL}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&wanted)?.trim().parse().ok())
+    model_metric(metrics, name, MODEL, &[])
 }
 
 #[tokio::test]

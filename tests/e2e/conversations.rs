@@ -11,7 +11,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Server, mock_config};
+use crate::harness::{Server, mock_config, model_metric};
 
 fn start() -> Server {
     Server::start(
@@ -50,21 +50,8 @@ async fn chat(server: &Server, messages: &Value, headers: &[(&str, &str)]) -> (S
 
 /// A counter's value for model `chat` (and `outcome`, when given).
 async fn counter(server: &Server, name: &str, outcome: Option<&str>) -> u64 {
-    let text = server
-        .http
-        .get(format!("http://{}/metrics", server.addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(name) && l.contains("model=\"chat\""))
-        .filter(|l| outcome.is_none_or(|o| l.contains(&format!("outcome=\"{o}\""))))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
+    let labels: Vec<(&str, &str)> = outcome.map(|o| ("outcome", o)).into_iter().collect();
+    model_metric(&server.metrics_text().await, name, "chat", &labels).map_or(0, |v| v as u64)
 }
 
 #[tokio::test]

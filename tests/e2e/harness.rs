@@ -853,6 +853,29 @@ pub fn mock_tokenizer_with(tokens: &[(&str, bool)]) -> String {
 pub const CHATML_JINJA: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
 {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
+/// The value of the series `name` of model `model` in a `GET /metrics`
+/// text, summed over the series that also carry each of `labels`; `None`
+/// when there is none.
+pub fn model_metric(
+    metrics: &str,
+    name: &str,
+    model: &str,
+    labels: &[(&str, &str)],
+) -> Option<f64> {
+    let model = format!("model=\"{model}\"");
+    let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix('{'))
+        .filter_map(|rest| rest.split_once("} "))
+        .filter(|(set, _)| {
+            let set: Vec<&str> = set.split(',').collect();
+            set.contains(&model.as_str()) && wanted.iter().all(|w| set.contains(&w.as_str()))
+        })
+        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+        .fold(None, |sum, v| Some(sum.unwrap_or(0.0) + v))
+}
+
 /// What [`CHATML_JINJA`] renders for `messages` (role, text), as the
 /// server sends it.
 pub fn render_chatml(messages: &[(&str, &str)]) -> String {

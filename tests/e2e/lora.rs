@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Fake, ScratchDir, Server, fake_runtime};
+use crate::harness::{Fake, ScratchDir, Server, fake_runtime, model_metric};
 
 const TEXT: &str = "Plain answer.";
 
@@ -142,10 +142,7 @@ async fn a_missing_adapter_file_fails_the_load_naming_it() {
 
 /// A gauge's value for model `chat` in a metrics text.
 fn gauge(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("model=\"chat\""))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    model_metric(metrics, name, "chat", &[])
         .unwrap_or_else(|| panic!("no {name} for chat in {metrics}"))
 }
 

@@ -7,7 +7,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Server, mock_config};
+use crate::harness::{Server, mock_config, model_metric};
 
 /// A user message of about 3,500 bytes (as many of the mock tokenizer's
 /// tokens): more than 20 chunks of 160.
@@ -146,13 +146,7 @@ async fn a_chat_that_comes_back_on_the_mock_starts_from_its_snapshot() {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0.0);
     assert!(hits >= 1.0, "{metrics}");
-    let counter = |name: &str| -> f64 {
-        metrics
-            .lines()
-            .filter(|l| l.starts_with(name) && l.contains("model=\"chat\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
+    let counter = |name: &str| model_metric(&metrics, name, "chat", &[]).unwrap_or(0.0);
     // Three requests: the first two prefilled whole, the returning one
     // only what its snapshot does not cover.
     let reused = counter("rkllm_prompt_tokens_reused_total");

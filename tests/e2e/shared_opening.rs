@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::harness::{
-    CHATML_JINJA, Fake, LIVENESS, ScratchDir, Server, mock_config, mock_tokenizer,
+    CHATML_JINJA, Fake, LIVENESS, ScratchDir, Server, mock_config, mock_tokenizer, model_metric,
 };
 
 /// What the double "generates": the model file's text.
@@ -494,11 +494,7 @@ async fn conversations_sharing_an_opening_prefill_as_much_in_chunks_as_in_one_ru
 
 /// A counter of `GET /metrics` for the model `m`.
 fn counter(metrics: &str, name: &str) -> f64 {
-    let wanted = format!("{name}{{model=\"m\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&wanted)?.trim().parse().ok())
-        .unwrap_or(0.0)
+    model_metric(metrics, name, "m", &[]).unwrap_or(0.0)
 }
 
 #[tokio::test]

@@ -3,6 +3,8 @@
 import gc
 import os
 import pathlib
+import re
+import socket
 import subprocess
 import threading
 
@@ -154,4 +156,39 @@ def build_fake_rknn(tmp: pathlib.Path) -> pathlib.Path:
         ],
         check=True,
     )
+    return out
+
+
+def free_port() -> int:
+    """A loopback port free now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def balancer_config(ports, agent_ports, front, peer, stats, sock, without=()) -> str:
+    """The shipped HAProxy config (deploy/haproxy/haproxy.cfg) for boards on
+    loopback: the boards of `ports` (name to port, with their agents'
+    `agent_ports`) in place of its addresses, the others' lines removed,
+    and each line of `without` (which must be in it once) removed."""
+    text = (ROOT / "deploy" / "haproxy" / "haproxy.cfg").read_text()
+    text = text.replace("    log /dev/log local0 info\n", "    log stdout format raw local0 info\n")
+    text = text.replace("/run/haproxy/admin.sock", str(sock))
+    text = text.replace("bind :8080", f"bind 127.0.0.1:{front}")
+    text = text.replace("peer rkllm-balancer 127.0.0.1:10000", f"peer rkllm-balancer 127.0.0.1:{peer}")
+    text = text.replace("bind 127.0.0.1:8404", f"bind 127.0.0.1:{stats}")
+    for line in without:
+        assert text.count(line) == 1, f"the shipped config has not {line!r} once"
+        text = text.replace(line, "")
+    lines = []
+    for line in text.splitlines():
+        match = re.match(r"    server (board\d) 192\.168\.1\.\d+:8080$", line)
+        if match:
+            name = match.group(1)
+            if name not in ports:
+                continue
+            line = f"    server {name} 127.0.0.1:{ports[name]} agent-port {agent_ports[name]}"
+        lines.append(line)
+    out = "\n".join(lines) + "\n"
+    assert all(f"server {n} 127.0.0.1:" in out for n in ports)
     return out

@@ -28,7 +28,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import ROOT, start_server, stop_server
+from conftest import ROOT, balancer_config, free_port, start_server, stop_server
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 if not os.path.exists(HAPROXY):
@@ -44,40 +44,12 @@ NODES = ["board1", "board2", "board3"]
 NODE_ARGS = ["--mock-tokens-per-second", "200", "--mock-lanes", "8", "--log-level", "warn"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_node(name, config, listen="127.0.0.1:0", agent="127.0.0.1:0"):
     proc, base = start_server("--config", str(config), "--node-id", name, "--agent-listen", agent, *NODE_ARGS,
                               listen=listen)
     agent_line = next(line for line in proc.startup_lines if "agent check on tcp://" in line)
     agent_port = int(agent_line.strip().rsplit(":", 1)[1])
     return proc, base, agent_port
-
-
-def balancer_config(ports, agent_ports, front, peer, stats, sock) -> str:
-    """The shipped config with loopback addresses; board4's line removed."""
-    text = (ROOT / "deploy" / "haproxy" / "haproxy.cfg").read_text()
-    text = text.replace("    log /dev/log local0 info\n", "    log stdout format raw local0 info\n")
-    text = text.replace("/run/haproxy/admin.sock", str(sock))
-    text = text.replace("bind :8080", f"bind 127.0.0.1:{front}")
-    text = text.replace("peer rkllm-balancer 127.0.0.1:10000", f"peer rkllm-balancer 127.0.0.1:{peer}")
-    text = text.replace("bind 127.0.0.1:8404", f"bind 127.0.0.1:{stats}")
-    lines = []
-    for line in text.splitlines():
-        match = re.match(r"    server (board\d) 192\.168\.1\.\d+:8080$", line)
-        if match:
-            name = match.group(1)
-            if name not in ports:
-                continue
-            line = f"    server {name} 127.0.0.1:{ports[name]} agent-port {agent_ports[name]}"
-        lines.append(line)
-    out = "\n".join(lines) + "\n"
-    assert all(f"server {n} 127.0.0.1:" in out for n in ports)
-    return out
 
 
 class Cluster:

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from conftest import ROOT, build_fake, mock_tokens, start_server, stop_server
+from conftest import ROOT, balancer_config, build_fake, free_port, mock_tokens, start_server, stop_server
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 if not os.path.exists(HAPROXY):
@@ -89,38 +89,6 @@ COUNTERS = ["rkllm_prompt_tokens_prefilled_total", "rkllm_prompt_tokens_reused_t
 
 
 # ---- the cluster ---------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def balancer_config(ports, agent_ports, front, peer, stats, sock, affinity=True) -> str:
-    """The shipped config with loopback addresses, board4's line removed;
-    without `affinity`, the `stick on var(txn.conversation)` line removed."""
-    text = (ROOT / "deploy" / "haproxy" / "haproxy.cfg").read_text()
-    text = text.replace("    log /dev/log local0 info\n", "    log stdout format raw local0 info\n")
-    text = text.replace("/run/haproxy/admin.sock", str(sock))
-    text = text.replace("bind :8080", f"bind 127.0.0.1:{front}")
-    text = text.replace("peer rkllm-balancer 127.0.0.1:10000", f"peer rkllm-balancer 127.0.0.1:{peer}")
-    text = text.replace("bind 127.0.0.1:8404", f"bind 127.0.0.1:{stats}")
-    assert text.count(AFFINITY_LINE) == 1, "the shipped config has no conversation affinity line"
-    if not affinity:
-        text = text.replace(AFFINITY_LINE, "")
-    lines = []
-    for line in text.splitlines():
-        match = re.match(r"    server (board\d) 192\.168\.1\.\d+:8080$", line)
-        if match:
-            name = match.group(1)
-            if name not in ports:
-                continue
-            line = f"    server {name} 127.0.0.1:{ports[name]} agent-port {agent_ports[name]}"
-        lines.append(line)
-    out = "\n".join(lines) + "\n"
-    assert all(f"server {n} 127.0.0.1:" in out for n in ports)
-    return out
-
 
 @dataclass
 class Board:
@@ -198,9 +166,12 @@ class Cluster:
         self.sock = tmp / "admin.sock"
         front = free_port()
         config = tmp / "haproxy.cfg"
+        shipped = (ROOT / "deploy" / "haproxy" / "haproxy.cfg").read_text()
+        assert shipped.count(AFFINITY_LINE) == 1, "the shipped config has no conversation affinity line"
         config.write_text(balancer_config({n: b.port for n, b in self.boards.items()},
                                           {n: b.agent_port for n, b in self.boards.items()},
-                                          front, free_port(), free_port(), self.sock, affinity))
+                                          front, free_port(), free_port(), self.sock,
+                                          without=() if affinity else (AFFINITY_LINE,)))
         check = subprocess.run([HAPROXY, "-c", "-f", str(config)], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout + check.stderr
         self.log = open(tmp / "haproxy.log", "w")
