@@ -32,6 +32,12 @@ impl Aligned {
         }
     }
 
+    /// Whether log probabilities are being lined up with the text (none has
+    /// come yet: the text passes as it is, with nothing to hold).
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
     /// Answer `text`, written: what of it (and of the text held before)
     /// may go out now, and the tokens that go with it.
     pub fn text(&mut self, text: &str) -> (String, Vec<TokenLogprob>) {

@@ -353,6 +353,11 @@ impl<'a> TokenSink<'a> {
             self.push(text, true, tokens, produced_ns);
             return;
         }
+        if !self.aligned.is_active() {
+            // No log probabilities to line up: nothing is held or copied.
+            self.push(text, false, tokens, produced_ns);
+            return;
+        }
         // The answer goes out as the tokens that make it come.
         let (text, entries) = self.aligned.text(text);
         if !entries.is_empty() && self.open {

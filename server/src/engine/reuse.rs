@@ -12,7 +12,7 @@
 //!   started from a shared opening (another conversation's, a system
 //!   prompt's).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::backend::PromptReuse;
 
@@ -45,7 +45,10 @@ impl Outcome {
 /// The previous prompt's length of each conversation seen lately.
 #[derive(Debug, Default)]
 pub struct Conversations {
+    /// Per conversation: its previous prompt's length and when it was seen.
     last: HashMap<String, (u32, u64)>,
+    /// The conversations by when they were seen, the least recent first.
+    by_use: BTreeMap<u64, String>,
     clock: u64,
 }
 
@@ -62,17 +65,21 @@ impl Conversations {
             Some(_) => Outcome::Hit,
         };
         self.clock += 1;
-        if self.last.len() >= MAX_CONVERSATIONS
-            && !self.last.contains_key(key)
-            && let Some(oldest) = self
-                .last
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| k.clone())
-        {
-            self.last.remove(&oldest);
+        match self.last.get_mut(key) {
+            Some(seen) => {
+                self.by_use.remove(&seen.1);
+                *seen = (whole, self.clock);
+            }
+            None => {
+                if self.last.len() >= MAX_CONVERSATIONS
+                    && let Some((_, oldest)) = self.by_use.pop_first()
+                {
+                    self.last.remove(&oldest);
+                }
+                self.last.insert(key.to_owned(), (whole, self.clock));
+            }
         }
-        self.last.insert(key.to_owned(), (whole, self.clock));
+        self.by_use.insert(self.clock, key.to_owned());
         outcome
     }
 }
@@ -94,6 +101,22 @@ mod tests {
         assert_eq!(seen.record("a", ran(300, 800)), Outcome::Partial);
         assert_eq!(seen.record("a", ran(0, 1200)), Outcome::Miss);
         assert_eq!(seen.record("b", ran(300, 700)), Outcome::Shared);
+    }
+
+    #[test]
+    fn the_least_recently_seen_conversation_is_the_one_forgotten() {
+        let mut seen = Conversations::default();
+        for i in 0..MAX_CONVERSATIONS {
+            seen.record(&i.to_string(), ran(0, 10));
+        }
+        // The first is seen again: the second is now the least recent.
+        assert_eq!(seen.record("0", ran(10, 1)), Outcome::Hit);
+        seen.record("new", ran(0, 10));
+        assert_eq!(seen.last.len(), MAX_CONVERSATIONS);
+        assert_eq!(seen.by_use.len(), MAX_CONVERSATIONS);
+        assert!(seen.last.contains_key("0"));
+        assert!(!seen.last.contains_key("1"));
+        assert_eq!(seen.record("1", ran(0, 10)), Outcome::New);
     }
 
     #[test]
