@@ -150,12 +150,12 @@ fn an_api_key_is_sent_from_the_flag_or_the_variable_and_its_absence_is_explained
 
 #[test]
 fn a_server_that_is_not_running_is_named_as_such() {
-    // A port that was just free: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port that was just free, below the kernel's range for ephemeral
+    // ports, so that no server another test starts on port 0 can be given
+    // it in between: nothing listens there.
+    let port = (20_000..32_000)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port below the ephemeral range");
     let url = format!("http://127.0.0.1:{port}/mcp");
     let output = client(&["run", "hi", "--url", &url], &[]);
     assert!(!output.status.success());

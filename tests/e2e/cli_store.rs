@@ -63,13 +63,13 @@ impl User {
     }
 }
 
-/// A loopback port nothing listens on (bound, then let go).
+/// A loopback port nothing listens on (bound, then let go), below the
+/// kernel's range for ephemeral ports, so that no server another test
+/// starts on port 0 can be given it in between.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    (20_000..32_000)
+        .find(|port| TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port below the ephemeral range")
 }
 
 #[test]

@@ -51,10 +51,13 @@ fn pull_cli(
     )
 }
 
-/// A loopback port nothing listens on.
+/// A loopback port nothing listens on: free just now, and below the
+/// kernel's range for ephemeral ports, so that no server another test
+/// starts on port 0 can be given it in between.
 fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+    (20_000..32_000)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port below the ephemeral range")
 }
 
 #[test]
