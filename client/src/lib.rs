@@ -248,4 +248,17 @@ impl Client {
     ) -> Result<Option<(CloseStage, std::process::ExitStatus)>, ClientError> {
         self.transport.close().await
     }
+
+    /// [`close`](Self::close), and the last lines a child started with
+    /// [`spawn_quiet`](Self::spawn_quiet) wrote on its stderr, read to its
+    /// end (those it wrote as it failed included; empty for other
+    /// transports).
+    pub async fn close_with_stderr_tail(
+        self,
+    ) -> (
+        Result<Option<(CloseStage, std::process::ExitStatus)>, ClientError>,
+        Vec<String>,
+    ) {
+        self.transport.close_with_tail().await
+    }
 }

@@ -33,6 +33,8 @@ pub(crate) struct StdioChild {
     line: String,
     /// The child's last lines on stderr, when they are kept, not shown.
     stderr_tail: Option<Arc<Mutex<VecDeque<String>>>>,
+    /// The task that keeps them, done once the child's stderr is closed.
+    stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Lines of a quiet child's stderr kept for an error message.
@@ -102,10 +104,11 @@ impl Transport {
             .stdout
             .take()
             .ok_or_else(|| ClientError::transport("no stdout"))?;
+        let mut stderr_reader = None;
         let stderr_tail = child.stderr.take().map(|stderr| {
             let tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_LINES)));
             let keep = Arc::clone(&tail);
-            tokio::spawn(async move {
+            stderr_reader = Some(tokio::spawn(async move {
                 let mut lines = BufReader::new(stderr).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
                     let mut tail = keep
@@ -116,7 +119,7 @@ impl Transport {
                     }
                     tail.push_back(line);
                 }
-            });
+            }));
             tail
         });
         Ok(Self::Stdio(Box::new(StdioChild {
@@ -125,6 +128,7 @@ impl Transport {
             stdout: BufReader::new(stdout),
             line: String::new(),
             stderr_tail,
+            stderr_reader,
         })))
     }
 
@@ -262,6 +266,36 @@ impl Transport {
             Self::Stdio(child) => matches!(child.child.try_wait(), Ok(None)),
             Self::Ws(_) | Self::Http(_) => true,
         }
+    }
+
+    /// [`Self::close`], then the last lines a quiet child wrote on stderr,
+    /// all of them: read once its stderr is closed (at most [`CLOSE_WAIT`]
+    /// after it is gone), so that the lines it wrote as it failed are in.
+    pub(crate) async fn close_with_tail(
+        mut self,
+    ) -> (
+        Result<Option<(CloseStage, ExitStatus)>, ClientError>,
+        Vec<String>,
+    ) {
+        let reader = match &mut self {
+            Self::Stdio(child) => child.stderr_reader.take(),
+            Self::Ws(_) | Self::Http(_) => None,
+        };
+        let tail = match &self {
+            Self::Stdio(child) => child.stderr_tail.clone(),
+            Self::Ws(_) | Self::Http(_) => None,
+        };
+        let closed = self.close().await;
+        if let Some(reader) = reader {
+            let _ = tokio::time::timeout(CLOSE_WAIT, reader).await;
+        }
+        let lines = tail.map_or_else(Vec::new, |tail| {
+            let tail = tail
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            tail.iter().cloned().collect()
+        });
+        (closed, lines)
     }
 
     pub(crate) async fn close(self) -> Result<Option<(CloseStage, ExitStatus)>, ClientError> {

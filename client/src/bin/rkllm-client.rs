@@ -195,10 +195,15 @@ async fn run(
         Ok(_) => whole_run(&mut client, params).await,
         Err(err) => Err(err),
     };
-    if result.is_err() {
-        *logs = client.stderr_tail();
-    }
-    let closed = client.close().await;
+    let closed = if result.is_err() {
+        // The child's last lines are read once it is gone, so that those
+        // it wrote as it failed are in.
+        let (closed, tail) = client.close_with_stderr_tail().await;
+        *logs = tail;
+        closed
+    } else {
+        client.close().await
+    };
     result?;
     closed.map(|_| ())
 }
