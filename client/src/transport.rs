@@ -40,6 +40,14 @@ pub(crate) struct StdioChild {
 /// Lines of a quiet child's stderr kept for an error message.
 const STDERR_LINES: usize = 40;
 
+/// The lines kept of a quiet child's stderr, as they are now.
+fn tail_lines(tail: &Mutex<VecDeque<String>>) -> Vec<String> {
+    let tail = tail
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    tail.iter().cloned().collect()
+}
+
 pub(crate) struct WsConn {
     socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
 }
@@ -135,12 +143,10 @@ impl Transport {
     /// The last lines a quiet child wrote on stderr.
     pub(crate) fn stderr_tail(&self) -> Vec<String> {
         match self {
-            Self::Stdio(child) => child.stderr_tail.as_ref().map_or_else(Vec::new, |tail| {
-                let tail = tail
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                tail.iter().cloned().collect()
-            }),
+            Self::Stdio(child) => child
+                .stderr_tail
+                .as_deref()
+                .map_or_else(Vec::new, tail_lines),
             Self::Ws(_) | Self::Http(_) => Vec::new(),
         }
     }
@@ -289,13 +295,7 @@ impl Transport {
         if let Some(reader) = reader {
             let _ = tokio::time::timeout(CLOSE_WAIT, reader).await;
         }
-        let lines = tail.map_or_else(Vec::new, |tail| {
-            let tail = tail
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            tail.iter().cloned().collect()
-        });
-        (closed, lines)
+        (closed, tail.as_deref().map_or_else(Vec::new, tail_lines))
     }
 
     pub(crate) async fn close(self) -> Result<Option<(CloseStage, ExitStatus)>, ClientError> {

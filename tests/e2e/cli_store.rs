@@ -4,12 +4,11 @@
 //! store and not the user's; without one they work on the store folder
 //! and say which. `--models-dir` before or after the subcommand.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::harness::{ScratchDir, Server, server_command};
+use crate::harness::{ScratchDir, Server, closed_port, server_command};
 use crate::store::FakeHf;
 
 const NAME: &str = "tiny_w8a8_rk3588_v1.2.1";
@@ -61,15 +60,6 @@ impl User {
             String::from_utf8_lossy(&output.stderr).into_owned(),
         )
     }
-}
-
-/// A loopback port nothing listens on (bound, then let go), below the
-/// kernel's range for ephemeral ports, so that no server another test
-/// starts on port 0 can be given it in between.
-fn free_port() -> u16 {
-    (20_000..32_000)
-        .find(|port| TcpListener::bind(("127.0.0.1", *port)).is_ok())
-        .expect("a free port below the ephemeral range")
 }
 
 #[test]
@@ -234,7 +224,7 @@ fn the_store_commands_go_through_a_running_service_into_its_store_with_its_api_k
 fn without_a_service_the_store_commands_use_the_folder_and_say_which() {
     let hf = FakeHf::start(&repos());
     let dir = ScratchDir::new();
-    let port = free_port();
+    let port = closed_port();
     let user = User::new(&dir.0, &hf, &format!("listen = \"127.0.0.1:{port}\""));
     let none = format!("no service at 127.0.0.1:{port}: using the store");
 

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::harness::{ScratchDir, Server, mock_config, server_command};
+use crate::harness::{ScratchDir, Server, closed_port, mock_config, server_command};
 use crate::store::FakeHf;
 
 const PROXY_VARS: [&str; 6] = [
@@ -49,15 +49,6 @@ fn pull_cli(
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
-}
-
-/// A loopback port nothing listens on: free just now, and below the
-/// kernel's range for ephemeral ports, so that no server another test
-/// starts on port 0 can be given it in between.
-fn closed_port() -> u16 {
-    (20_000..32_000)
-        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
-        .expect("a free port below the ephemeral range")
 }
 
 #[test]

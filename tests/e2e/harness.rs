@@ -853,6 +853,15 @@ pub fn mock_tokenizer_with(tokens: &[(&str, bool)]) -> String {
 pub const CHATML_JINJA: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
 {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
+/// A loopback port nothing listens on: free just now, and below the
+/// kernel's range for ephemeral ports, so that no server another test
+/// starts on port 0 can be given it in between.
+pub fn closed_port() -> u16 {
+    (20_000..32_000)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port below the ephemeral range")
+}
+
 /// The value of the series `name` of model `model` in a `GET /metrics`
 /// text, summed over the series that also carry each of `labels`; `None`
 /// when there is none.
