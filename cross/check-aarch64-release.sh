@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the aarch64 release binary: it asks for no glibc symbol newer
-# than the given version (default 2.31), and it starts under qemu-user,
+# than the given version (default 2.31), its code is laid out by
+# server/hot-text.ld, and it starts under qemu-user,
 # loads a test double of the RKLLM runtime (built here with the aarch64
 # cross compiler) and generates text with it.
 set -euo pipefail
@@ -13,6 +14,8 @@ if [ "$(printf '%s\n%s\n' "$highest" "$max" | sort -V | tail -n1)" != "$max" ]; 
     echo "the aarch64 binary needs glibc $highest, newer than $max" >&2
     exit 1
 fi
+# The start's functions are laid out together (server/hot-text.ld).
+scripts/hot-text check "$bin"
 cross/setup-aarch64.sh --with-qemu
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
