@@ -15,7 +15,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=RKLLM_HOT_TEXT");
     let release = env::var("PROFILE").is_ok_and(|p| p == "release");
     let linux = env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux");
-    let wanted = env::var("RKLLM_HOT_TEXT").map_or(true, |v| v != "0");
+    let wanted = env::var("RKLLM_HOT_TEXT").as_deref() != Ok("0");
     if release && linux && wanted {
         let dir = env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
         let script = Path::new(&dir).join("hot-text.ld");
